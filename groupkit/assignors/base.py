@@ -1,0 +1,104 @@
+"""The assignor interface, input validation and the registry of assignors by name.
+
+An assignor is a stateless object with a deterministic ``assign``: the same input, in any
+dict or set order, gives the same output. Everything it needs comes in as arguments.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+
+import structlog
+
+from groupkit.errors import UnknownAssignorError
+from groupkit.types import Assignment, MemberSubscription, TopicPartition
+
+_log = structlog.get_logger("groupkit.assignors")
+
+Lags = Mapping[TopicPartition, int]
+
+
+class Assignor(ABC):
+    """Maps partitions to members. Subclasses implement ``_assign`` on validated input."""
+
+    #: the registry name, e.g. ``"range"``
+    name: str = ""
+    #: whether the assignor reads ``lags`` (the runtime fetches them only for these)
+    uses_lag: bool = False
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        members: Mapping[str, MemberSubscription],
+        lags: Lags | None = None,
+    ) -> Assignment:
+        """Return ``{member_id: sorted partitions}`` with every member present."""
+        counts = validate_input(partitions_per_topic, members, lags)
+        result = self._assign(counts, dict(sorted(members.items())), dict(lags or {}))
+        out: Assignment = {m: sorted(result.get(m, ())) for m in sorted(members)}
+        return out
+
+    @abstractmethod
+    def _assign(
+        self,
+        partitions_per_topic: dict[str, int],
+        members: dict[str, MemberSubscription],
+        lags: dict[TopicPartition, int],
+    ) -> Mapping[str, list[TopicPartition]]:
+        """Assign on validated input: only topics with partitions, members sorted by id."""
+
+
+def validate_input(
+    partitions_per_topic: Mapping[str, int],
+    members: Mapping[str, MemberSubscription],
+    lags: Lags | None,
+) -> dict[str, int]:
+    """Check the input and return the partition counts of topics that can be assigned.
+
+    Negative counts or lags are a ``ValueError``. A topic some member subscribes to but that
+    has no partitions (unknown, or zero) is skipped and logged, as Kafka's assignors do.
+    """
+    counts: dict[str, int] = {}
+    for topic, n in sorted(partitions_per_topic.items()):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"partition count of topic {topic!r} must be an int >= 0, got {n!r}")
+        if n > 0:
+            counts[topic] = n
+    for tp, lag in (lags or {}).items():
+        if not isinstance(lag, int) or isinstance(lag, bool) or lag < 0:
+            raise ValueError(f"lag of {tp[0]}-{tp[1]} must be an int >= 0, got {lag!r}")
+    missing = sorted({t for s in members.values() for t in s.topics} - counts.keys())
+    if missing:
+        _log.warning("assignor.topics_skipped", topics=missing, reason="no partitions")
+    return counts
+
+
+AssignorFactory = Callable[[], Assignor]
+_REGISTRY: dict[str, AssignorFactory] = {}
+
+
+def register_assignor(name: str, factory: AssignorFactory) -> None:
+    """Register ``factory`` (a class or callable returning an ``Assignor``) under ``name``.
+
+    Users add their own assignors this way, the idea of Kafka's ``ConsumerPartitionAssignor``.
+    Registering a name again replaces it.
+    """
+    if not name:
+        raise ValueError("assignor name must not be empty")
+    _REGISTRY[name] = factory
+
+
+def get_assignor(name: str) -> Assignor:
+    """Return a new assignor registered under ``name``; unknown names list the known ones."""
+    try:
+        factory = _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise UnknownAssignorError(f"unknown assignor {name!r}; known: {known}") from None
+    return factory()
+
+
+def assignor_names() -> list[str]:
+    """The registered assignor names, sorted."""
+    return sorted(_REGISTRY)
