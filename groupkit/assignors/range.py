@@ -9,7 +9,7 @@ from groupkit.types import MemberSubscription, TopicPartition
 
 
 class RangeAssignor(Assignor):
-    """Per topic, members sorted by id take contiguous ranges; the first ``P mod N`` get one more."""
+    """Per topic, sorted members take contiguous ranges; the first ``P mod N`` take one more."""
 
     name = "range"
 

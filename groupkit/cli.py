@@ -1,0 +1,133 @@
+"""The ``groupkit`` command line: ``assign``, ``broker``, and the commands later issues add.
+
+Each subcommand is one ``_cmd_*`` function; ``main`` returns the process exit code
+(0 ok, 1 failure, 2 bad input or usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from groupkit.errors import GroupkitError
+from groupkit.types import MemberSubscription, TopicPartition
+
+
+class InputError(Exception):
+    """Bad input on stdin or in arguments: exit code 2 with one line."""
+
+
+def _parse_assign_input(
+    doc: Any,
+) -> tuple[dict[str, int], dict[str, MemberSubscription], dict[TopicPartition, int]]:
+    if not isinstance(doc, dict):
+        raise InputError("input must be a JSON object with 'partitions' and 'members'")
+    parts = doc.get("partitions")
+    members = doc.get("members")
+    if not isinstance(parts, dict):
+        raise InputError("'partitions' must be an object mapping topic to partition count")
+    if not isinstance(members, dict):
+        raise InputError("'members' must be an object mapping member id to its subscription")
+    counts: dict[str, int] = {}
+    for topic, n in parts.items():
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise InputError(f"partition count of {topic!r} must be an integer")
+        counts[str(topic)] = n
+    subs: dict[str, MemberSubscription] = {}
+    for mid, m in members.items():
+        if not isinstance(m, dict) or not isinstance(m.get("topics"), list):
+            raise InputError(f"member {mid!r} needs a 'topics' list")
+        owned_raw = m.get("owned", [])
+        if not isinstance(owned_raw, list) or not all(
+            isinstance(o, list) and len(o) == 2 and isinstance(o[1], int) for o in owned_raw
+        ):
+            raise InputError(f"member {mid!r}: 'owned' must be a list of [topic, partition]")
+        gen = m.get("generation")
+        if gen is not None and (not isinstance(gen, int) or isinstance(gen, bool)):
+            raise InputError(f"member {mid!r}: 'generation' must be an integer")
+        rack = m.get("rack")
+        cap = m.get("capacity")
+        if cap is not None and not isinstance(cap, (int, float)):
+            raise InputError(f"member {mid!r}: 'capacity' must be a number")
+        subs[str(mid)] = MemberSubscription(
+            [str(t) for t in m["topics"]],
+            owned=[(str(t), p) for t, p in owned_raw],
+            generation=gen,
+            rack=None if rack is None else str(rack),
+            capacity=None if cap is None else float(cap),
+        )
+    lags: dict[TopicPartition, int] = {}
+    raw_lags = doc.get("lags", {})
+    if not isinstance(raw_lags, dict):
+        raise InputError("'lags' must be an object mapping topic to a list of lags by partition")
+    for topic, values in raw_lags.items():
+        if not isinstance(values, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in values
+        ):
+            raise InputError(f"lags of {topic!r} must be a list of integers")
+        for p, v in enumerate(values):
+            lags[TopicPartition(str(topic), p)] = v
+    return counts, subs, lags
+
+
+def _cmd_assign(args: argparse.Namespace) -> int:
+    from groupkit.assignors import get_assignor
+
+    assignor = get_assignor(args.assignor)
+    try:
+        doc = json.load(sys.stdin)
+    except json.JSONDecodeError as e:
+        raise InputError(f"invalid JSON on stdin: {e}") from None
+    counts, subs, lags = _parse_assign_input(doc)
+    try:
+        result = assignor.assign(counts, subs, lags or None)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    out = {"assignment": {m: [[tp.topic, tp.partition] for tp in tps] for m, tps in result.items()}}
+    json.dump(out, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from groupkit import devbroker
+
+    return devbroker.cli(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="groupkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("assign", help="run an assignor on JSON from stdin, print JSON")
+    p.add_argument("--assignor", required=True, help="assignor name, e.g. range, sticky, balanced")
+    p.set_defaults(func=_cmd_assign)
+
+    p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
+    p.add_argument("action", choices=["start", "stop", "status", "fetch"])
+    p.add_argument("--dir", default=None, help="state folder (default ~/.cache/groupkit/broker)")
+    p.add_argument("--kafka-version", default=None, help="Apache Kafka version to run")
+    p.add_argument("--port", type=int, default=0, help="listener port (default: a free one)")
+    p.set_defaults(func=_cmd_broker)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except InputError as e:
+        print(f"groupkit {args.command}: {e}", file=sys.stderr)
+        return 2
+    except GroupkitError as e:
+        print(f"groupkit {args.command}: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
