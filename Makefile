@@ -1,0 +1,35 @@
+# The README's two commands, `make demo` and `make test`, each do their own set-up on a fresh
+# machine: a virtualenv with groupkit and its extras, and Apache Kafka's jars via Maven.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: test demo lint typecheck pytest bench kafka-jars clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,dev,spark]'
+	touch $(STAMP)
+
+kafka-jars: $(STAMP)
+	$(BIN)/groupkit broker fetch
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict groupkit
+
+pytest: $(STAMP) kafka-jars
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+demo: $(STAMP) kafka-jars
+	$(BIN)/groupkit broker status || $(BIN)/groupkit broker start
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,148 @@
+"""Shared fixtures: a real Kafka broker for the session, and unique topics per test.
+
+The ``kafka`` fixture takes, in order: an external cluster named by
+``GROUPKIT_BOOTSTRAP_SERVERS``; a testcontainers Kafka when a Docker engine answers a ping; else
+the local broker that ``groupkit.devbroker`` runs from Apache Kafka's own jars. It never skips:
+a test that needs a broker fails when none can be had.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+
+@dataclass
+class KafkaBackend:
+    """The broker serving this test session."""
+
+    bootstrap: str
+    kind: str  # "external", "testcontainers", "local"
+    version: str
+    local: object | None = None  # the devbroker.LocalBroker, when kind == "local"
+    created_topics: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return f"{self.kind} broker, Apache Kafka {self.version}, at {self.bootstrap}"
+
+
+_SERVED: list[KafkaBackend] = []
+
+
+def _announce(backend: KafkaBackend) -> None:
+    _SERVED.append(backend)
+    print(f"\n[groupkit] kafka: {backend.describe()}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say which broker served, so a CI log shows the tests ran against a real one."""
+    for backend in _SERVED:
+        terminalreporter.write_line(f"groupkit tests ran against: {backend.describe()}")
+
+
+def _docker_engine_answers() -> bool:
+    """A ``docker`` binary on PATH proves nothing; only a ping of the engine does."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
+    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
+    if external:
+        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
+        _announce(backend)
+        yield backend
+        return
+    if _docker_engine_answers():
+        from testcontainers.community.kafka import KafkaContainer
+
+        image = os.environ.get("GROUPKIT_KAFKA_IMAGE", "confluentinc/cp-kafka:8.1.0")
+        with KafkaContainer(image).with_kraft() as container:
+            backend = KafkaBackend(container.get_bootstrap_server(), "testcontainers", image)
+            _announce(backend)
+            yield backend
+        return
+    from groupkit.devbroker import DEFAULT_KAFKA_VERSION, LocalBroker
+
+    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+    broker = LocalBroker(tmp_path_factory.mktemp("broker"), version=version)
+    bootstrap = broker.start()
+    backend = KafkaBackend(bootstrap, "local", version, local=broker)
+    _announce(backend)
+    try:
+        yield backend
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka: KafkaBackend) -> str:
+    return kafka.bootstrap
+
+
+@pytest.fixture(scope="session")
+def admin(bootstrap: str):  # type: ignore[no-untyped-def]
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def unique_name(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create_topic(
+    admin: object, name: str, partitions: int = 1, config: dict[str, str] | None = None
+) -> str:
+    """Create ``name`` and wait until the broker confirms it."""
+    from confluent_kafka.admin import NewTopic
+
+    futures = admin.create_topics(  # type: ignore[attr-defined]
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=30,
+    )
+    futures[name].result(timeout=60)
+    return name
+
+
+def delete_topics(admin: object, names: list[str]) -> None:
+    if not names:
+        return
+    futures = admin.delete_topics(names, operation_timeout=30)  # type: ignore[attr-defined]
+    for f in futures.values():
+        # Already gone is fine: deletion is tidiness, not the test.
+        with contextlib.suppress(Exception):
+            f.result(timeout=60)
+
+
+@pytest.fixture
+def topic_factory(admin: object) -> Iterator[Callable[..., str]]:
+    """``topic_factory(partitions=1, config=None, prefix="t")`` creates a uniquely named topic;
+    every topic it made is deleted after the test."""
+    made: list[str] = []
+
+    def make(partitions: int = 1, config: dict[str, str] | None = None, prefix: str = "t") -> str:
+        name = create_topic(admin, unique_name(prefix), partitions, config)
+        made.append(name)
+        return name
+
+    yield make
+    delete_topics(admin, made)
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent
