@@ -107,14 +107,10 @@ def unique_name(prefix: str = "t") -> str:
 def create_topic(
     admin: object, name: str, partitions: int = 1, config: dict[str, str] | None = None
 ) -> str:
-    """Create ``name`` and wait until the broker confirms it."""
-    from confluent_kafka.admin import NewTopic
+    """Create ``name`` and wait until its metadata shows every partition led."""
+    from groupkit.runtime.admin import create_topic as create
 
-    futures = admin.create_topics(  # type: ignore[attr-defined]
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
-        operation_timeout=30,
-    )
-    futures[name].result(timeout=60)
+    create(admin, name, partitions, config=config)  # type: ignore[arg-type]
     return name
 
 
