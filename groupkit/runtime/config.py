@@ -1,0 +1,234 @@
+"""The ``GroupConsumer`` configuration: a confluent-kafka config dict plus ``groupkit.*`` keys.
+
+Users hand ``GroupConsumer`` the same dict they would give ``confluent_kafka.Consumer``. This
+module splits it into:
+
+1. groupkit's own settings (``groupkit.*`` keys, and the group keys it takes over from
+   librdkafka: ``session.timeout.ms``, ``heartbeat.interval.ms``, ``max.poll.interval.ms``,
+   ``enable.auto.commit``, ``auto.commit.interval.ms``), validated here; an unknown
+   ``groupkit.*`` key is an error, so a typo never silently falls back to a default;
+2. the connection settings (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``,
+   ``client.id`` …) that every internal client (control consumer and producer, admin, data
+   consumer) must receive, so a secured cluster works for all of them;
+3. the data consumer's own settings (everything else).
+
+The data consumer never joins the broker's group: it only ``assign()``s, and uses ``group.id``
+for committed offsets. groupkit commits itself (librdkafka's auto-commit is off), because a
+commit must be refused once the member is fenced, which librdkafka's timer cannot know.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from groupkit.errors import ConfigError
+
+PROTOCOLS = ("eager", "cooperative")
+
+# groupkit.* keys: name -> (default, parser, description)
+_GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
+    "groupkit.assignor": ("cooperative-sticky", "str"),
+    "groupkit.rebalance.protocol": ("cooperative", "str"),
+    "groupkit.control.topic": ("__groupkit", "str"),
+    "groupkit.control.topic.partitions": (1, "int"),
+    "groupkit.control.topic.replication.factor": (-1, "int"),  # -1: the broker's default
+    "groupkit.control.topic.create": (True, "bool"),
+    "groupkit.rebalance.timeout.ms": (None, "int"),  # default: max.poll.interval.ms
+    "groupkit.lag.auto.offset.reset": (None, "str"),  # default: auto.offset.reset
+    "groupkit.telemetry.topic": ("__groupkit_telemetry", "str"),
+    "groupkit.telemetry.enable": (False, "bool"),
+    "groupkit.telemetry.interval.ms": (10_000, "int"),
+    "groupkit.signing.key": (None, "str"),
+    "groupkit.client.rack": (None, "str"),
+    "groupkit.capacity": (None, "float"),
+}
+
+# Keys every internal client needs to reach and authenticate to the cluster.
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "socket.", "broker.", "client.")
+_CONNECTION_KEYS = {
+    "bootstrap.servers",
+    "metadata.broker.list",
+    "client.dns.lookup",
+    "enable.ssl.certificate.verification",
+    "oauthbearer_token_refresh_cb",
+    "error_cb",
+    "log_level",
+    "logger",
+    "debug",
+    "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms",
+    "retry.backoff.ms",
+    "api.version.request",
+    "topic.metadata.refresh.interval.ms",
+    "metadata.max.age.ms",
+    "allow.auto.create.topics",
+}
+
+# Group-coordination keys librdkafka would act on; groupkit takes them over.
+_GROUP_KEYS = {
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "max.poll.interval.ms",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "partition.assignment.strategy",
+    "group.protocol",
+    "group.remote.assignor",
+    "group.instance.id",
+    "on_commit",
+}
+
+
+def _parse(key: str, value: Any, kind: str) -> Any:
+    if value is None:
+        return None
+    try:
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            return float(value)
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("true", "1", "yes"):
+                return True
+            if text in ("false", "0", "no"):
+                return False
+            raise ValueError(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: expected {kind}, got {value!r}") from None
+
+
+def _ms(conf: Mapping[str, Any], key: str, default: int) -> int:
+    value = _parse(key, conf.get(key, default), "int")
+    if value <= 0:
+        raise ConfigError(f"{key} must be > 0, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Validated settings of one ``GroupConsumer``."""
+
+    group_id: str
+    assignor: str
+    protocol: str
+    control_topic: str
+    control_partitions: int
+    control_replication_factor: int
+    create_control_topic: bool
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_poll_interval_ms: int
+    rebalance_timeout_ms: int
+    enable_auto_commit: bool
+    auto_commit_interval_ms: int
+    auto_offset_reset: str
+    telemetry_enable: bool
+    telemetry_topic: str
+    telemetry_interval_ms: int
+    signing_key: str | None
+    rack: str | None
+    capacity: float | None
+    connection: dict[str, Any] = field(default_factory=dict)
+    data_consumer: dict[str, Any] = field(default_factory=dict)
+    user_config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, conf: Mapping[str, Any]) -> GroupConfig:
+        unknown = sorted(k for k in conf if k.startswith("groupkit.") and k not in _GROUPKIT_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"unknown groupkit setting(s) {', '.join(unknown)}; known: "
+                + ", ".join(sorted(_GROUPKIT_KEYS))
+            )
+        gk = {
+            k: _parse(k, conf.get(k, default), kind)
+            for k, (default, kind) in _GROUPKIT_KEYS.items()
+        }
+        group_id = conf.get("group.id")
+        if not group_id or not isinstance(group_id, str):
+            raise ConfigError("group.id is required: it names the group and its committed offsets")
+        if not conf.get("bootstrap.servers") and not conf.get("metadata.broker.list"):
+            raise ConfigError("bootstrap.servers is required")
+        protocol = gk["groupkit.rebalance.protocol"]
+        if protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"groupkit.rebalance.protocol must be one of {', '.join(PROTOCOLS)}, "
+                f"got {protocol!r}"
+            )
+        from groupkit.assignors import get_assignor
+
+        get_assignor(gk["groupkit.assignor"])  # an unknown name fails now, listing known ones
+        session = _ms(conf, "session.timeout.ms", 10_000)
+        heartbeat = _ms(conf, "heartbeat.interval.ms", min(1_000, session // 3))
+        if heartbeat >= session:
+            raise ConfigError(
+                f"heartbeat.interval.ms ({heartbeat}) must be lower than "
+                f"session.timeout.ms ({session})"
+            )
+        max_poll = _ms(conf, "max.poll.interval.ms", 300_000)
+        rebalance_timeout = gk["groupkit.rebalance.timeout.ms"] or max_poll
+        reset = str(conf.get("auto.offset.reset", "latest")).lower()
+        reset = {
+            "smallest": "earliest",
+            "beginning": "earliest",
+            "largest": "latest",
+            "end": "latest",
+        }.get(reset, reset)
+        if reset not in ("earliest", "latest", "error"):
+            raise ConfigError(f"auto.offset.reset must be earliest, latest or error, got {reset!r}")
+        lag_reset = gk["groupkit.lag.auto.offset.reset"] or reset
+        parts = gk["groupkit.control.topic.partitions"]
+        if parts < 1:
+            raise ConfigError("groupkit.control.topic.partitions must be >= 1")
+
+        connection = {
+            k: v
+            for k, v in conf.items()
+            if k in _CONNECTION_KEYS or k.startswith(_CONNECTION_PREFIXES)
+        }
+        data = {
+            k: v for k, v in conf.items() if not k.startswith("groupkit.") and k not in _GROUP_KEYS
+        }
+        # groupkit commits itself (see the module docstring); librdkafka must not.
+        data["enable.auto.commit"] = False
+        data.setdefault("enable.auto.offset.store", True)
+        data["auto.offset.reset"] = reset
+        return cls(
+            group_id=group_id,
+            assignor=gk["groupkit.assignor"],
+            protocol=protocol,
+            control_topic=gk["groupkit.control.topic"],
+            control_partitions=parts,
+            control_replication_factor=gk["groupkit.control.topic.replication.factor"],
+            create_control_topic=gk["groupkit.control.topic.create"],
+            session_timeout_ms=session,
+            heartbeat_interval_ms=heartbeat,
+            max_poll_interval_ms=max_poll,
+            rebalance_timeout_ms=rebalance_timeout,
+            enable_auto_commit=_parse(
+                "enable.auto.commit", conf.get("enable.auto.commit", True), "bool"
+            ),
+            auto_commit_interval_ms=_ms(conf, "auto.commit.interval.ms", 5_000),
+            auto_offset_reset=lag_reset,
+            telemetry_enable=gk["groupkit.telemetry.enable"],
+            telemetry_topic=gk["groupkit.telemetry.topic"],
+            telemetry_interval_ms=gk["groupkit.telemetry.interval.ms"],
+            signing_key=gk["groupkit.signing.key"],
+            rack=gk["groupkit.client.rack"],
+            capacity=gk["groupkit.capacity"],
+            connection=connection,
+            data_consumer=data,
+            user_config=dict(conf),
+        )
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """Settings for an internal client: the user's connection and security settings first."""
+        return {**self.connection, **overrides}

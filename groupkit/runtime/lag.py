@@ -1,0 +1,97 @@
+"""Per-partition lag of a group, as lag-aware assignors and the metrics need it.
+
+Lag = end offset − committed offset. A partition with no committed offset lags by what a
+consumer would read from where ``auto.offset.reset`` puts it: nothing for ``latest``, the
+whole retained log (end − beginning) for ``earliest`` (KIP-169's rule).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from groupkit.errors import BrokerError
+from groupkit.types import TopicPartition
+
+# confluent-kafka leaves these two factories unannotated.
+_EARLIEST: OffsetSpec = OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+_LATEST: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+
+
+def end_offsets(
+    admin: AdminClient,
+    partitions: Iterable[TopicPartition],
+    earliest: bool = False,
+    timeout: float = 10.0,
+) -> dict[TopicPartition, int]:
+    """High watermarks (or log start offsets with ``earliest``) of ``partitions``."""
+    spec = _EARLIEST if earliest else _LATEST
+    request = {KTopicPartition(tp.topic, tp.partition): spec for tp in partitions}
+    if not request:
+        return {}
+    out: dict[TopicPartition, int] = {}
+    try:
+        futures = admin.list_offsets(request, request_timeout=timeout)
+        for ktp, fut in futures.items():
+            out[TopicPartition(ktp.topic, ktp.partition)] = int(fut.result(timeout=timeout).offset)
+    except KafkaException as e:
+        raise BrokerError(f"could not list offsets: {e}") from e
+    return out
+
+
+def committed_offsets(
+    admin: AdminClient, group_id: str, partitions: Iterable[TopicPartition], timeout: float = 10.0
+) -> dict[TopicPartition, int | None]:
+    """The group's committed offsets; ``None`` where nothing is committed."""
+    tps = [KTopicPartition(tp.topic, tp.partition) for tp in partitions]
+    if not tps:
+        return {}
+    try:
+        futures = admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id, tps)], request_timeout=timeout
+        )
+        result = futures[group_id].result(timeout=timeout)
+    except KafkaException as e:
+        raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
+    out: dict[TopicPartition, int | None] = {}
+    for ktp in result.topic_partitions:
+        off = int(ktp.offset)
+        out[TopicPartition(ktp.topic, ktp.partition)] = off if off >= 0 else None
+    return out
+
+
+def compute_lag(
+    end: int, committed: int | None, beginning: int | None, auto_offset_reset: str
+) -> int:
+    """Lag of one partition; see the module docstring for the rule without a commit."""
+    if committed is None:
+        if auto_offset_reset == "latest":
+            return 0
+        return max(0, end - (beginning or 0))
+    return max(0, end - committed)
+
+
+def fetch_lags(
+    admin: AdminClient,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    auto_offset_reset: str = "latest",
+    timeout: float = 10.0,
+) -> dict[TopicPartition, int]:
+    """Lag of every partition in ``partitions`` for ``group_id``."""
+    parts = sorted(set(partitions))
+    ends = end_offsets(admin, parts, timeout=timeout)
+    committed = committed_offsets(admin, group_id, parts, timeout=timeout)
+    missing = [tp for tp in parts if committed.get(tp) is None]
+    beginnings = (
+        end_offsets(admin, missing, earliest=True, timeout=timeout)
+        if missing and auto_offset_reset != "latest"
+        else {}
+    )
+    return {
+        tp: compute_lag(ends.get(tp, 0), committed.get(tp), beginnings.get(tp), auto_offset_reset)
+        for tp in parts
+    }

@@ -1,0 +1,88 @@
+"""Control topic set-up and lag fetching against the real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KTP
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from groupkit.errors import ControlTopicError
+from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.lag import compute_lag, fetch_lags
+from groupkit.types import TopicPartition
+from tests.conftest import delete_topics, unique_name
+
+
+def test_control_topic_is_created_compacted_with_log_append_time(admin: AdminClient) -> None:
+    name = unique_name("ctl")
+    try:
+        assert ensure_control_topic(admin, name, partitions=3) == 3
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        conf = admin.describe_configs([res])[res].result(timeout=30)
+        assert conf["cleanup.policy"].value == "compact"
+        assert conf["message.timestamp.type"].value == "LogAppendTime"
+        assert conf["min.cleanable.dirty.ratio"].value == "0.1"
+        # A second member finding it in place checks it and goes on.
+        assert ensure_control_topic(admin, name, partitions=3) == 3
+    finally:
+        delete_topics(admin, [name])
+
+
+@pytest.mark.parametrize(
+    ("config", "setting"),
+    [
+        ({"cleanup.policy": "delete", "message.timestamp.type": "LogAppendTime"}, "cleanup.policy"),
+        (
+            {"cleanup.policy": "compact", "message.timestamp.type": "CreateTime"},
+            "message.timestamp.type",
+        ),
+    ],
+)
+def test_control_topic_with_wrong_settings_is_refused(
+    admin: AdminClient, topic_factory: Callable[..., str], config: dict[str, str], setting: str
+) -> None:
+    name = topic_factory(partitions=1, config=config)
+    with pytest.raises(ControlTopicError, match=setting):
+        ensure_control_topic(admin, name)
+
+
+def test_missing_control_topic_without_create_is_an_error(admin: AdminClient) -> None:
+    with pytest.raises(ControlTopicError, match="does not exist"):
+        ensure_control_topic(admin, unique_name("absent"), create=False)
+
+
+def test_partition_for_group_is_stable_and_spread() -> None:
+    assert partition_for_group("orders", 7) == partition_for_group("orders", 7)
+    spread = {partition_for_group(f"group-{i}", 8) for i in range(200)}
+    assert spread == set(range(8))
+
+
+def test_fetch_lags_follows_commits_and_auto_offset_reset(
+    bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=3)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, count in ((0, 10), (1, 4), (2, 6)):
+        for _ in range(count):
+            producer.produce(topic, b"v", partition=partition)
+    assert producer.flush(30) == 0
+    group = unique_name("g")
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        c.commit(offsets=[KTP(topic, 0, 3), KTP(topic, 1, 4)], asynchronous=False)
+    finally:
+        c.close()
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    # Partition 2 has no commit: latest reads nothing, earliest reads all 6.
+    assert fetch_lags(admin, group, tps, "latest") == {tps[0]: 7, tps[1]: 0, tps[2]: 0}
+    assert fetch_lags(admin, group, tps, "earliest") == {tps[0]: 7, tps[1]: 0, tps[2]: 6}
+
+
+def test_compute_lag_rules() -> None:
+    assert compute_lag(100, 40, 0, "latest") == 60
+    assert compute_lag(100, None, 20, "latest") == 0
+    assert compute_lag(100, None, 20, "earliest") == 80
+    assert compute_lag(100, 120, 0, "earliest") == 0  # a commit past the end (truncation)

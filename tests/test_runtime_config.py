@@ -1,0 +1,86 @@
+"""GroupConsumer configuration: what is taken over, what is passed on, what is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from groupkit.errors import ConfigError, UnknownAssignorError
+from groupkit.runtime.config import GroupConfig
+
+BASE = {"bootstrap.servers": "127.0.0.1:9", "group.id": "g", "groupkit.assignor": "range"}
+
+
+def test_defaults() -> None:
+    cfg = GroupConfig.from_dict(BASE)
+    assert cfg.protocol == "cooperative"
+    assert cfg.control_topic == "__groupkit"
+    assert cfg.session_timeout_ms == 10_000
+    assert cfg.heartbeat_interval_ms < cfg.session_timeout_ms
+    assert cfg.rebalance_timeout_ms == cfg.max_poll_interval_ms
+
+
+def test_librdkafka_never_auto_commits_but_groupkit_does() -> None:
+    cfg = GroupConfig.from_dict({**BASE, "enable.auto.commit": True})
+    assert cfg.enable_auto_commit is True
+    assert cfg.data_consumer["enable.auto.commit"] is False
+    assert "session.timeout.ms" not in cfg.data_consumer
+
+
+def test_security_settings_reach_every_internal_client() -> None:
+    secure = {
+        **BASE,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "ssl.ca.location": "/ca.pem",
+        "fetch.min.bytes": 1,
+    }
+    cfg = GroupConfig.from_dict(secure)
+    for key in (
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "bootstrap.servers",
+    ):
+        assert cfg.client_config()[key] == secure[key]
+        assert cfg.data_consumer[key] == secure[key]
+    assert "fetch.min.bytes" not in cfg.client_config()  # a data-consumer setting only
+    assert cfg.client_config(**{"acks": "all"})["acks"] == "all"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"groupkit.asignor": "range"}, "unknown groupkit setting"),
+        ({"groupkit.rebalance.protocol": "fast"}, "must be one of eager, cooperative"),
+        ({"session.timeout.ms": 1000, "heartbeat.interval.ms": 1000}, "must be lower"),
+        ({"session.timeout.ms": "soon"}, "expected int"),
+        ({"auto.offset.reset": "middle"}, "auto.offset.reset"),
+        ({"groupkit.control.topic.partitions": 0}, ">= 1"),
+    ],
+)
+def test_bad_settings_are_clear_errors(extra: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        GroupConfig.from_dict({**BASE, **extra})
+
+
+def test_unknown_assignor_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownAssignorError, match=r"known: .*range"):
+        GroupConfig.from_dict({**BASE, "groupkit.assignor": "nope"})
+
+
+@pytest.mark.parametrize("missing", ["group.id", "bootstrap.servers"])
+def test_required(missing: str) -> None:
+    conf = dict(BASE)
+    del conf[missing]
+    with pytest.raises(ConfigError, match=missing):
+        GroupConfig.from_dict(conf)
+
+
+def test_reset_aliases() -> None:
+    assert GroupConfig.from_dict({**BASE, "auto.offset.reset": "smallest"}).auto_offset_reset == (
+        "earliest"
+    )
