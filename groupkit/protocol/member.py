@@ -1,0 +1,327 @@
+"""One member's side of the protocol: from the replayed group state to what to do now.
+
+:class:`Member` is sans-I/O, like h11's ``Connection``: the runtime tells it the member's
+monotonic clock (``now_ms``) and hands it the replayed :class:`~groupkit.protocol.state.GroupState`;
+it answers with :class:`Actions`, which the runtime carries out **in this order**:
+
+1. ``lost``: stop processing these at once and do **not** commit them (``on_lost``).
+2. ``revoke``: stop processing, **commit** their offsets, call ``on_revoke``.
+3. ``assign``: call ``on_assign`` and start processing (``incremental_assign`` in cooperative).
+4. ``writes``: produce these records, in order, only after 1-3 are done. A record that says a
+   partition is gone is written after its offsets are committed, because the leader grants it
+   to the next owner as soon as that record is in the log.
+
+The member side is a diff: ``diff(owned, target) -> (added, revoked)``; eager and cooperative
+differ only in the targets the leader writes.
+
+Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
+
+1. The member remembers the monotonic time at which it sent each of its records (by ``seq``).
+2. When its replay shows its own record ``seq = n``, record ``n`` is *confirmed*; its send time
+   ``s`` is before the broker's append time ``T``, so ``s <= T``.
+3. The log expires the member at log time ``T + session.timeout`` at the earliest, and only
+   then may the leader grant its partitions to another member.
+4. The member fences itself at its own time ``s + session.timeout``, which is no later than
+   ``T + session.timeout``: it has stopped before the grant can exist. A process frozen longer
+   than that (a zombie) is fenced by the first :meth:`Member.poll` after it resumes, before it
+   processes anything; ``check_commit`` refuses its commits.
+5. After fencing it writes a fresh record; the log treats a record that arrives after the
+   member's expiry as a *new* membership that owns nothing, so it only gets partitions again
+   through a new generation.
+
+Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raises
+:class:`ProtocolError`):
+
+- ``unjoined``: created, no record sent. Action: send the join record. Exits: ``send_record``
+  → ``joining``; ``leave`` → ``left``.
+- ``joining``: record sent, not covered by an assignment. Action: heartbeat; own nothing.
+  Exits: ``covered`` → ``active``; ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
+- ``active``: covered by the current assignment. Action: apply its diff, heartbeat.
+  Exits: ``covered`` (a new generation) → ``active``; ``uncovered`` → ``joining``;
+  ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
+- ``fenced``: its session lapsed by its own clock, or the log replaced or expired it; all it
+  owned is lost. Action: send a fresh record. Exits: ``send_record`` → ``joining``;
+  ``leave`` → ``leaving``.
+- ``leaving``: :meth:`Member.leave` was called. Action: revoke everything (commit), send a
+  record owning nothing, then the tombstone. Exits: ``left`` → ``left``.
+- ``left``: terminal. No event is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from groupkit.errors import FencedError, GroupkitError
+from groupkit.protocol.records import (
+    EMPTY,
+    MemberKey,
+    MemberRecord,
+    Partitions,
+    Signer,
+    encode,
+    member_record,
+    member_tombstone,
+)
+from groupkit.protocol.state import GroupState
+from groupkit.types import TopicPartition
+
+
+class ProtocolError(GroupkitError):
+    """An event the member's state table does not allow: a bug in the caller, not retriable."""
+
+
+UNJOINED = "unjoined"
+JOINING = "joining"
+ACTIVE = "active"
+FENCED = "fenced"
+LEAVING = "leaving"
+LEFT = "left"
+
+MEMBER_TRANSITIONS: Mapping[tuple[str, str], str] = {
+    (UNJOINED, "send_record"): JOINING,
+    (UNJOINED, "leave"): LEFT,
+    (JOINING, "send_record"): JOINING,
+    (JOINING, "covered"): ACTIVE,
+    (JOINING, "uncovered"): JOINING,
+    (JOINING, "fenced"): FENCED,
+    (JOINING, "leave"): LEAVING,
+    (ACTIVE, "send_record"): ACTIVE,
+    (ACTIVE, "covered"): ACTIVE,
+    (ACTIVE, "uncovered"): JOINING,
+    (ACTIVE, "fenced"): FENCED,
+    (ACTIVE, "leave"): LEAVING,
+    (FENCED, "fenced"): FENCED,
+    (FENCED, "send_record"): JOINING,
+    (FENCED, "leave"): LEAVING,
+    (LEAVING, "send_record"): LEAVING,
+    (LEAVING, "left"): LEFT,
+}
+
+
+def diff(
+    old: Iterable[tuple[str, int]], new: Iterable[tuple[str, int]]
+) -> tuple[Partitions, Partitions]:
+    """``(added, revoked)`` going from owning ``old`` to owning ``new``."""
+    o = frozenset(TopicPartition(t, p) for t, p in old)
+    n = frozenset(TopicPartition(t, p) for t, p in new)
+    return n - o, o - n
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A record to produce: decoded (for logs and tests) and encoded (for the producer)."""
+
+    key: MemberKey
+    value: MemberRecord | None
+    raw_key: bytes
+    raw_value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class Actions:
+    """What the runtime must do now, in field order (see the module docstring)."""
+
+    lost: Partitions = EMPTY
+    revoke: Partitions = EMPTY
+    assign: Partitions = EMPTY
+    writes: tuple[Write, ...] = ()
+    #: the generation the member's partitions belong to after these actions
+    generation: int = 0
+    state: str = UNJOINED
+    #: why, for the runtime's logs: e.g. ("session_lapsed",) or ("generation 4",)
+    events: tuple[str, ...] = ()
+
+    @property
+    def idle(self) -> bool:
+        return not (self.lost or self.revoke or self.assign or self.writes)
+
+
+class Member:
+    """The member's protocol state machine. Call :meth:`poll` after replaying, and on a timer."""
+
+    def __init__(
+        self,
+        group: str,
+        member_id: str,
+        incarnation: str,
+        topics: Iterable[str],
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_ms: int,
+        rack: str | None = None,
+        capacity: float | None = None,
+        client: Mapping[str, str] | None = None,
+        signer: Signer | None = None,
+    ) -> None:
+        self.group = group
+        self.member_id = member_id
+        self.incarnation = incarnation
+        self.topics = tuple(sorted(set(topics)))
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rack = rack
+        self.capacity = capacity
+        self.client = dict(client or {})
+        self.signer = signer
+        self.state = UNJOINED
+        #: what this process owns and processes now (local truth)
+        self.owned: Partitions = EMPTY
+        #: the generation ``owned`` belongs to
+        self.generation = 0
+        #: the newest generation this member has processed
+        self.acked = 0
+        self._seq = 0
+        self._sent: dict[int, int] = {}  # seq -> monotonic send time
+        self._confirmed_at: int | None = None  # send time of the newest confirmed record
+        self._last_send: int | None = None
+        self._joined_at: int | None = None
+        self._dirty = True  # something the log should hear about at once
+
+    # ------------------------------------------------------------------ inputs
+
+    def set_subscription(self, topics: Iterable[str]) -> None:
+        """Change the topics; the next :meth:`poll` writes the record."""
+        topics = tuple(sorted(set(topics)))
+        if topics != self.topics:
+            self.topics = topics
+            self._dirty = True
+
+    def leave(self) -> None:
+        """Start a clean leave; the next :meth:`poll` revokes everything and says goodbye."""
+        self._fire("leave")
+
+    def session_age_ms(self, now_ms: int) -> int | None:
+        """Monotonic ms since the send of the newest own record seen in the log."""
+        return None if self._confirmed_at is None else now_ms - self._confirmed_at
+
+    def check_commit(self, partitions: Iterable[tuple[str, int]], now_ms: int) -> None:
+        """Raise :class:`FencedError` unless this member may commit ``partitions`` now."""
+        age = self.session_age_ms(now_ms)
+        if age is None or age >= self.session_timeout_ms:
+            raise FencedError(
+                f"member {self.member_id}: own heartbeat not seen in the log for "
+                f"{age if age is not None else 'ever'} ms >= session timeout; commit refused"
+            )
+        foreign = sorted(str(TopicPartition(t, p)) for t, p in partitions
+                         if TopicPartition(t, p) not in self.owned)  # fmt: skip
+        if foreign:
+            raise FencedError(
+                f"member {self.member_id} does not own {', '.join(foreign)} in generation "
+                f"{self.generation}; commit refused"
+            )
+
+    # ------------------------------------------------------------------ the step
+
+    def poll(self, group: GroupState, now_ms: int) -> Actions:
+        """Decide what to do now, given the replayed ``group`` and the monotonic ``now_ms``."""
+        if self.state == LEFT:
+            raise ProtocolError(f"member {self.member_id} has left; poll is not allowed")
+        events: list[str] = []
+        me = group.members.get(self.member_id)
+        mine = me is not None and me.incarnation == self.incarnation
+        if mine and me is not None:
+            # Step 2 of the fencing argument: confirm the newest own record we see.
+            sent = self._sent.get(me.seq)
+            if sent is not None:
+                self._confirmed_at = sent
+                for s in [s for s in self._sent if s < me.seq]:
+                    del self._sent[s]
+            if self._joined_at is None:
+                self._joined_at = me.joined_at
+        age = self.session_age_ms(now_ms)
+        lapsed = age is None or age >= self.session_timeout_ms
+        lost: Partitions = EMPTY
+        if self.owned:
+            why = None
+            if lapsed:
+                why = "session_lapsed"  # step 4: our own clock says the log may expire us
+            elif not mine:
+                why = "replaced"  # another incarnation with our id, or a tombstone
+            elif not group.is_live(self.member_id):
+                why = "expired"
+            elif me is not None and me.joined_at != self._joined_at:
+                why = "membership_restarted"  # the log saw us return after expiry
+            if why is not None:
+                lost, self.owned = self.owned, EMPTY
+                events.append(why)
+                self._fire("fenced")
+                self._dirty = True
+        if mine and me is not None and me.joined_at != self._joined_at:
+            self._joined_at = me.joined_at
+
+        healthy = mine and not lapsed and group.is_live(self.member_id)
+        covered = healthy and group.covers(self.member_id) and self.state != LEAVING
+        target = EMPTY
+        if covered:
+            assert group.assignment is not None
+            target = group.assignment.assigned(self.member_id)
+            if self.state in (JOINING, ACTIVE):
+                self._fire("covered")
+        elif self.state == ACTIVE:
+            self._fire("uncovered")
+        added, revoked = diff(self.owned, target)
+        if not healthy:
+            added = EMPTY  # never take anything while our session is in doubt
+        if added or revoked:
+            self.owned = (self.owned - revoked) | added
+            self._dirty = True
+            events.append(f"generation {group.generation}")
+        if covered:
+            self.generation = group.generation
+        if group.generation != self.acked and (healthy or not self.owned):
+            self.acked = group.generation
+            self._dirty = True
+
+        writes: list[Write] = []
+        due = self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
+        if self.state == LEAVING:
+            writes.append(self._record(now_ms, group))
+            key, none = member_tombstone(self.group, self.member_id)
+            rk, rv = encode(key, none)
+            writes.append(Write(key, None, rk, rv))
+            self._fire("left")
+        elif self._dirty or due or self.state in (UNJOINED, FENCED):
+            writes.append(self._record(now_ms, group))
+            self._fire("send_record")
+        return Actions(
+            lost=lost,
+            revoke=revoked,
+            assign=added,
+            writes=tuple(writes),
+            generation=self.generation,
+            state=self.state,
+            events=tuple(events),
+        )
+
+    # ------------------------------------------------------------------ helpers
+
+    def _record(self, now_ms: int, group: GroupState) -> Write:
+        self._seq += 1
+        self._sent[self._seq] = now_ms
+        self._last_send = now_ms
+        self._dirty = False
+        key, value = member_record(
+            self.group,
+            self.member_id,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            topics=self.topics,
+            owned=self.owned,
+            owned_generation=self.generation if self.owned else 0,
+            acked_generation=min(self.acked, group.generation),
+            joined_at=self._joined_at,
+            rack=self.rack,
+            capacity=self.capacity,
+            client=self.client,
+        )
+        rk, rv = encode(key, value, self.signer)
+        return Write(key, value, rk, rv)
+
+    def _fire(self, event: str) -> None:
+        try:
+            self.state = MEMBER_TRANSITIONS[(self.state, event)]
+        except KeyError:
+            raise ProtocolError(
+                f"member {self.member_id}: event {event!r} is not allowed in state {self.state!r}"
+            ) from None

@@ -1,0 +1,321 @@
+"""The leader's planner: from the replayed group state to the next assignment record.
+
+The leader calls :meth:`Planner.plan` after replaying records (it is cheap when nothing
+changed). The planner never writes; it returns a :class:`Decision`, and the runtime produces
+``decision.record`` and waits until that record is replayed (accepted or rejected) before it
+plans again. The group it plans for is the *active* members: live, and not lagging (covered by a
+generation they have not acknowledged for ``rebalance.timeout``; a lagging member gets nothing
+new but keeps what it holds until its record lets go or it expires).
+
+A rebalance is needed when the current assignment does not cover exactly the active members
+with their incarnations and subscriptions, or was planned for other partition counts (joins,
+leaves, expiries, restarts, subscription and partition-count changes all show up this way).
+
+Eager protocol:
+
+1. Phase 1 (``revoke``): every active member that may hold anything is asked to revoke
+   everything. Members joining or leaving meanwhile do not restart the phase.
+2. Once no active member may hold anything (its record shows nothing owned and it acknowledged
+   the revoke generation, or it expired, or it became lagging and was dropped), phase 2: the
+   assignor's plan, granted whole (``complete``). Partitions a dropped member still holds are
+   ``pending`` (``partial``) and granted in a follow-up generation once let go.
+   Phase 1 is skipped when nobody holds anything (the first join of a group).
+
+Cooperative protocol (KIP-429), for any assignor:
+
+1. The assignor plans a target from the members' subscriptions and what they own (so sticky
+   assignors stay sticky).
+2. :func:`adjust_cooperative` filters it: a partition stays with a member that holds it; a
+   partition whose target owner differs from a current holder is revoked from the holder and
+   ``pending`` for the target owner. Partitions that do not move are never revoked or paused.
+3. When a revocation is acknowledged (the old owner's record no longer claims it, or the old
+   owner expired), a follow-up generation grants the pending partitions whose holders let go.
+   Follow-ups reuse the target of the record (``assigned`` + ``pending``): the assignor is not
+   run again, so the group converges even with an assignor that is not sticky.
+
+The replay checks every grant, so a plan that would grant a held partition is a bug that the
+group rejects (``unsafe_grant``), never a double ownership.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from groupkit.assignors import Assignor, get_assignor
+from groupkit.protocol.records import (
+    EMPTY,
+    PHASE_COMPLETE,
+    PHASE_PARTIAL,
+    PHASE_REVOKE,
+    PROTOCOLS,
+    AssignmentKey,
+    AssignmentRecord,
+    CoveredMember,
+    Partitions,
+    Signer,
+    assignment_record,
+    encode,
+)
+from groupkit.protocol.state import GroupState, MemberState
+from groupkit.types import MemberSubscription, TopicPartition
+
+#: Decision actions
+NONE = "none"  # nothing to do: stable, or not the leader
+WAIT = "wait"  # a rebalance is under way; waiting for members (revocations, acknowledgements)
+WRITE = "write"  # produce ``record``
+NEED_LAGS = "need_lags"  # call again with ``lags`` for ``lag_topics`` (lag-aware assignor)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the leader should do now."""
+
+    action: str
+    reason: str
+    record: AssignmentRecord | None = None
+    key: AssignmentKey | None = None
+    lag_topics: tuple[str, ...] = ()
+
+    def encode(self, signer: Signer | None = None) -> tuple[bytes, bytes | None]:
+        """The record's bytes, for the control-topic producer."""
+        assert self.key is not None and self.record is not None, "only a WRITE has a record"
+        return encode(self.key, self.record, signer)
+
+
+@dataclass(frozen=True, slots=True)
+class Adjusted:
+    """:func:`adjust_cooperative`'s answer, per member of the plan."""
+
+    assigned: dict[str, Partitions] = field(default_factory=dict)
+    revoke: dict[str, Partitions] = field(default_factory=dict)
+    pending: dict[str, Partitions] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return not any(self.pending.values())
+
+
+def adjust_cooperative(
+    plan: Mapping[str, Iterable[tuple[str, int]]],
+    owned: Mapping[str, Iterable[tuple[str, int]]],
+) -> Adjusted:
+    """Filter a target ``plan`` so that no partition is granted while someone else owns it.
+
+    ``owned`` maps every holder (members of the plan and others, e.g. a member that is
+    dropped or an old incarnation) to what it owns or may still take. Per member ``m`` of the
+    plan: ``assigned`` = the planned partitions that ``m`` holds already or nobody else holds;
+    ``pending`` = the rest of its plan; ``revoke`` = what it holds outside its plan. Pure.
+    """
+    holders: dict[TopicPartition, set[str]] = {}
+    for h, parts in owned.items():
+        for t, p in parts:
+            holders.setdefault(TopicPartition(t, p), set()).add(h)
+    out = Adjusted()
+    for m in sorted(plan):
+        target = frozenset(TopicPartition(t, p) for t, p in plan[m])
+        mine = frozenset(TopicPartition(t, p) for t, p in owned.get(m, ()))
+        free = frozenset(p for p in target if p in mine or not holders.get(p, set()) - {m})
+        out.assigned[m] = free
+        out.pending[m] = target - free
+        out.revoke[m] = mine - target
+    return out
+
+
+class Planner:
+    """Plans generations for a group with one assignor and one protocol. Stateless."""
+
+    def __init__(self, assignor: str | Assignor = "range", protocol: str = "cooperative") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.assignor = get_assignor(assignor) if isinstance(assignor, str) else assignor
+        self.protocol = protocol
+
+    # ------------------------------------------------------------------ queries
+
+    def active_members(self, state: GroupState) -> dict[str, MemberState]:
+        """Live members that are not lagging, sorted by id."""
+        return {i: m for i, m in state.live_members().items() if not state.is_lagging(i)}
+
+    def rebalance_reason(
+        self, state: GroupState, partition_counts: Mapping[str, int]
+    ) -> str | None:
+        """Why the current assignment no longer fits the group, or ``None``."""
+        active = self.active_members(state)
+        cur = state.assignment
+        if not active:
+            return None
+        if cur is None:
+            return "first_assignment"
+        if {i: (m.incarnation, m.topics) for i, m in active.items()} != {
+            i: (c.incarnation, c.topics) for i, c in cur.members.items()
+        }:
+            if set(active) != set(cur.members):
+                return "membership_changed"
+            if any(active[i].incarnation != c.incarnation for i, c in cur.members.items()):
+                return "membership_changed"
+            return "subscription_changed"
+        if dict(cur.partition_counts) != _counts(active, partition_counts):
+            return "partition_count_changed"
+        if cur.protocol != self.protocol:
+            return "protocol_changed"
+        return None
+
+    def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
+        """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""
+        return self.plan(state, partition_counts).action == NEED_LAGS
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(
+        self,
+        state: GroupState,
+        partition_counts: Mapping[str, int],
+        lags: Mapping[TopicPartition, int] | None = None,
+    ) -> Decision:
+        """The leader's next step. ``partition_counts``: counts of the subscribed topics."""
+        if state.leader is None:
+            return Decision(NONE, "no_leader")
+        cur = state.assignment
+        if state.assignment_clobbered and cur is not None:
+            lead = state.members[state.leader]
+            if (cur.leader_id, cur.leader_incarnation) == (lead.member_id, lead.incarnation):
+                return Decision(WRITE, "reassert", cur, AssignmentKey(state.group))
+            # another leader wrote it: carry it over as a new generation of ours
+            return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
+                                "reassert")  # fmt: skip
+        active = self.active_members(state)
+        if not active:
+            return Decision(NONE, "no_active_members")
+        reason = self.rebalance_reason(state, partition_counts)
+        holders = _holders(state)
+        counts = _counts(active, partition_counts)
+
+        if self.protocol == "eager":
+            in_revoke = cur is not None and cur.phase == PHASE_REVOKE
+            holding = [m for m in active if holders.get(m)]
+            if reason is not None or in_revoke:
+                if holding:
+                    if in_revoke and cur is not None and all(m in cur.members for m in holding):
+                        # Phase 1 is under way; a join or leave does not restart it.
+                        return Decision(WAIT, "awaiting_revocation")
+                    return self._revoke_all(state, active, holders, counts, reason or "rebalance")
+                # Phase 2: nobody active holds anything.
+                return self._assign(
+                    state, active, holders, counts, lags, reason or "revocation_acknowledged"
+                )
+        elif reason is not None:
+            return self._assign(state, active, holders, counts, lags, reason)
+
+        assert cur is not None
+        if cur.phase == PHASE_PARTIAL:
+            target = {m: cur.target(m) for m in cur.members}
+            adj = adjust_cooperative(target, holders)
+            if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
+                return self._emit(state, cur.members, adj, dict(cur.partition_counts),
+                                  "revocation_acknowledged")  # fmt: skip
+            return Decision(WAIT, "awaiting_revocation")
+        if not all(m.acked_generation >= cur.generation for m in active.values()):
+            return Decision(WAIT, "awaiting_acknowledgement")
+        return Decision(NONE, "stable")
+
+    # ------------------------------------------------------------------ records
+
+    def _assign(
+        self,
+        state: GroupState,
+        active: Mapping[str, MemberState],
+        holders: Mapping[str, Partitions],
+        counts: Mapping[str, int],
+        lags: Mapping[TopicPartition, int] | None,
+        reason: str,
+    ) -> Decision:
+        if self.assignor.uses_lag and lags is None:
+            return Decision(NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
+        subs = {
+            i: MemberSubscription(
+                m.topics, m.claims, m.owned_generation or None, m.rack, m.capacity
+            )
+            for i, m in active.items()
+        }
+        plan = self.assignor.assign(counts, subs, lags)
+        adj = adjust_cooperative(plan, holders)
+        covered = {i: CoveredMember(m.incarnation, m.topics, EMPTY, EMPTY, EMPTY)
+                   for i, m in active.items()}  # fmt: skip
+        return self._emit(state, covered, adj, counts, reason)
+
+    def _revoke_all(
+        self,
+        state: GroupState,
+        active: Mapping[str, MemberState],
+        holders: Mapping[str, Partitions],
+        counts: Mapping[str, int],
+        reason: str,
+    ) -> Decision:
+        members = {
+            i: CoveredMember(m.incarnation, m.topics, EMPTY, holders.get(i, EMPTY), EMPTY)
+            for i, m in active.items()
+        }
+        return self._record(state, PHASE_REVOKE, members, counts, reason)
+
+    def _emit(
+        self,
+        state: GroupState,
+        covered: Mapping[str, CoveredMember],
+        adj: Adjusted,
+        counts: Mapping[str, int],
+        reason: str,
+    ) -> Decision:
+        members = {
+            i: CoveredMember(
+                c.incarnation,
+                c.topics,
+                adj.assigned.get(i, EMPTY),
+                # eager revokes only in phase 1; what a member still holds then is pending
+                adj.revoke.get(i, EMPTY) if self.protocol == "cooperative" else EMPTY,
+                adj.pending.get(i, EMPTY),
+            )
+            for i, c in covered.items()
+        }
+        phase = PHASE_COMPLETE if adj.complete else PHASE_PARTIAL
+        return self._record(state, phase, members, counts, reason)
+
+    def _record(
+        self,
+        state: GroupState,
+        phase: str,
+        members: Mapping[str, CoveredMember],
+        counts: Mapping[str, int],
+        reason: str,
+    ) -> Decision:
+        assert state.leader is not None
+        lead = state.members[state.leader]
+        key, rec = assignment_record(
+            state.group,
+            generation=state.generation + 1,
+            leader_id=lead.member_id,
+            leader_incarnation=lead.incarnation,
+            leader_joined_at=lead.joined_at,
+            protocol=self.protocol,
+            phase=phase,
+            assignor=self.assignor.name,
+            partition_counts=counts,
+            members=members,
+        )
+        return Decision(WRITE, reason, rec, key)
+
+
+def _holders(state: GroupState) -> dict[str, Partitions]:
+    """``{holder: partitions it may hold}``: live members (lagging ones too) and holds."""
+    out = {i: state.may_hold(i) for i in state.live_members()}
+    for h in state.holds:
+        if h.until > state.log_time:
+            out[h.holder] = out.get(h.holder, EMPTY) | h.partitions
+    return {i: p for i, p in out.items() if p}
+
+
+def _counts(
+    active: Mapping[str, MemberState], partition_counts: Mapping[str, int]
+) -> dict[str, int]:
+    topics = {t for m in active.values() for t in m.topics}
+    return {t: int(partition_counts.get(t, 0)) for t in sorted(topics)}

@@ -1,0 +1,592 @@
+"""Control records: keys, values, their factories and their versioned binary encoding.
+
+A group's whole history is two kinds of record on one partition of the compacted control topic:
+
+1. **Member record** (key: group + member id). The member's *whole* current state: incarnation,
+   a per-incarnation sequence number, subscription, owned partitions and the generation they
+   belong to, the generation it has acknowledged, rack/capacity, client info, and the
+   ``joined_at`` it has learned from its own replay (see below). Because each record is whole,
+   compaction loses nothing.
+2. **Assignment record** (key: group). One generation of the group: leader id, incarnation and
+   ``joined_at``, protocol (eager | cooperative), phase (revoke | partial | complete), assignor,
+   the partition counts it was planned for, and per covered member its incarnation and topics,
+   the partitions it is ``assigned`` now, must ``revoke`` now, and has ``pending`` (granted in a
+   follow-up generation once their old owner lets go).
+3. **Member tombstone** (key: group + member id, value ``None``): a clean leave.
+
+Records are built only through the named factories (:func:`member_record`,
+:func:`assignment_record`, :func:`member_tombstone`) and turned into bytes by :func:`encode`.
+
+Wire format::
+
+    key   = [key version u8][kind u8: 'M' | 'A'][group length u16 BE][group utf-8][member utf-8]
+    value = [schema version u8][flags u8][tag length u8, tag if flags & SIGNED][payload]
+    payload = JSON (zlib-compressed if flags & ZLIB)
+
+Partitions are range-encoded per topic: ``{"t": [0, [5, 9], 12]}`` is partitions 0, 5..9, 12.
+
+``joined_at`` is the broker time of a member's first record. The replay derives it; a member
+never writes its own clock. It *echoes* the value it learned from its own replay so that a reader
+starting from a compacted topic (where that first record is gone) still orders leaders the same.
+
+Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
+:data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
+``missing_field``, ``wrong_type``, ``bad_value``, ``unsigned``, ``bad_signature``).
+
+Signing (optional): pass a :class:`Signer` (e.g. :class:`HmacSigner` with a shared group key) to
+:func:`encode` and :func:`decode_value`. The tag covers the key bytes and the payload. Tombstones
+carry no value, so they cannot be signed; the replay limits what an unsigned tombstone can do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from groupkit.errors import RecordRejected
+from groupkit.types import TopicPartition
+
+KEY_VERSION = 1
+SCHEMA_VERSION = 1
+KIND_MEMBER = ord("M")
+KIND_ASSIGNMENT = ord("A")
+
+FLAG_ZLIB = 0x01
+FLAG_SIGNED = 0x02
+#: payloads larger than this are zlib-compressed
+COMPRESS_ABOVE = 512
+
+Protocol_ = Literal["eager", "cooperative"]
+PROTOCOLS: tuple[str, ...] = ("eager", "cooperative")
+
+PHASE_REVOKE = "revoke"
+"""Eager phase 1: every covered member gives up everything it owns."""
+PHASE_PARTIAL = "partial"
+"""Some target partitions are still ``pending``: a follow-up generation will grant them."""
+PHASE_COMPLETE = "complete"
+"""The assignment is the whole target plan."""
+PHASES: tuple[str, ...] = (PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE)
+
+Partitions = frozenset[TopicPartition]
+EMPTY: Partitions = frozenset()
+
+
+# --------------------------------------------------------------------------- keys and values
+
+
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    """Key of a member record or tombstone."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentKey:
+    """Key of the group's assignment record (one per group)."""
+
+    group: str
+
+
+RecordKey = MemberKey | AssignmentKey
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """A member's whole current state. Build with :func:`member_record`."""
+
+    incarnation: str
+    seq: int
+    topics: tuple[str, ...]
+    owned: Partitions
+    owned_generation: int
+    acked_generation: int
+    joined_at: int | None
+    rack: str | None
+    capacity: float | None
+    client: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CoveredMember:
+    """One member's part of an assignment record."""
+
+    incarnation: str
+    topics: tuple[str, ...]
+    assigned: Partitions
+    revoke: Partitions
+    pending: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentRecord:
+    """One generation of the group. Build with :func:`assignment_record`."""
+
+    generation: int
+    leader_id: str
+    leader_incarnation: str
+    leader_joined_at: int
+    protocol: str
+    phase: str
+    assignor: str
+    partition_counts: tuple[tuple[str, int], ...]
+    members: Mapping[str, CoveredMember]
+
+    def assigned(self, member_id: str) -> Partitions:
+        c = self.members.get(member_id)
+        return c.assigned if c is not None else EMPTY
+
+    def target(self, member_id: str) -> Partitions:
+        """What the member will own once every pending partition is granted."""
+        c = self.members.get(member_id)
+        return c.assigned | c.pending if c is not None else EMPTY
+
+
+RecordValue = MemberRecord | AssignmentRecord | None
+
+
+# --------------------------------------------------------------------------- factories
+
+
+def member_record(
+    group: str,
+    member_id: str,
+    *,
+    incarnation: str,
+    seq: int,
+    topics: Iterable[str],
+    owned: Iterable[tuple[str, int]] = (),
+    owned_generation: int = 0,
+    acked_generation: int = 0,
+    joined_at: int | None = None,
+    rack: str | None = None,
+    capacity: float | None = None,
+    client: Mapping[str, str] | None = None,
+) -> tuple[MemberKey, MemberRecord]:
+    """The key and value of a member record (join, heartbeat, or any change of what it owns)."""
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    _check_id("incarnation", incarnation)
+    return MemberKey(group, member_id), MemberRecord(
+        incarnation=incarnation,
+        seq=seq,
+        topics=tuple(sorted(set(topics))),
+        owned=_tps(owned),
+        owned_generation=owned_generation,
+        acked_generation=acked_generation,
+        joined_at=joined_at,
+        rack=rack,
+        capacity=capacity,
+        client=tuple(sorted((client or {}).items())),
+    )
+
+
+def member_tombstone(group: str, member_id: str) -> tuple[MemberKey, None]:
+    """The key and (``None``) value of a clean leave."""
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    return MemberKey(group, member_id), None
+
+
+def assignment_record(
+    group: str,
+    *,
+    generation: int,
+    leader_id: str,
+    leader_incarnation: str,
+    leader_joined_at: int,
+    protocol: str,
+    phase: str,
+    assignor: str,
+    partition_counts: Mapping[str, int],
+    members: Mapping[str, CoveredMember],
+) -> tuple[AssignmentKey, AssignmentRecord]:
+    """The key and value of the assignment record of one generation."""
+    _check_id("group", group)
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    return AssignmentKey(group), AssignmentRecord(
+        generation=generation,
+        leader_id=leader_id,
+        leader_incarnation=leader_incarnation,
+        leader_joined_at=leader_joined_at,
+        protocol=protocol,
+        phase=phase,
+        assignor=assignor,
+        partition_counts=tuple(sorted(partition_counts.items())),
+        members=dict(sorted(members.items())),
+    )
+
+
+def covered_member(
+    incarnation: str,
+    topics: Iterable[str],
+    assigned: Iterable[tuple[str, int]] = (),
+    revoke: Iterable[tuple[str, int]] = (),
+    pending: Iterable[tuple[str, int]] = (),
+) -> CoveredMember:
+    """One member's entry of an assignment record."""
+    return CoveredMember(
+        incarnation, tuple(sorted(set(topics))), _tps(assigned), _tps(revoke), _tps(pending)
+    )
+
+
+def _tps(items: Iterable[tuple[str, int]]) -> Partitions:
+    return frozenset(TopicPartition(t, int(p)) for t, p in items)
+
+
+def _check_id(what: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+
+
+# --------------------------------------------------------------------------- signing hook
+
+
+class Signer(Protocol):
+    """Signs and verifies record bytes (issue 9 plugs a shared group key in here)."""
+
+    def sign(self, data: bytes) -> bytes: ...
+
+    def verify(self, data: bytes, tag: bytes) -> bool: ...
+
+
+class HmacSigner:
+    """HMAC-SHA256 with a key shared by the group's members."""
+
+    def __init__(self, key: bytes) -> None:
+        if not key:
+            raise ValueError("HMAC key must not be empty")
+        self._key = key
+
+    def sign(self, data: bytes) -> bytes:
+        return hmac.new(self._key, data, hashlib.sha256).digest()
+
+    def verify(self, data: bytes, tag: bytes) -> bool:
+        return hmac.compare_digest(self.sign(data), tag)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def encode_key(key: RecordKey) -> bytes:
+    g = key.group.encode()
+    if len(g) > 0xFFFF:
+        raise ValueError("group id too long")
+    if isinstance(key, MemberKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_MEMBER, len(g)) + g + key.member_id.encode()
+    return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
+
+
+def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = None) -> bytes | None:
+    """The bytes of ``value`` (``None`` for a tombstone)."""
+    if value is None:
+        return None
+    doc = _member_doc(value) if isinstance(value, MemberRecord) else _assignment_doc(value)
+    payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    flags = 0
+    if len(payload) > COMPRESS_ABOVE:
+        payload = zlib.compress(payload, 6)
+        flags |= FLAG_ZLIB
+    head = bytes([SCHEMA_VERSION, flags])
+    if signer is None:
+        return head + payload
+    tag = signer.sign(encode_key(key) + payload)
+    if len(tag) > 255:
+        raise ValueError("signature tag longer than 255 bytes")
+    return bytes([SCHEMA_VERSION, flags | FLAG_SIGNED, len(tag)]) + tag + payload
+
+
+def encode(
+    key: RecordKey, value: RecordValue, signer: Signer | None = None
+) -> tuple[bytes, bytes | None]:
+    """``(key bytes, value bytes or None)``, ready to produce to the control topic."""
+    return encode_key(key), encode_value(key, value, signer)
+
+
+def encode_partitions(parts: Iterable[tuple[str, int]]) -> dict[str, list[Any]]:
+    """Range-encode: per topic a sorted list of ``p`` or ``[first, last]`` (inclusive)."""
+    by_topic: dict[str, list[int]] = {}
+    for t, p in parts:
+        by_topic.setdefault(t, []).append(p)
+    out: dict[str, list[Any]] = {}
+    for t in sorted(by_topic):
+        ps = sorted(set(by_topic[t]))
+        runs: list[Any] = []
+        i = 0
+        while i < len(ps):
+            j = i
+            while j + 1 < len(ps) and ps[j + 1] == ps[j] + 1:
+                j += 1
+            runs.append(ps[i] if i == j else [ps[i], ps[j]])
+            i = j + 1
+        out[t] = runs
+    return out
+
+
+def _member_doc(v: MemberRecord) -> dict[str, Any]:
+    return {
+        "inc": v.incarnation,
+        "seq": v.seq,
+        "topics": list(v.topics),
+        "owned": encode_partitions(v.owned),
+        "owned_gen": v.owned_generation,
+        "acked_gen": v.acked_generation,
+        "joined_at": v.joined_at,
+        "rack": v.rack,
+        "capacity": v.capacity,
+        "client": dict(v.client),
+    }
+
+
+def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
+    return {
+        "gen": v.generation,
+        "leader": v.leader_id,
+        "leader_inc": v.leader_incarnation,
+        "leader_joined_at": v.leader_joined_at,
+        "protocol": v.protocol,
+        "phase": v.phase,
+        "assignor": v.assignor,
+        "counts": dict(v.partition_counts),
+        "members": {
+            m: {
+                "inc": c.incarnation,
+                "topics": list(c.topics),
+                "assigned": encode_partitions(c.assigned),
+                "revoke": encode_partitions(c.revoke),
+                "pending": encode_partitions(c.pending),
+            }
+            for m, c in v.members.items()
+        },
+    }
+
+
+# --------------------------------------------------------------------------- decoding
+
+MAX_PAYLOAD = 64 * 1024 * 1024  # refuse zlib bombs
+
+
+def decode_key(raw: bytes | None) -> RecordKey:
+    """Parse a key; raises only :class:`RecordRejected`."""
+    if not isinstance(raw, bytes | bytearray) or len(raw) < 4:
+        raise RecordRejected("bad_bytes", "key too short")
+    version, kind, glen = struct.unpack_from(">BBH", raw)
+    if version != KEY_VERSION:
+        raise RecordRejected("unknown_version", f"key version {version}")
+    if len(raw) < 4 + glen or glen == 0:
+        raise RecordRejected("bad_bytes", "key truncated")
+    try:
+        group = bytes(raw[4 : 4 + glen]).decode()
+        rest = bytes(raw[4 + glen :]).decode()
+    except UnicodeDecodeError:
+        raise RecordRejected("bad_bytes", "key is not utf-8") from None
+    if kind == KIND_MEMBER:
+        if not rest:
+            raise RecordRejected("missing_field", "member key without member id")
+        return MemberKey(group, rest)
+    if kind == KIND_ASSIGNMENT:
+        if rest:
+            raise RecordRejected("bad_bytes", "trailing bytes in assignment key")
+        return AssignmentKey(group)
+    raise RecordRejected("unknown_kind", f"key kind {kind}")
+
+
+def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = None) -> RecordValue:
+    """Parse the value of ``key``; raises only :class:`RecordRejected`.
+
+    With a ``verifier``, unsigned or wrongly signed values are rejected (tombstones excepted:
+    they have no bytes to sign).
+    """
+    if raw is None:
+        if isinstance(key, AssignmentKey):
+            raise RecordRejected("bad_value", "assignment tombstone")
+        return None
+    try:
+        return _decode_value(key, bytes(raw), verifier)
+    except RecordRejected:
+        raise
+    except Exception as e:  # the decoder's contract: nothing but RecordRejected escapes
+        raise RecordRejected("bad_bytes", f"{type(e).__name__}: {e}") from None
+
+
+def decode(
+    raw_key: bytes | None, raw_value: bytes | None, verifier: Signer | None = None
+) -> tuple[RecordKey, RecordValue]:
+    """Decode a whole record; raises only :class:`RecordRejected`."""
+    key = decode_key(raw_key)
+    return key, decode_value(key, raw_value, verifier)
+
+
+def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> RecordValue:
+    if len(raw) < 2:
+        raise RecordRejected("bad_bytes", "value too short")
+    version, flags = raw[0], raw[1]
+    if version != SCHEMA_VERSION:
+        raise RecordRejected("unknown_version", f"schema version {version}")
+    if flags & ~(FLAG_ZLIB | FLAG_SIGNED):
+        raise RecordRejected("bad_bytes", f"unknown flags {flags:#x}")
+    pos = 2
+    tag = b""
+    if flags & FLAG_SIGNED:
+        if len(raw) < 3 or len(raw) < 3 + raw[2]:
+            raise RecordRejected("bad_bytes", "signature truncated")
+        tag = raw[3 : 3 + raw[2]]
+        pos = 3 + raw[2]
+    payload = raw[pos:]
+    if verifier is not None:
+        if not flags & FLAG_SIGNED:
+            raise RecordRejected("unsigned", "record is not signed")
+        if not verifier.verify(encode_key(key) + payload, tag):
+            raise RecordRejected("bad_signature", "signature does not verify")
+    if flags & FLAG_ZLIB:
+        try:
+            d = zlib.decompressobj()
+            payload = d.decompress(payload, MAX_PAYLOAD)
+            if d.unconsumed_tail or not d.eof:
+                raise RecordRejected("bad_bytes", "compressed payload truncated or too large")
+        except zlib.error as e:
+            raise RecordRejected("bad_bytes", f"zlib: {e}") from None
+    try:
+        doc = json.loads(payload)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RecordRejected("bad_bytes", f"json: {e}") from None
+    if not isinstance(doc, dict):
+        raise RecordRejected("wrong_type", "payload is not an object")
+    if isinstance(key, MemberKey):
+        return _member_from(doc)
+    return _assignment_from(doc)
+
+
+def _get(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
+    if name not in doc:
+        raise RecordRejected("missing_field", name)
+    v = doc[name]
+    # bool is an int subclass; never accept it where a number is meant
+    if not isinstance(v, typ) or (isinstance(v, bool) and bool not in _as_tuple(typ)):
+        raise RecordRejected("wrong_type", f"{name}: {type(v).__name__}")
+    return v
+
+
+def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _str(doc: Mapping[str, Any], name: str, allow_empty: bool = False) -> str:
+    v: str = _get(doc, name, str)
+    if not v and not allow_empty:
+        raise RecordRejected("bad_value", f"{name} is empty")
+    return v
+
+
+def _nat(doc: Mapping[str, Any], name: str) -> int:
+    v: int = _get(doc, name, int)
+    if v < 0:
+        raise RecordRejected("bad_value", f"{name} < 0")
+    return v
+
+
+def _opt(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
+    if name not in doc:
+        raise RecordRejected("missing_field", name)
+    return None if doc[name] is None else _get(doc, name, typ)
+
+
+def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    v = _get(doc, name, list)
+    if not all(isinstance(t, str) and t for t in v):
+        raise RecordRejected("wrong_type", f"{name}: topics must be non-empty strings")
+    return tuple(sorted(set(v)))
+
+
+MAX_RANGE = 1 << 20  # a topic has at most ~1M partitions; refuses range bombs
+
+
+def decode_partitions(v: Any, name: str = "partitions") -> Partitions:
+    """Inverse of :func:`encode_partitions`; rejects anything malformed."""
+    if not isinstance(v, dict):
+        raise RecordRejected("wrong_type", f"{name}: not an object")
+    out: set[TopicPartition] = set()
+    for t, runs in v.items():
+        if not t or not isinstance(runs, list):
+            raise RecordRejected("wrong_type", f"{name}: bad topic entry")
+        for r in runs:
+            if _is_int(r):
+                lo = hi = r
+            elif isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and _is_int(r[1]):
+                lo, hi = r
+            else:
+                raise RecordRejected("wrong_type", f"{name}: bad range {r!r}")
+            if lo < 0 or hi < lo or hi >= MAX_RANGE:
+                raise RecordRejected("bad_value", f"{name}: bad range {r!r}")
+            out.update(TopicPartition(t, p) for p in range(lo, hi + 1))
+    return frozenset(out)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
+    client = _get(doc, "client", dict)
+    if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
+        raise RecordRejected("wrong_type", "client: values must be strings")
+    joined_at = _opt(doc, "joined_at", int)
+    if joined_at is not None and joined_at < 0:
+        raise RecordRejected("bad_value", "joined_at < 0")
+    capacity = _opt(doc, "capacity", (int, float))
+    return MemberRecord(
+        incarnation=_str(doc, "inc"),
+        seq=_nat(doc, "seq"),
+        topics=_topics(doc, "topics"),
+        owned=decode_partitions(_get(doc, "owned", dict), "owned"),
+        owned_generation=_nat(doc, "owned_gen"),
+        acked_generation=_nat(doc, "acked_gen"),
+        joined_at=joined_at,
+        rack=_opt(doc, "rack", str),
+        capacity=None if capacity is None else float(capacity),
+        client=tuple(sorted(client.items())),
+    )
+
+
+def _assignment_from(doc: Mapping[str, Any]) -> AssignmentRecord:
+    protocol = _str(doc, "protocol")
+    if protocol not in PROTOCOLS:
+        raise RecordRejected("bad_value", f"protocol {protocol!r}")
+    phase = _str(doc, "phase")
+    if phase not in PHASES:
+        raise RecordRejected("bad_value", f"phase {phase!r}")
+    counts = _get(doc, "counts", dict)
+    if not all(_is_int(n) and n >= 0 for n in counts.values()):
+        raise RecordRejected("wrong_type", "counts: values must be ints >= 0")
+    members: dict[str, CoveredMember] = {}
+    for m, c in sorted(_get(doc, "members", dict).items()):
+        if not m or not isinstance(c, dict):
+            raise RecordRejected("wrong_type", "members: bad entry")
+        members[m] = CoveredMember(
+            incarnation=_str(c, "inc"),
+            topics=_topics(c, "topics"),
+            assigned=decode_partitions(_get(c, "assigned", dict), "assigned"),
+            revoke=decode_partitions(_get(c, "revoke", dict), "revoke"),
+            pending=decode_partitions(_get(c, "pending", dict), "pending"),
+        )
+    return AssignmentRecord(
+        generation=_nat(doc, "gen"),
+        leader_id=_str(doc, "leader"),
+        leader_incarnation=_str(doc, "leader_inc"),
+        leader_joined_at=_nat(doc, "leader_joined_at"),
+        protocol=protocol,
+        phase=phase,
+        assignor=_str(doc, "assignor"),
+        partition_counts=tuple(sorted(counts.items())),
+        members=members,
+    )

@@ -1,0 +1,318 @@
+"""A simulated group: an in-memory control log with a fake broker clock, and members that
+read it at their own speed, crash, pause (zombies), leave and change subscriptions.
+
+It drives the protocol core exactly as the runtime does, with no Kafka and no threads, so the
+tests, the hypothesis schedules and the benches share it. One :meth:`GroupSim.tick`:
+
+1. The broker clock advances by ``tick_ms``; every member's monotonic clock moves with it.
+2. Each running member, in id order: replays up to ``read_rate`` new records (all if ``None``),
+   calls :meth:`Member.poll`, carries out its actions (its ``owned`` set is the ground truth of
+   what it processes) and appends its records to the log, stamped with the broker clock.
+3. If that member is the leader in its own replay, has a live session, and its previous
+   assignment record has been replayed, it plans and appends what the planner writes.
+
+A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
+is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
+from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Planner
+from groupkit.protocol.records import Signer
+from groupkit.protocol.state import GroupState, Replayed
+from groupkit.types import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ControlLog:
+    """The control partition: a list, with the broker clock that stamps appends."""
+
+    records: list[LogRecord] = field(default_factory=list)
+    clock: int = 0
+
+    def append(self, key: bytes | None, value: bytes | None) -> int:
+        off = len(self.records)
+        self.records.append(LogRecord(off, key, value, self.clock))
+        return off
+
+    def compacted(self) -> list[LogRecord]:
+        """What compaction leaves: the newest record of each key, tombstones dropped."""
+        last: dict[bytes | None, LogRecord] = {}
+        for r in self.records:
+            last[r.key] = r
+        return sorted((r for r in last.values() if r.value is not None), key=lambda r: r.offset)
+
+
+@dataclass(slots=True)
+class SimMember:
+    member: Member
+    state: GroupState
+    read_rate: int | None = None
+    pos: int = 0
+    crashed: bool = False
+    paused_until: int = 0
+    awaiting: int | None = None  # offset of our own unreplayed assignment record
+    actions: list[Actions] = field(default_factory=list)
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+
+class GroupSim:
+    """A whole simulated group on one in-memory control log."""
+
+    def __init__(
+        self,
+        partitions: Mapping[str, int],
+        *,
+        group: str = "g",
+        protocol: str = "cooperative",
+        assignor: str = "range",
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 1_000,
+        rebalance_timeout_ms: int = 30_000,
+        tick_ms: int = 100,
+        signer: Signer | None = None,
+        keep_actions: bool = False,
+    ) -> None:
+        self.group = group
+        self.partitions = dict(partitions)
+        self.planner = Planner(assignor, protocol)
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.tick_ms = tick_ms
+        self.signer = signer
+        self.keep_actions = keep_actions
+        self.log = ControlLog()
+        self.members: dict[str, SimMember] = {}
+        self.lags: dict[TopicPartition, int] = {}
+        self.rejected: list[Replayed] = []
+        self._incarnations = 0
+        self.errors: list[str] = []
+
+    # ------------------------------------------------------------------ schedule
+
+    @property
+    def clock(self) -> int:
+        return self.log.clock
+
+    def new_state(self) -> GroupState:
+        return GroupState(
+            self.group, self.session_timeout_ms, self.rebalance_timeout_ms, verifier=self.signer
+        )
+
+    def join(
+        self, member_id: str, topics: Iterable[str] | None = None, read_rate: int | None = None
+    ) -> SimMember:
+        """Start a process (a new incarnation) with this member id."""
+        self._incarnations += 1
+        m = Member(
+            self.group,
+            member_id,
+            f"i{self._incarnations}",
+            topics if topics is not None else sorted(self.partitions),
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            signer=self.signer,
+        )
+        old = self.members.get(member_id)
+        if old is not None and not old.crashed:
+            raise ValueError(f"{member_id} is running; crash or leave it first")
+        sm = SimMember(m, self.new_state(), read_rate)
+        self.members[member_id] = sm
+        return sm
+
+    def leave(self, member_id: str) -> None:
+        self.members[member_id].member.leave()
+
+    def crash(self, member_id: str) -> None:
+        self.members[member_id].crashed = True
+
+    def pause(self, member_id: str, ms: int) -> None:
+        self.members[member_id].paused_until = self.clock + ms
+
+    def subscribe(self, member_id: str, topics: Iterable[str]) -> None:
+        self.members[member_id].member.set_subscription(topics)
+
+    def set_partitions(self, topic: str, count: int) -> None:
+        self.partitions[topic] = count
+
+    def inject(self, key: bytes | None, value: bytes | None) -> int:
+        """Append raw bytes to the log, as a foreign or broken writer would."""
+        return self.log.append(key, value)
+
+    # ------------------------------------------------------------------ running
+
+    def running(self) -> list[SimMember]:
+        return [
+            s for _, s in sorted(self.members.items())
+            if not s.crashed and s.paused_until <= self.clock and s.member.state != LEFT
+        ]  # fmt: skip
+
+    def tick(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.log.clock += self.tick_ms
+            for sm in self.running():
+                self._step(sm)
+
+    def _step(self, sm: SimMember) -> None:
+        records = self.log.records
+        end = len(records) if sm.read_rate is None else min(len(records), sm.pos + sm.read_rate)
+        for r in records[sm.pos : end]:
+            res = sm.state.replay(r.offset, r.key, r.value, r.timestamp)
+            if res.kind == "rejected" and sm is self._observer():
+                self.rejected.append(res)
+        sm.pos = end
+        acts = sm.member.poll(sm.state, self.clock)
+        if self.keep_actions and not acts.idle:
+            sm.actions.append(acts)
+        self._check_actions(sm, acts)
+        for w in acts.writes:
+            self.log.append(w.raw_key, w.raw_value)
+        if sm.member.state == LEFT:
+            return
+        st = sm.state
+        if (
+            st.leader == sm.member_id
+            and st.members[sm.member_id].incarnation == sm.member.incarnation
+            and (sm.awaiting is None or st.offset >= sm.awaiting)
+            and (sm.member.session_age_ms(self.clock) or 0) < self.session_timeout_ms
+        ):
+            d = self.planner.plan(st, self.partitions)
+            if d.action == NEED_LAGS:
+                d = self.planner.plan(st, self.partitions, self.lags_for(d.lag_topics))
+            if d.action == WRITE:
+                k, v = d.encode(self.signer)
+                sm.awaiting = self.log.append(k, v)
+
+    def lags_for(self, topics: Iterable[str]) -> dict[TopicPartition, int]:
+        return {
+            TopicPartition(t, p): self.lags.get(TopicPartition(t, p), 0)
+            for t in topics
+            for p in range(self.partitions.get(t, 0))
+        }
+
+    def _observer(self) -> SimMember | None:
+        """The member whose rejections are collected (the first running one)."""
+        for _, s in sorted(self.members.items()):
+            if not s.crashed:
+                return s
+        return None
+
+    def _check_actions(self, sm: SimMember, acts: Actions) -> None:
+        # invariant 4: cooperative never revokes a partition that stays with its owner
+        a = sm.state.assignment
+        leaving = sm.member.state in (LEAVING, LEFT)
+        if acts.revoke and a is not None and a.protocol == "cooperative" and not leaving:
+            kept = acts.revoke & a.target(sm.member_id)
+            if kept:
+                self.errors.append(f"{sm.member_id} revoked {sorted(kept)} it keeps")
+
+    # ------------------------------------------------------------------ observing
+
+    def owners(self) -> dict[TopicPartition, list[str]]:
+        """Ground truth: which running processes process which partition."""
+        out: dict[TopicPartition, list[str]] = {}
+        for sm in self.running():
+            for p in sm.member.owned:
+                out.setdefault(p, []).append(sm.member_id)
+        return out
+
+    def violations(self) -> list[str]:
+        """Safety invariants that must hold after every tick."""
+        errs = list(self.errors)
+        self.errors.clear()
+        # 1. no partition is owned by two running members
+        for p, ms in self.owners().items():
+            if len(ms) > 1:
+                errs.append(f"{p} owned by {ms}")
+        # 2. members that have replayed to the same offset agree
+        seen: dict[int, tuple[object, ...]] = {}
+        for sm in self.members.values():
+            if sm.crashed:
+                continue
+            fp = sm.state.fingerprint()
+            prev = seen.setdefault(sm.state.offset, fp)
+            if prev != fp:
+                errs.append(f"{sm.member_id} disagrees at offset {sm.state.offset}")
+        return errs
+
+    def expected_partitions(self) -> set[TopicPartition]:
+        """Every partition of a topic some running member subscribes to."""
+        topics = {t for sm in self.running() for t in sm.member.topics}
+        return {TopicPartition(t, p) for t in topics for p in range(self.partitions.get(t, 0))}
+
+    def is_stable(self) -> bool:
+        """Quiet and done: every running member active and covered, owning what the current
+        assignment gives it; everything expected owned exactly once, by a subscriber; the
+        leader has nothing left to do."""
+        obs = self.running()
+        if not obs:
+            return True
+        st = obs[0].state
+        if st.offset != len(self.log.records) - 1 or st.assignment is None:
+            return False
+        for sm in obs:
+            m = st.members.get(sm.member_id)
+            if (
+                sm.member.state != ACTIVE
+                or m is None
+                or m.incarnation != sm.member.incarnation
+                or not st.covers(sm.member_id)
+                or sm.member.owned != st.assignment.assigned(sm.member_id)
+            ):
+                return False
+        owners = self.owners()
+        if set(owners) != self.expected_partitions():
+            return False
+        by_id = {sm.member_id: sm for sm in obs}
+        for p, ms in owners.items():
+            if len(ms) != 1 or p.topic not in by_id[ms[0]].member.topics:
+                return False
+        d = self.planner.plan(st, self.partitions, self.lags_for(self.partitions))
+        return d.action == NONE
+
+    def settle(self, max_ticks: int = 2_000) -> int:
+        """Tick until stable; returns the ticks taken (raises if it never settles)."""
+        for i in range(max_ticks):
+            if self.is_stable():
+                return i
+            self.tick()
+            errs = self.violations()
+            if errs:
+                raise AssertionError("; ".join(errs[:5]))
+        raise AssertionError(f"not stable after {max_ticks} ticks: {self.describe()}")
+
+    def describe(self) -> str:
+        obs = self.running()
+        st = obs[0].state if obs else None
+        lines = [f"clock={self.clock} log={len(self.log.records)}"]
+        if st is not None:
+            lines.append(
+                f"leader={st.leader} gen={st.generation} "
+                f"phase={st.assignment.phase if st.assignment else None} "
+                f"rejections={dict(st.rejections)}"
+            )
+            lines.append(
+                f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
+            )
+        for sm in sorted(self.members.values(), key=lambda s: s.member_id):
+            lines.append(
+                f"  {sm.member_id} {sm.member.state} crashed={sm.crashed} "
+                f"owned={sorted(map(str, sm.member.owned))}"
+            )
+        return "\n".join(lines)

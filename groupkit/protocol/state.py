@@ -1,0 +1,466 @@
+"""The group, replayed from its control records: the one place group state changes.
+
+Every member feeds every record of the control partition, in offset order, with its broker
+timestamp (``LogAppendTime``) into :meth:`GroupState.replay`, both when it starts (reading the
+compacted topic from the beginning) and while it follows the topic live. There is no second path,
+so every member that has replayed to the same offset holds the same state.
+
+What one ``replay`` does:
+
+1. Advance the log time to the record's broker timestamp (the newest one wins). Every record
+   counts, even one that is then rejected: the broker wrote the timestamp, not the sender.
+2. If the leader is no longer live at that time, elect the live member with the smallest
+   ``(joined_at, member_id)``.
+3. Decode the record (a bad record is rejected with the decoder's reason). Records of other
+   groups sharing the partition only move the clock.
+4. Apply it, or reject it with a short reason counted in :attr:`GroupState.rejections`:
+
+   - **member record**: a new incarnation, or a record of a member the log has already expired,
+     starts a *new membership* (``joined_at`` = this record's time; its owned partitions are void,
+     because the member must have fenced itself; the old incarnation's partitions stay *held*
+     until the old incarnation would have expired, since that process may still be running).
+     Otherwise the record updates the membership; it may only claim what the member owned or was
+     granted (``unowned_claim``), its sequence must grow (``stale_member_record``), its acked
+     generation must not go back (``acked_regressed``) or ahead (``future_generation``).
+   - **tombstone**: the member left. If its last record still claimed partitions, they stay held
+     until its session would have expired (a tombstone cannot be signed, so it must not be able
+     to free partitions a running process still has).
+   - **assignment record**: accepted only from the leader at this offset (``not_leader``), with a
+     newer generation (``stale_generation``), a phase the previous phase may go to
+     (``bad_phase``, see :data:`ASSIGNMENT_TRANSITIONS`), self-consistent (``inconsistent``), and
+     granting no partition that another live member may still hold (``unsafe_grant``). So even a
+     buggy or forged leader cannot make two members own one partition.
+
+Compaction. A reader starting from a compacted topic has lost the first records of long-lived
+members and every assignment record but the newest. Three rules keep its replay agreeing with the
+replay of a member that saw everything:
+
+1. Generations may skip (only *newer* is required), because the ones between were compacted away.
+2. A member record first seen carrying a ``joined_at`` echo (the member learned it from its own
+   replay) continues a membership whose start was compacted away: the echo is used, the claims
+   are trusted, the member counts as covered by the current assignment, and it may take the lead
+   from a member that is not older.
+3. An assignment record from a leader the reader has never seen is accepted if that leader, by
+   the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
+   record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from groupkit.errors import RecordRejected
+from groupkit.protocol.records import (
+    EMPTY,
+    PHASE_COMPLETE,
+    PHASE_PARTIAL,
+    PHASE_REVOKE,
+    AssignmentKey,
+    AssignmentRecord,
+    MemberKey,
+    MemberRecord,
+    Partitions,
+    RecordKey,
+    Signer,
+    decode,
+)
+from groupkit.types import TopicPartition
+
+#: Which phase an assignment record may have, given the protocol and the phase of the
+#: current assignment (``None``: no assignment yet). Anything else is rejected as ``bad_phase``.
+#:
+#: - ``revoke`` (eager only): every covered member gives up everything. Exits: ``complete`` or
+#:   ``partial`` once every live member's record shows nothing owned; ``revoke`` again if the
+#:   leader changed and restarts the rebalance.
+#: - ``partial``: the grant of some target partitions waits for their old owner to let go.
+#:   Exits: ``partial`` (some freed partitions granted), ``complete`` (all granted), or a new
+#:   rebalance (``revoke`` for eager).
+#: - ``complete``: the assignment is the whole plan; the group is stable once every member
+#:   has acknowledged it. Exits: a new rebalance.
+ASSIGNMENT_TRANSITIONS: Mapping[tuple[str, str | None], frozenset[str]] = {
+    ("eager", None): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("eager", PHASE_REVOKE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("eager", PHASE_PARTIAL): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("eager", PHASE_COMPLETE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("cooperative", None): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("cooperative", PHASE_REVOKE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("cooperative", PHASE_PARTIAL): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    ("cooperative", PHASE_COMPLETE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+}
+
+
+@dataclass(slots=True)
+class MemberState:
+    """One membership as the log knows it."""
+
+    member_id: str
+    incarnation: str
+    seq: int
+    topics: tuple[str, ...]
+    #: what the member's latest record says it owns (void claims removed)
+    claims: Partitions
+    owned_generation: int
+    acked_generation: int
+    #: broker time of the first record of this membership
+    joined_at: int
+    #: broker time of its latest record
+    last_seen: int
+    #: the membership is covered only by assignments of this generation or newer
+    since_generation: int
+    rack: str | None
+    capacity: float | None
+    client: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Partitions of a void membership, held back from every grant until ``until``."""
+
+    holder: str
+    partitions: Partitions
+    until: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
+
+    offset: int
+    kind: str  # member | leave | assignment | reassert | other_group | rejected
+    key: RecordKey | None = None
+    reason: str | None = None
+    detail: str = ""
+    #: a member record that started a new membership (join, restart, return after expiry)
+    new_membership: bool = False
+
+
+@dataclass(slots=True)
+class GroupState:
+    """The deterministic state of one group, built only by :meth:`replay`."""
+
+    group: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = 60_000
+    verifier: Signer | None = None
+
+    offset: int = -1
+    log_time: int = 0
+    members: dict[str, MemberState] = field(default_factory=dict)
+    leader: str | None = None
+    assignment: AssignmentRecord | None = None
+    assignment_offset: int = -1
+    holds: list[Hold] = field(default_factory=list)
+    rejections: Counter[str] = field(default_factory=Counter)
+    #: the newest record on the assignment key was rejected: a reader starting from the
+    #: compacted topic will not see the accepted one. The leader re-asserts it.
+    assignment_clobbered: bool = False
+    _history: dict[int, AssignmentRecord] = field(default_factory=dict)
+    _gen_time: dict[int, int] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def generation(self) -> int:
+        return self.assignment.generation if self.assignment is not None else 0
+
+    def is_live(self, member_id: str) -> bool:
+        m = self.members.get(member_id)
+        return m is not None and m.last_seen + self.session_timeout_ms > self.log_time
+
+    def live_members(self) -> dict[str, MemberState]:
+        """Live memberships, sorted by member id."""
+        t = self.log_time - self.session_timeout_ms
+        return {i: m for i, m in sorted(self.members.items()) if m.last_seen > t}
+
+    def covers(self, member_id: str) -> bool:
+        """Whether the current assignment applies to this membership."""
+        m = self.members.get(member_id)
+        a = self.assignment
+        if m is None or a is None:
+            return False
+        c = a.members.get(member_id)
+        return (
+            c is not None
+            and c.incarnation == m.incarnation
+            and a.generation >= (m.since_generation)
+        )
+
+    def may_hold(self, member_id: str) -> Partitions:
+        """Every partition a live member owns or may still take.
+
+        That is its claims plus whatever a generation it has not acknowledged yet assigns it:
+        a member applies the newest assignment it has replayed, so until its record shows a
+        newer acknowledgement it may still be about to take a grant of an older generation.
+        """
+        m = self.members.get(member_id)
+        if m is None or not self.is_live(member_id):
+            return EMPTY
+        out = m.claims
+        for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
+            a = self._history.get(g)
+            if a is None:
+                continue
+            c = a.members.get(member_id)
+            if c is not None and c.incarnation == m.incarnation and c.assigned:
+                out = out | c.assigned
+        return out
+
+    def holders(self) -> dict[TopicPartition, set[str]]:
+        """``{partition: ids that may hold it}`` over live members and holds."""
+        out: dict[TopicPartition, set[str]] = {}
+        for mid in self.live_members():
+            for p in self.may_hold(mid):
+                out.setdefault(p, set()).add(mid)
+        for h in self.holds:
+            if h.until > self.log_time:
+                for p in h.partitions:
+                    out.setdefault(p, set()).add(h.holder)
+        return out
+
+    def in_flight(self) -> Partitions:
+        """Partitions revoked from one member and not yet granted to the next."""
+        a = self.assignment
+        if a is None:
+            return EMPTY
+        pending: set[TopicPartition] = set()
+        for c in a.members.values():
+            pending |= c.pending | c.revoke
+        granted: set[TopicPartition] = set()
+        for c in a.members.values():
+            granted |= c.assigned
+        return frozenset(pending - granted)
+
+    def is_lagging(self, member_id: str) -> bool:
+        """Live, covered by a generation it has not acknowledged for ``rebalance.timeout``."""
+        m = self.members.get(member_id)
+        if m is None or not self.is_live(member_id):
+            return False
+        for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
+            a = self._history.get(g)
+            if a is None:
+                continue
+            c = a.members.get(member_id)
+            if c is not None and c.incarnation == m.incarnation:
+                return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
+        return False
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """What members that replayed to the same offset must agree on."""
+        return (self.offset, self.leader, self.generation, self.assignment)
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(
+        self, offset: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> Replayed:
+        """Apply one control record. Never raises for a bad record: rejects and counts it."""
+        if offset <= self.offset:
+            # an impossible order: the reader went back, or a record was fed twice
+            return self._reject(offset, None, "offset_regressed", f"{offset} <= {self.offset}")
+        self.offset = offset
+        if timestamp_ms > self.log_time:
+            self.log_time = timestamp_ms
+        self._expire()
+        try:
+            k, v = decode(key, value, self.verifier)
+        except RecordRejected as e:
+            return self._reject(offset, None, e.reason, e.detail, clobbers=_is_assignment(key))
+        if k.group != self.group:
+            return Replayed(offset, "other_group", k)
+        try:
+            if isinstance(k, MemberKey):
+                if v is None:
+                    return self._apply_leave(offset, k)
+                assert isinstance(v, MemberRecord)
+                return self._apply_member(offset, k, v, timestamp_ms)
+            assert isinstance(k, AssignmentKey) and isinstance(v, AssignmentRecord)
+            return self._apply_assignment(offset, k, v, timestamp_ms)
+        except RecordRejected as e:
+            return self._reject(offset, k, e.reason, e.detail, isinstance(k, AssignmentKey))
+
+    def _reject(
+        self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False
+    ) -> Replayed:
+        self.rejections[reason] += 1
+        if clobbers:
+            self.assignment_clobbered = self.assignment is not None
+        return Replayed(offset, "rejected", key, reason, detail)
+
+    def _expire(self) -> None:
+        """Re-elect if the leader expired; forget holds whose time has passed."""
+        if self.leader is not None and not self.is_live(self.leader):
+            self._elect()
+        if self.holds and any(h.until <= self.log_time for h in self.holds):
+            self.holds = [h for h in self.holds if h.until > self.log_time]
+
+    def _elect(self) -> None:
+        live = self.live_members()
+        self.leader = min(live, key=lambda i: (live[i].joined_at, i)) if live else None
+
+    def _apply_member(self, offset: int, k: MemberKey, v: MemberRecord, ts: int) -> Replayed:
+        mid = k.member_id
+        old = self.members.get(mid)
+        live = old is not None and self.is_live(mid)
+        if old is not None and live and old.incarnation == v.incarnation:
+            # The same membership continues.
+            if v.seq <= old.seq:
+                raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
+            if v.acked_generation < old.acked_generation:
+                raise RecordRejected("acked_regressed", f"{v.acked_generation}")
+            if v.acked_generation > self.generation:
+                raise RecordRejected("future_generation", f"{v.acked_generation}")
+            extra = v.owned - self.may_hold(mid)
+            if extra:
+                raise RecordRejected("unowned_claim", f"{len(extra)} partitions never granted")
+            joined_at = old.joined_at
+            # A later echo means the member knows its membership restarted where this reader
+            # did not see it (a reader that started from a compacted topic): follow it.
+            if v.joined_at is not None and old.joined_at < v.joined_at <= ts:
+                joined_at = v.joined_at
+            self.members[mid] = MemberState(
+                mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
+                v.acked_generation, joined_at, ts, old.since_generation, v.rack, v.capacity,
+                v.client,
+            )  # fmt: skip
+            if joined_at != old.joined_at and self.leader == mid:
+                self._elect()
+            return Replayed(offset, "member", k)
+        if v.acked_generation > self.generation and old is not None:
+            raise RecordRejected("future_generation", f"{v.acked_generation}")
+        continuation = old is None and v.joined_at is not None and v.joined_at <= ts
+        if old is not None and live:
+            # A new incarnation of a live member: the old process may still run, so what it
+            # may hold stays held until the old incarnation would have expired.
+            self._hold(old)
+        if continuation:
+            # First sight of a member whose earlier records were compacted away (see the
+            # module docstring): trust its claims and its echoed joined_at.
+            assert v.joined_at is not None
+            m = MemberState(
+                mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
+                v.acked_generation, v.joined_at, ts, 0, v.rack, v.capacity, v.client,
+            )  # fmt: skip
+        else:
+            # A new membership owns nothing: any claim in the record is void, because a
+            # process whose membership the log expired has fenced itself (member.py).
+            m = MemberState(
+                mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation, ts, ts,
+                self.generation + 1, v.rack, v.capacity, v.client,
+            )  # fmt: skip
+        self.members[mid] = m
+        if self.leader is None or not self.is_live(self.leader) or self.leader == mid:
+            self._elect()
+        elif continuation:
+            lead = self.members[self.leader]
+            if (m.joined_at, mid) < (lead.joined_at, self.leader):
+                self.leader = mid
+        return Replayed(offset, "member", k, new_membership=not continuation)
+
+    def _hold(self, old: MemberState) -> None:
+        held = self.may_hold(old.member_id)
+        if held:
+            until = old.last_seen + self.session_timeout_ms
+            self.holds.append(Hold(f"{old.member_id}/{old.incarnation}", held, until))
+
+    def _apply_leave(self, offset: int, k: MemberKey) -> Replayed:
+        old = self.members.pop(k.member_id, None)
+        if old is not None:
+            if old.last_seen + self.session_timeout_ms > self.log_time:
+                self.members[k.member_id] = old  # may_hold needs it present and live
+                self._hold(old)
+                del self.members[k.member_id]
+            if self.leader == k.member_id:
+                self._elect()
+        return Replayed(offset, "leave", k)
+
+    def _apply_assignment(
+        self, offset: int, k: AssignmentKey, a: AssignmentRecord, ts: int
+    ) -> Replayed:
+        self._check_leader(a)
+        cur = self.assignment
+        if cur is not None and a.generation <= cur.generation:
+            if a == cur:
+                # the leader re-asserting the current generation after its record was
+                # clobbered by a rejected one (compaction would otherwise lose it)
+                self.assignment_clobbered = False
+                return Replayed(offset, "reassert", k)
+            raise RecordRejected("stale_generation", f"{a.generation} <= {cur.generation}")
+        allowed = ASSIGNMENT_TRANSITIONS[(a.protocol, cur.phase if cur else None)]
+        if a.phase not in allowed:
+            raise RecordRejected("bad_phase", f"{cur.phase if cur else None} -> {a.phase}")
+        _check_consistent(a)
+        self._check_safe(a)
+        self.assignment = a
+        self.assignment_offset = offset
+        self.assignment_clobbered = False
+        self._history[a.generation] = a
+        self._gen_time[a.generation] = ts
+        self._prune_history()
+        return Replayed(offset, "assignment", k)
+
+    def _check_leader(self, a: AssignmentRecord) -> None:
+        lead = self.members.get(self.leader) if self.leader is not None else None
+        if lead is not None and a.leader_id == self.leader:
+            if a.leader_incarnation != lead.incarnation:
+                raise RecordRejected("not_leader", f"{a.leader_id} wrong incarnation")
+            return
+        if a.leader_id not in self.members and (
+            lead is None or (a.leader_joined_at, a.leader_id) < (lead.joined_at, lead.member_id)
+        ):
+            return  # a leader whose member records were compacted away (module docstring)
+        raise RecordRejected("not_leader", f"{a.leader_id} is not the leader ({self.leader})")
+
+    def _check_safe(self, a: AssignmentRecord) -> None:
+        """No grant of a partition another live member (or a hold) may still have."""
+        holders = self.holders()
+        for mid, c in a.members.items():
+            mine = self.may_hold(mid) if self._is_member(mid, c.incarnation) else EMPTY
+            for p in c.assigned - mine:
+                others = holders.get(p, set()) - {mid}
+                if others:
+                    raise RecordRejected(
+                        "unsafe_grant", f"{p} to {mid} still held by {sorted(others)}"
+                    )
+
+    def _is_member(self, mid: str, incarnation: str) -> bool:
+        m = self.members.get(mid)
+        return m is not None and m.incarnation == incarnation
+
+    def _prune_history(self) -> None:
+        live = self.live_members()
+        floor = min((m.acked_generation + 1 for m in live.values()), default=self.generation)
+        floor = min(floor, self.generation)
+        for g in [g for g in self._history if g < floor]:
+            del self._history[g]
+            # _gen_time stays: is_lagging reads it only for generations still in history
+
+    def history(self) -> Iterator[AssignmentRecord]:
+        """Assignment records still needed to know what members may hold, oldest first."""
+        for g in sorted(self._history):
+            yield self._history[g]
+
+
+def _is_assignment(key: bytes | None) -> bool:
+    return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
+
+
+def _check_consistent(a: AssignmentRecord) -> None:
+    counts = dict(a.partition_counts)
+    seen: set[TopicPartition] = set()
+    for mid, c in a.members.items():
+        if c.assigned & c.revoke or c.assigned & c.pending:
+            raise RecordRejected("inconsistent", f"{mid}: a partition assigned and revoked")
+        if a.phase == PHASE_REVOKE and (c.assigned or c.pending):
+            raise RecordRejected("inconsistent", f"{mid}: revoke phase assigns")
+        if a.protocol == "eager" and a.phase != PHASE_REVOKE and c.revoke:
+            raise RecordRejected("inconsistent", f"{mid}: eager revokes outside the revoke phase")
+        if a.phase == PHASE_COMPLETE and c.pending:
+            raise RecordRejected("inconsistent", f"{mid}: complete phase with pending")
+        for p in c.assigned | c.pending:
+            if p.partition >= counts.get(p.topic, 0) or p.topic not in c.topics:
+                raise RecordRejected("inconsistent", f"{mid}: {p} not subscribed or not there")
+            if p in seen:
+                raise RecordRejected("inconsistent", f"{p} given to two members")
+            seen.add(p)
