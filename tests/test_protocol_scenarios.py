@@ -1,0 +1,267 @@
+"""Example scenarios on the simulated group, with the exact assignment records expected.
+
+Each record is summarised as ``(generation, phase, {member: (assigned, revoke, pending)})``.
+Members ``a``, ``b``, ``c`` join in that order, so ``a`` leads; the assignor is ``range``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from groupkit.protocol.sim import GroupSim
+from tests.protocol_sim import parts, summaries
+
+ALL4 = "t0-0 t0-1 t0-2 t0-3"
+
+
+def group(protocol: str, n: int = 2, partitions: dict[str, int] | None = None) -> GroupSim:
+    sim = GroupSim(partitions or {"t0": 4}, protocol=protocol, keep_actions=True)
+    for m in "abc"[:n]:
+        sim.join(m)
+        sim.settle()
+    return sim
+
+
+def gen(sim: GroupSim) -> int:
+    return sim.members["a"].state.generation
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_first_member_joins_an_empty_group(protocol: str) -> None:
+    sim = GroupSim({"t0": 4}, protocol=protocol)
+    sim.join("a")
+    sim.settle()
+    # nobody owns anything, so even eager skips the revoke phase
+    assert summaries(sim) == [(1, "complete", {"a": (ALL4, "", "")})]
+    assert sim.members["a"].state.leader == "a"
+
+
+def test_second_member_joins_cooperative() -> None:
+    sim = group("cooperative", 1)
+    sim.join("b")
+    sim.settle()
+    assert summaries(sim, 1) == [
+        (2, "partial", {"a": ("t0-0 t0-1", "t0-2 t0-3", ""), "b": ("", "", "t0-2 t0-3")}),
+        (3, "complete", {"a": ("t0-0 t0-1", "", ""), "b": ("t0-2 t0-3", "", "")}),
+    ]
+    # a revoked only what moved, and never lost or re-took anything
+    acts = sim.members["a"].actions
+    assert [parts(x.revoke) for x in acts if x.revoke] == ["t0-2 t0-3"]
+    assert not any(x.lost for x in acts)
+    assert [parts(x.assign) for x in acts if x.assign] == [ALL4]
+
+
+def test_second_member_joins_eager() -> None:
+    sim = group("eager", 1)
+    sim.join("b")
+    sim.settle()
+    assert summaries(sim, 1) == [
+        (2, "revoke", {"a": ("", ALL4, ""), "b": ("", "", "")}),
+        (3, "complete", {"a": ("t0-0 t0-1", "", ""), "b": ("t0-2 t0-3", "", "")}),
+    ]
+    acts = sim.members["a"].actions
+    assert [parts(x.revoke) for x in acts if x.revoke] == [ALL4]
+    assert [parts(x.assign) for x in acts if x.assign] == [ALL4, "t0-0 t0-1"]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        ("cooperative", [(4, "complete", {"a": (ALL4, "", "")})]),
+        (
+            "eager",
+            [(4, "revoke", {"a": ("", "t0-0 t0-1", "")}), (5, "complete", {"a": (ALL4, "", "")})],
+        ),
+    ],
+)
+def test_member_leaves_cleanly(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol)
+    g = gen(sim)
+    sim.leave("b")
+    ticks = sim.settle()
+    assert summaries(sim, g) == expected
+    # a clean leave rebalances at once, not after the session timeout
+    assert ticks * sim.tick_ms < sim.session_timeout_ms / 10
+    b = sim.members["b"]
+    assert [parts(x.revoke) for x in b.actions if x.revoke] == ["t0-2 t0-3"]
+    assert not any(x.lost for x in b.actions)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        ("cooperative", [(4, "complete", {"a": (ALL4, "", "")})]),
+        (
+            "eager",
+            [(4, "revoke", {"a": ("", "t0-0 t0-1", "")}), (5, "complete", {"a": (ALL4, "", "")})],
+        ),
+    ],
+)
+def test_member_crashes_and_expires(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol)
+    g = gen(sim)
+    start = sim.clock
+    sim.crash("b")
+    sim.tick(sim.session_timeout_ms // sim.tick_ms - 20)
+    assert summaries(sim, g) == []  # still within b's session: nothing moves
+    sim.settle()
+    assert summaries(sim, g) == expected
+    assert sim.clock - start < sim.session_timeout_ms + 3 * sim.heartbeat_interval_ms
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        (
+            "cooperative",
+            [
+                (2, "partial", {
+                    "a": ("t0-0 t0-1", "t0-2 t0-3", ""),
+                    "b": ("", "", "t0-2"),
+                    "c": ("", "", "t0-3"),
+                }),
+                (3, "complete", {
+                    "a": ("t0-0 t0-1", "", ""), "b": ("t0-2", "", ""), "c": ("t0-3", "", ""),
+                }),
+            ],
+        ),
+        (
+            "eager",
+            [
+                (2, "revoke", {"a": ("", ALL4, ""), "b": ("", "", ""), "c": ("", "", "")}),
+                (3, "complete", {
+                    "a": ("t0-0 t0-1", "", ""), "b": ("t0-2", "", ""), "c": ("t0-3", "", ""),
+                }),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_two_members_join_at_once(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol, 1)
+    sim.join("b")
+    sim.join("c")
+    sim.settle()
+    assert summaries(sim, 1) == expected
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        (
+            "cooperative",
+            [
+                (4, "partial", {
+                    "a": ("t0-0 t0-1 t1-0", "", "t0-2 t0-3"), "b": ("t1-1", "t0-2 t0-3", ""),
+                }),
+                (5, "complete", {"a": ("t0-0 t0-1 t0-2 t0-3 t1-0", "", ""), "b": ("t1-1", "", "")}),
+            ],
+        ),
+        (
+            "eager",
+            [
+                (4, "revoke", {"a": ("", "t0-0 t0-1 t1-0", ""), "b": ("", "t0-2 t0-3 t1-1", "")}),
+                (5, "complete", {"a": ("t0-0 t0-1 t0-2 t0-3 t1-0", "", ""), "b": ("t1-1", "", "")}),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_subscription_changes(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol, 2, {"t0": 4, "t1": 2})
+    g = gen(sim)
+    sim.subscribe("b", ["t1"])
+    sim.settle()
+    assert summaries(sim, g) == expected
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        (
+            "cooperative",
+            [
+                (4, "partial", {
+                    "a": ("t0-0 t0-1", "", "t0-2"), "b": ("t0-3 t0-4 t0-5", "t0-2", ""),
+                }),
+                (5, "complete", {"a": ("t0-0 t0-1 t0-2", "", ""), "b": ("t0-3 t0-4 t0-5", "", "")}),
+            ],
+        ),
+        (
+            "eager",
+            [
+                (4, "revoke", {"a": ("", "t0-0 t0-1", ""), "b": ("", "t0-2 t0-3", "")}),
+                (5, "complete", {"a": ("t0-0 t0-1 t0-2", "", ""), "b": ("t0-3 t0-4 t0-5", "", "")}),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_topic_gains_partitions(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol)
+    g = gen(sim)
+    sim.set_partitions("t0", 6)
+    sim.settle()
+    assert summaries(sim, g) == expected
+
+
+@pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        (
+            "cooperative",
+            [
+                (4, "partial", {
+                    "a": ("t0-0 t0-1", "", ""), "b": ("t0-2", "t0-3", ""), "c": ("", "", "t0-3"),
+                }),
+                # a expired: b leads now; a's partitions are free at once, t0-2 must move first
+                (5, "partial", {"b": ("t0-0 t0-1", "t0-2", ""), "c": ("t0-3", "", "t0-2")}),
+                (6, "complete", {"b": ("t0-0 t0-1", "", ""), "c": ("t0-2 t0-3", "", "")}),
+            ],
+        ),
+        (
+            "eager",
+            [
+                (4, "revoke", {
+                    "a": ("", "t0-0 t0-1", ""), "b": ("", "t0-2 t0-3", ""), "c": ("", "", ""),
+                }),
+                (5, "complete", {"b": ("t0-0 t0-1", "", ""), "c": ("t0-2 t0-3", "", "")}),
+            ],
+        ),
+    ],
+)  # fmt: skip
+def test_leader_crashes_mid_rebalance(protocol: str, expected: list[object]) -> None:
+    sim = group(protocol)
+    g = gen(sim)
+    sim.join("c")
+    while sim.members["b"].state.generation == g:
+        sim.tick()
+    sim.crash("a")  # right after writing generation g+1, before its follow-up
+    sim.settle()
+    assert summaries(sim, g) == expected
+    assert sim.members["b"].state.leader == "b"
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_newcomer_never_takes_leadership(protocol: str) -> None:
+    sim = group(protocol, 1)
+    sim.join("0")  # sorts before "a", joins later
+    sim.settle()
+    assert sim.members["0"].state.leader == "a"
+    sim.leave("a")
+    sim.settle()
+    assert sim.members["0"].state.leader == "0"
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_restart_with_new_incarnation_is_a_new_membership(protocol: str) -> None:
+    sim = group(protocol)
+    g = gen(sim)
+    b_joined = sim.members["a"].state.members["b"].joined_at
+    sim.crash("b")
+    sim.tick(5)
+    sim.join("b")  # the same id, a new process
+    sim.settle()
+    st = sim.members["a"].state
+    assert st.members["b"].joined_at > b_joined
+    # the old incarnation's partitions were held until it would have expired, then handed on
+    assert sim.clock - b_joined >= sim.session_timeout_ms
+    assert sorted(parts(sim.members[m].member.owned) for m in "ab") == ["t0-0 t0-1", "t0-2 t0-3"]
+    assert summaries(sim, g)[-1][1] == "complete"
