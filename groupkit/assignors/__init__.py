@@ -4,21 +4,43 @@
 ``{member_id: [TopicPartition, ...]}`` with every member present and lists sorted.
 """
 
+from groupkit.assignors.balanced import BalancedAssignor
 from groupkit.assignors.base import (
     Assignor,
     assignor_names,
     get_assignor,
     register_assignor,
 )
+from groupkit.assignors.cooperative_sticky import CooperativeStickyAssignor
+from groupkit.assignors.fair import FairAssignor
+from groupkit.assignors.lag import LagAssignor
 from groupkit.assignors.range import RangeAssignor
+from groupkit.assignors.roundrobin import RoundRobinAssignor
+from groupkit.assignors.sticky import StickyAssignor
 from groupkit.types import MemberSubscription, TopicPartition
 
-register_assignor(RangeAssignor.name, RangeAssignor)
+for _cls in (
+    RangeAssignor,
+    RoundRobinAssignor,
+    StickyAssignor,
+    CooperativeStickyAssignor,
+    FairAssignor,
+    LagAssignor,
+    BalancedAssignor,
+):
+    register_assignor(_cls.name, _cls)
+del _cls
 
 __all__ = [
     "Assignor",
+    "BalancedAssignor",
+    "CooperativeStickyAssignor",
+    "FairAssignor",
+    "LagAssignor",
     "MemberSubscription",
     "RangeAssignor",
+    "RoundRobinAssignor",
+    "StickyAssignor",
     "TopicPartition",
     "assignor_names",
     "get_assignor",
