@@ -1,0 +1,257 @@
+"""Control records: round trips, range encoding, size at scale, and typed rejections."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from groupkit.errors import RecordRejected
+from groupkit.protocol.records import (
+    AssignmentKey,
+    HmacSigner,
+    MemberKey,
+    assignment_record,
+    covered_member,
+    decode,
+    decode_partitions,
+    encode,
+    encode_partitions,
+    member_record,
+    member_tombstone,
+)
+from groupkit.types import TopicPartition as TP
+
+
+def a_member(**kw: object) -> tuple[bytes, bytes | None]:
+    args: dict[str, object] = {"incarnation": "i1", "seq": 3, "topics": ["t0", "t1"]}
+    args.update(kw)
+    k, v = member_record("g", "m1", **args)  # type: ignore[arg-type]
+    return encode(k, v)
+
+
+def an_assignment(n_members: int = 2, n_parts: int = 8) -> tuple[bytes, bytes | None]:
+    members = {
+        f"m{i}": covered_member(
+            f"i{i}", ["t0"], [("t0", p) for p in range(n_parts) if p % n_members == i]
+        )
+        for i in range(n_members)
+    }
+    k, v = assignment_record(
+        "g", generation=7, leader_id="m0", leader_incarnation="i0", leader_joined_at=5,
+        protocol="cooperative", phase="complete", assignor="range",
+        partition_counts={"t0": n_parts}, members=members,
+    )  # fmt: skip
+    return encode(k, v)
+
+
+def test_member_record_round_trip() -> None:
+    k, v = member_record(
+        "g", "m1", incarnation="i1", seq=3, topics=["t1", "t0"], owned=[("t0", 1), ("t0", 2)],
+        owned_generation=4, acked_generation=4, joined_at=100, rack="r1", capacity=2.5,
+        client={"host": "h"},
+    )  # fmt: skip
+    rk, rv = encode(k, v)
+    assert decode(rk, rv) == (k, v)
+    assert k == MemberKey("g", "m1") and v.topics == ("t0", "t1")
+
+
+def test_assignment_record_round_trip_and_tombstone() -> None:
+    rk, rv = an_assignment()
+    k, v = decode(rk, rv)
+    assert k == AssignmentKey("g")
+    assert v is not None and not isinstance(v, type(None))
+    assert decode(*encode(*decode(rk, rv))) == (k, v)
+    tk, tv = encode(*member_tombstone("g", "m1"))
+    assert tv is None and decode(tk, tv) == (MemberKey("g", "m1"), None)
+
+
+def test_keys_carry_the_group_so_one_topic_serves_many() -> None:
+    a = encode(*member_tombstone("g1", "m"))[0]
+    b = encode(*member_tombstone("g2", "m"))[0]
+    assert a != b and decode(a, None)[0].group == "g1"
+    # the group id may contain anything, even the separator of a naive encoding
+    k = encode(*member_tombstone("a\x00b", "m\x00"))[0]
+    assert decode(k, None)[0] == MemberKey("a\x00b", "m\x00")
+
+
+def test_partitions_are_range_encoded() -> None:
+    ps = [("t", p) for p in [0, 1, 2, 3, 7, 9, 10]] + [("u", 5)]
+    enc = encode_partitions(ps)
+    assert enc == {"t": [[0, 3], 7, [9, 10]], "u": [5]}
+    assert decode_partitions(enc) == frozenset(TP(t, p) for t, p in ps)
+
+
+def test_factories_refuse_bad_input() -> None:
+    with pytest.raises(ValueError):
+        member_record("", "m", incarnation="i", seq=0, topics=[])
+    with pytest.raises(ValueError):
+        member_record("g", "m", incarnation="", seq=0, topics=[])
+    with pytest.raises(ValueError):
+        assignment_record(
+            "g", generation=1, leader_id="m", leader_incarnation="i", leader_joined_at=0,
+            protocol="sticky", phase="complete", assignor="r", partition_counts={}, members={},
+        )  # fmt: skip
+
+
+def test_100k_partitions_1000_members_under_1mb() -> None:
+    # the worst case for range encoding: round-robin scatter, nothing contiguous
+    t0 = time.perf_counter()
+    rk, rv = an_assignment(1000, 100_000)
+    assert rv is not None
+    assert len(rv) < 1_000_000
+    _, v = decode(rk, rv)
+    assert sum(len(c.assigned) for c in v.members.values()) == 100_000  # type: ignore[union-attr]
+    assert time.perf_counter() - t0 < 10
+
+
+def _value(doc: object, version: int = 1, flags: int = 0) -> bytes:
+    return bytes([version, flags]) + json.dumps(doc).encode()
+
+
+GOOD_MEMBER = {
+    "inc": "i", "seq": 1, "topics": ["t"], "owned": {}, "owned_gen": 0, "acked_gen": 0,
+    "joined_at": None, "rack": None, "capacity": None, "client": {},
+}  # fmt: skip
+MKEY = encode(*member_tombstone("g", "m"))[0]
+AKEY = an_assignment()[0]
+
+
+def _without(d: dict[str, object], k: str) -> dict[str, object]:
+    return {x: y for x, y in d.items() if x != k}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        (b"", b"", "bad_bytes"),
+        (None, b"", "bad_bytes"),
+        (b"\x01M", b"", "bad_bytes"),
+        (b"\x09M\x00\x01gm", b"", "unknown_version"),
+        (b"\x01Z\x00\x01gm", b"", "unknown_kind"),
+        (b"\x01M\x00\x09gm", b"", "bad_bytes"),
+        (b"\x01M\x00\x01g", b"", "missing_field"),
+        (b"\x01M\x00\x01\xff\xfe", b"", "bad_bytes"),
+        (b"\x01A\x00\x01gx", b"", "bad_bytes"),
+        (AKEY, None, "bad_value"),
+        (MKEY, b"\x01", "bad_bytes"),
+        (MKEY, _value(GOOD_MEMBER, version=2), "unknown_version"),
+        (MKEY, _value(GOOD_MEMBER, flags=0x80), "bad_bytes"),
+        (MKEY, b"\x01\x00{not json", "bad_bytes"),
+        (MKEY, b"\x01\x00\xff\xff", "bad_bytes"),
+        (MKEY, b"\x01\x01notzlib", "bad_bytes"),
+        (MKEY, b"\x01\x01" + zlib.compress(b"{}")[:-3], "bad_bytes"),
+        (MKEY, _value([1, 2]), "wrong_type"),
+        (MKEY, _value(_without(GOOD_MEMBER, "seq")), "missing_field"),
+        (MKEY, _value(_without(GOOD_MEMBER, "rack")), "missing_field"),
+        (MKEY, _value({**GOOD_MEMBER, "seq": True}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "seq": "1"}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "seq": -1}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "inc": ""}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "topics": [1]}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "owned": {"t": [[3, 1]]}}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "owned": {"t": [-1]}}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "owned": {"t": [[0, 10**12]]}}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "owned": {"t": ["x"]}}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "owned": []}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "client": {"a": 1}}), "wrong_type"),
+        (AKEY, _value({"gen": 1}), "missing_field"),
+    ],
+)
+def test_decoding_rejects_with_a_reason(key: bytes, value: bytes | None, reason: str) -> None:
+    with pytest.raises(RecordRejected) as e:
+        decode(key, value)
+    assert e.value.reason == reason
+
+
+def test_truncated_records_are_rejected() -> None:
+    rk, rv = an_assignment(10, 1000)
+    assert rv is not None
+    for cut in range(0, len(rv), max(1, len(rv) // 50)):
+        with pytest.raises(RecordRejected):
+            decode(rk, rv[:cut])
+
+
+def test_signed_records() -> None:
+    s = HmacSigner(b"group key")
+    k, v = member_record("g", "m", incarnation="i", seq=1, topics=["t"])
+    rk, rv = encode(k, v, s)
+    assert decode(rk, rv, s) == (k, v)
+    assert decode(rk, rv) == (k, v)  # readers without a key still read signed records
+    with pytest.raises(RecordRejected) as e:
+        decode(rk, encode(k, v)[1], s)
+    assert e.value.reason == "unsigned"
+    with pytest.raises(RecordRejected) as e:
+        decode(rk, encode(k, v, HmacSigner(b"other"))[1], s)
+    assert e.value.reason == "bad_signature"
+    # a signature binds the key: the same value under another member's key does not verify
+    other = encode(*member_tombstone("g", "m2"))[0]
+    with pytest.raises(RecordRejected) as e:
+        decode(other, rv, s)
+    assert e.value.reason == "bad_signature"
+
+
+# ---------------------------------------------------------------- fuzz: only RecordRejected
+
+VALID = [
+    a_member(),
+    a_member(owned=[("t0", 1)], joined_at=4),
+    an_assignment(),
+    an_assignment(50, 2000),
+]
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=64), st.one_of(st.none(), st.binary(max_size=256)))
+def test_fuzz_random_bytes(key: bytes, value: bytes | None) -> None:
+    try:
+        decode(key, value)
+    except RecordRejected as e:
+        assert e.reason
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(VALID),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=4),
+    st.integers(0, 10**6),
+)
+def test_fuzz_mutated_records(
+    rec: tuple[bytes, bytes], flips: list[tuple[int, int]], cut: int
+) -> None:
+    rk, rv = rec
+    b = bytearray(rv)
+    for pos, byte in flips:
+        b[pos % len(b)] = byte
+    for value in (bytes(b), bytes(b)[: cut % (len(b) + 1)]):
+        try:
+            decode(rk, value)
+        except RecordRejected as e:
+            assert e.reason
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(
+        ["inc", "seq", "topics", "owned", "owned_gen", "acked_gen", "joined_at", "rack",
+         "capacity", "client", "gen", "leader", "members", "assigned", "t"]), c, max_size=6),
+    max_leaves=12,
+))  # fmt: skip
+def test_fuzz_structured_json(doc: object) -> None:
+    for key in (MKEY, AKEY):
+        for d in (doc, {**GOOD_MEMBER, "owned": doc}):
+            try:
+                decode(key, _value(d))
+            except RecordRejected as e:
+                assert e.reason
+
+
+def test_key_length_prefix() -> None:
+    k = encode(*member_tombstone("grp", "m"))[0]
+    assert k[:4] == struct.pack(">BBH", 1, ord("M"), 3)
