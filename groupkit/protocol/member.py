@@ -153,6 +153,7 @@ class Member:
         capacity: float | None = None,
         client: Mapping[str, str] | None = None,
         signer: Signer | None = None,
+        defer_revocations: bool = False,
     ) -> None:
         self.group = group
         self.member_id = member_id
@@ -164,6 +165,11 @@ class Member:
         self.capacity = capacity
         self.client = dict(client or {})
         self.signer = signer
+        #: A runtime that revokes on another thread (commit, ``on_revoke``) sets this: revoked
+        #: partitions stay claimed in the member's records until :meth:`revoked` says they are
+        #: committed and stopped, so the leader cannot grant them while they are still in use.
+        #: The simulator carries out revocations between ``poll`` and the write, so it need not.
+        self.defer_revocations = defer_revocations
         self.state = UNJOINED
         #: what this process owns and processes now (local truth)
         self.owned: Partitions = EMPTY
@@ -185,6 +191,17 @@ class Member:
         topics = tuple(sorted(set(topics)))
         if topics != self.topics:
             self.topics = topics
+            self._dirty = True
+
+    def revoked(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """The runtime has committed and stopped ``partitions``: stop claiming them.
+
+        Only meaningful with ``defer_revocations``; the next :meth:`poll` writes the record
+        that lets the leader grant them to their next owner.
+        """
+        gone = self.owned & frozenset(TopicPartition(t, p) for t, p in partitions)
+        if gone:
+            self.owned -= gone
             self._dirty = True
 
     def leave(self) -> None:
@@ -264,9 +281,12 @@ class Member:
         if not healthy:
             added = EMPTY  # never take anything while our session is in doubt
         if added or revoked:
-            self.owned = (self.owned - revoked) | added
-            self._dirty = True
-            events.append(f"generation {group.generation}")
+            kept = revoked if self.defer_revocations else EMPTY
+            owned = (self.owned - revoked) | added | kept
+            if owned != self.owned:  # a deferred revocation repeats until done: no new record
+                self.owned = owned
+                self._dirty = True
+                events.append(f"generation {group.generation}")
         if covered:
             self.generation = group.generation
         if group.generation != self.acked and (healthy or not self.owned):
