@@ -1,0 +1,248 @@
+"""Replay rules: bad records rejected with a reason while the group carries on; compaction;
+zombies; the member's state table; the cooperative filter and the member's diff."""
+
+from __future__ import annotations
+
+import pytest
+
+from groupkit.assignors import Assignor
+from groupkit.protocol.member import MEMBER_TRANSITIONS, Member, ProtocolError, diff
+from groupkit.protocol.planner import NEED_LAGS, WRITE, Planner, adjust_cooperative
+from groupkit.protocol.records import (
+    HmacSigner,
+    assignment_record,
+    covered_member,
+    encode,
+    member_record,
+)
+from groupkit.protocol.sim import GroupSim
+from groupkit.protocol.state import GroupState
+from groupkit.types import MemberSubscription
+from groupkit.types import TopicPartition as TP
+from tests.protocol_sim import parts
+
+
+def stable_pair(protocol: str = "cooperative", **kw: object) -> GroupSim:
+    sim = GroupSim({"t0": 4}, protocol=protocol, **kw)  # type: ignore[arg-type]
+    sim.join("a")
+    sim.settle()
+    sim.join("b")
+    sim.settle()
+    return sim
+
+
+def snapshot(sim: GroupSim) -> tuple[object, ...]:
+    st = sim.members["a"].state
+    return (
+        st.leader,
+        st.generation,
+        st.assignment,
+        {m: sm.member.owned for m, sm in sim.members.items()},
+    )
+
+
+def forged_assignment(
+    sim: GroupSim, leader: str, gen: int, a: str, b: str
+) -> tuple[bytes, bytes | None]:
+    st = sim.members["a"].state
+    ms = st.members
+    k, v = assignment_record(
+        "g", generation=gen, leader_id=leader, leader_incarnation=ms[leader].incarnation,
+        leader_joined_at=ms[leader].joined_at, protocol="cooperative", phase="complete",
+        assignor="range", partition_counts={"t0": 4},
+        members={
+            m: covered_member(ms[m].incarnation, ["t0"], [("t0", int(p)) for p in ps])
+            for m, ps in (("a", a), ("b", b))
+        },
+    )  # fmt: skip
+    return encode(k, v)
+
+
+def inject_and_settle(sim: GroupSim, key: bytes | None, value: bytes | None) -> str | None:
+    before = snapshot(sim)
+    n = len(sim.rejected)
+    sim.inject(key, value)
+    sim.tick(20)
+    assert not sim.violations()
+    sim.settle()
+    after = snapshot(sim)
+    assert after[2] == before[2] or after[2].generation > before[2].generation  # type: ignore[union-attr]
+    assert after[3] == before[3], "the group's ownership was disturbed"
+    return sim.rejected[n].reason if len(sim.rejected) > n else None
+
+
+def test_forged_assignment_from_a_non_leader_is_rejected() -> None:
+    sim = stable_pair()
+    g = sim.members["a"].state.generation
+    assert inject_and_settle(sim, *forged_assignment(sim, "b", g + 1, "", "0123")) == "not_leader"
+
+
+def test_stale_generation_is_rejected() -> None:
+    sim = stable_pair()
+    old = next(r for r in sim.log.records if r.key is not None and r.key[1] == ord("A"))
+    assert inject_and_settle(sim, old.key, old.value) == "stale_generation"
+
+
+def test_duplicated_member_record_is_rejected() -> None:
+    sim = stable_pair()
+    last_b = [r for r in sim.log.records if r.key is not None and r.key.endswith(b"b")][-1]
+    assert inject_and_settle(sim, last_b.key, last_b.value) == "stale_member_record"
+
+
+def test_truncated_and_garbage_records_are_rejected() -> None:
+    sim = stable_pair()
+    last = sim.log.records[-1]
+    assert last.value is not None
+    assert inject_and_settle(sim, last.key, last.value[:-5]) == "bad_bytes"
+    assert inject_and_settle(sim, b"\x00garbage", b"\x00\x01") == "unknown_version"
+    assert inject_and_settle(sim, None, None) == "bad_bytes"
+
+
+def test_unsafe_grant_even_from_the_leader_is_rejected_and_reasserted() -> None:
+    sim = stable_pair()
+    g = sim.members["a"].state.generation
+    # a "leader" record that hands b's partitions to a without revoking them first
+    assert inject_and_settle(sim, *forged_assignment(sim, "a", g + 1, "0123", "")) == (
+        "unsafe_grant"
+    )
+    # the rejected record was on the assignment key: the leader re-asserted the real one,
+    # so a reader of the compacted topic still finds it
+    st = sim.members["a"].state
+    assert not st.assignment_clobbered
+    fresh = sim.new_state()
+    for r in sim.log.compacted():
+        fresh.replay(r.offset, r.key, r.value, r.timestamp)
+    assert fresh.assignment == st.assignment
+
+
+def test_member_claiming_what_it_was_never_granted_is_rejected() -> None:
+    sim = stable_pair()
+    st = sim.members["a"].state
+    b = st.members["b"]
+    k, v = member_record("g", "b", incarnation=b.incarnation, seq=b.seq + 100, topics=["t0"],
+                         owned=[("t0", 0)], acked_generation=st.generation)  # fmt: skip
+    assert inject_and_settle(sim, *encode(k, v)) == "unowned_claim"
+
+
+def test_replay_order_regressions_are_rejected() -> None:
+    st = GroupState("g", 10_000)
+    k, v = encode(*member_record("g", "m", incarnation="i", seq=1, topics=["t"]))
+    assert st.replay(5, k, v, 100).kind == "member"
+    assert st.replay(5, k, v, 100).reason == "offset_regressed"
+    assert st.replay(6, k, v, 100).reason == "stale_member_record"
+    assert st.rejections == {"offset_regressed": 1, "stale_member_record": 1}
+    assert st.replay(7, *encode(*member_record("other", "m", incarnation="i", seq=1, topics=[])),
+                     100).kind == "other_group"  # fmt: skip
+
+
+def test_signed_group_rejects_unsigned_records() -> None:
+    signer = HmacSigner(b"k")
+    sim = stable_pair(signer=signer)
+    g = sim.members["a"].state.generation
+    assert inject_and_settle(sim, *forged_assignment(sim, "a", g + 1, "01", "23")) == "unsigned"
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_compacted_log_replays_to_the_same_group(protocol: str) -> None:
+    sim = GroupSim({"t0": 6, "t1": 3}, protocol=protocol, assignor="roundrobin")
+    for m in "abcd":
+        sim.join(m)
+        sim.tick(3)
+    sim.settle()
+    sim.crash("a")  # the first leader: the survivors must agree on the next one
+    sim.leave("c")
+    sim.settle()
+    sim.tick(40)  # everyone heartbeats again after the changes
+    live = sim.members["b"].state
+    fresh = sim.new_state()
+    for r in sim.log.compacted():
+        fresh.replay(r.offset, r.key, r.value, r.timestamp)
+    assert (fresh.leader, fresh.generation, fresh.assignment) == (
+        live.leader, live.generation, live.assignment,
+    )  # fmt: skip
+    assert set(fresh.live_members()) == set(live.live_members()) == {"b", "d"}
+    assert {m: fresh.may_hold(m) for m in "bd"} == {m: live.may_hold(m) for m in "bd"}
+    # a member started now, from the compacted topic, joins without disturbing the group
+    sim.join("e")
+    sim.settle()
+    assert not sim.members["e"].state.rejections
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_zombie_is_fenced_before_its_partitions_move(protocol: str) -> None:
+    sim = stable_pair(protocol, keep_actions=True)
+    b_had = sim.members["b"].member.owned
+    sim.pause("b", 3 * sim.session_timeout_ms)
+    b = sim.members["b"]
+    while not any(x.lost for x in b.actions):
+        sim.tick()
+        assert not sim.violations()
+    # b's first poll after the pause: everything lost (not committed), nothing revoked
+    lost = [x for x in b.actions if x.lost]
+    assert lost and lost[0].lost == b_had and "session_lapsed" in lost[0].events
+    with pytest.raises(Exception, match="commit refused"):
+        b.member.check_commit(b_had, sim.clock)
+    sim.settle()
+    assert sorted(parts(sim.members[m].member.owned) for m in "ab") == ["t0-0 t0-1", "t0-2 t0-3"]
+
+
+def test_slow_reader_fences_itself_and_recovers() -> None:
+    sim = GroupSim({"t0": 4}, session_timeout_ms=3_000, heartbeat_interval_ms=300)
+    sim.join("a")
+    sim.join("b", read_rate=1)  # reads one record per tick: falls behind the heartbeats
+    for _ in range(300):
+        sim.tick()
+        assert not sim.violations()
+    sim.members["b"].read_rate = None
+    sim.settle()
+
+
+def test_member_state_table() -> None:
+    m = Member("g", "m", "i", ["t"], session_timeout_ms=1000, heartbeat_interval_ms=100)
+    st = GroupState("g", 1000)
+    acts = m.poll(st, 0)
+    assert acts.state == "joining" and len(acts.writes) == 1
+    with pytest.raises(ProtocolError, match="not allowed"):
+        m._fire("left")
+    m.leave()
+    assert m.poll(st, 10).writes[-1].value is None  # the tombstone
+    with pytest.raises(ProtocolError):
+        m.poll(st, 20)
+    states = {s for s, _ in MEMBER_TRANSITIONS} | set(MEMBER_TRANSITIONS.values())
+    assert states == {"unjoined", "joining", "active", "fenced", "leaving", "left"}
+
+
+def test_diff_and_adjust_cooperative() -> None:
+    t = lambda *ps: frozenset(TP("t", p) for p in ps)  # noqa: E731
+    assert diff(t(0, 1), t(1, 2)) == (t(2), t(0))
+    adj = adjust_cooperative({"a": t(0, 1), "b": t(2, 3)}, {"a": t(0, 1, 2), "x": t(3)})
+    assert adj.assigned == {"a": t(0, 1), "b": frozenset()}
+    assert adj.revoke == {"a": t(2), "b": frozenset()}
+    assert adj.pending == {"a": frozenset(), "b": t(2, 3)}
+    assert not adj.complete
+
+
+class _LagOnly(Assignor):
+    name = "lag-test"
+    uses_lag = True
+
+    def _assign(self, counts, members, lags):  # type: ignore[no-untyped-def]
+        ids = sorted(members)
+        by_lag = sorted(lags, key=lambda p: (-lags[p], p))
+        return {
+            m: [p for i, p in enumerate(by_lag) if i % len(ids) == j] for j, m in enumerate(ids)
+        }
+
+
+def test_planner_asks_for_lags_only_when_it_runs_a_lag_assignor() -> None:
+    st = GroupState("g", 10_000)
+    st.replay(0, *encode(*member_record("g", "a", incarnation="i", seq=1, topics=["t"])), 1)
+    p = Planner(_LagOnly(), "cooperative")
+    assert p.needs_lags(st, {"t": 2})
+    d = p.plan(st, {"t": 2})
+    assert d.action == NEED_LAGS and d.lag_topics == ("t",)
+    d = p.plan(st, {"t": 2}, {TP("t", 0): 5, TP("t", 1): 9})
+    assert d.action == WRITE and d.record is not None
+    st.replay(1, *d.encode(), 2)
+    assert not p.needs_lags(st, {"t": 2})  # stable: no assignor run, no lags
+    assert MemberSubscription(["t"]).topics == ("t",)
