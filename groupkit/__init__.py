@@ -1,5 +1,7 @@
 """groupkit: consumer groups for confluent-kafka, coordinated over a compacted control topic."""
 
+from groupkit.runtime.consumer import GroupConsumer
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["GroupConsumer", "__version__"]

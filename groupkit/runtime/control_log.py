@@ -1,0 +1,157 @@
+"""Reading and writing a group's control partition.
+
+The reader ``assign()``s the group's one control partition from the beginning and returns raw
+records with their offsets and broker (``LogAppendTime``) timestamps; it never interprets them:
+decoding and every decision belong to the protocol layer, which replays what this returns.
+
+The writer is an idempotent producer (``acks=all``, no linger): a record is either in the log
+once, in the order written, or its delivery callback reports the error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from groupkit.errors import BrokerError
+from groupkit.runtime.config import GroupConfig
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """One control record as the broker stored it."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+class ControlReader:
+    """Follows one control partition from its beginning."""
+
+    def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._consumer = Consumer(
+            cfg.client_config(
+                **{
+                    "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "enable.partition.eof": False,
+                    # Low fetch latency: a rebalance is as fast as members see each other.
+                    "fetch.wait.max.ms": 10,
+                    "fetch.min.bytes": 1,
+                    "fetch.error.backoff.ms": 50,
+                    "socket.nagle.disable": True,
+                }
+            )
+        )
+        self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        self.position = 0  # the offset of the next record to read
+
+    def high_watermark(self, timeout: float = 10.0) -> int:
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=timeout
+            )
+        except KafkaException as e:
+            raise BrokerError(f"cannot read the end of the control topic: {e}") from e
+        return int(high)
+
+    def poll(self, timeout: float) -> list[RawRecord]:
+        """Records available within ``timeout`` seconds (a batch, maybe empty)."""
+        msgs = self._consumer.consume(num_messages=500, timeout=timeout)
+        out: list[RawRecord] = []
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise BrokerError(f"control topic reader failed: {err}")
+                continue  # transient errors: librdkafka retries on its own
+            raw = _raw(msg)
+            out.append(raw)
+            self.position = raw.offset + 1
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _raw(msg: Message) -> RawRecord:
+    kind, ts = msg.timestamp()
+    offset = msg.offset()
+    # LogAppendTime is guaranteed by the topic's config; a record without a broker timestamp is
+    # passed on with -1 and the protocol layer rejects it.
+    return RawRecord(
+        offset=int(offset if offset is not None else -1),
+        key=msg.key(),
+        value=msg.value(),
+        timestamp_ms=int(ts) if kind != TIMESTAMP_NOT_AVAILABLE else -1,
+    )
+
+
+DeliveryCallback = Callable[[KafkaError | None, int], None]
+
+
+class ControlWriter:
+    """Produces control records to one partition, idempotently and in order."""
+
+    def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._producer = Producer(
+            cfg.client_config(
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 0,
+                    "socket.nagle.disable": True,
+                    "message.max.bytes": 8 * 1024 * 1024,
+                }
+            )
+        )
+
+    def write(self, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
+        """Queue one record; ``on_delivery(error, offset)`` runs from :meth:`service`."""
+
+        def done(err: KafkaError | None, msg: Message) -> None:
+            off = msg.offset()
+            on_delivery(err, int(off) if off is not None and err is None else -1)
+
+        try:
+            self._producer.produce(
+                self.topic, key=key, value=value, partition=self.partition, on_delivery=done
+            )
+        except BufferError:
+            self._producer.poll(0.1)
+            self._producer.produce(
+                self.topic, key=key, value=value, partition=self.partition, on_delivery=done
+            )
+        except KafkaException as e:
+            raise BrokerError(f"cannot write to the control topic: {e}") from e
+        self._producer.poll(0)
+
+    def service(self, timeout: float = 0.0) -> None:
+        """Run delivery callbacks that are due."""
+        self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        """Wait for queued records; returns how many are still in flight."""
+        remaining: Any = self._producer.flush(timeout)
+        return int(remaining)

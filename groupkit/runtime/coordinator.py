@@ -1,0 +1,288 @@
+"""The control loop of one member: a background thread between the control topic and the protocol.
+
+The thread owns the control-topic reader and writer and the protocol objects. Each turn:
+
+1. Read what the control partition has (at start-up: everything up to the high watermark
+   before acting, so a member never acts on a partial view) and ``replay`` every record into
+   the :class:`~groupkit.protocol.state.GroupState`; rejections are counted by reason and
+   logged, never applied.
+2. Ask the :class:`~groupkit.protocol.member.Member` what to do. Partitions to assign, revoke or
+   mark lost are handed to the thread that calls ``GroupConsumer.poll`` (callbacks and commits
+   run there, as in confluent-kafka); records are produced at once, except that a record which
+   no longer claims a revoked partition is only produced after ``poll`` has committed and
+   stopped it (the member keeps claiming it until then; see ``Member.revoked``).
+3. If this member leads, ask the :class:`~groupkit.protocol.planner.Planner` for the next
+   generation (fetching lags first for a lag-aware assignor), produce it, and plan again only
+   once that record has been replayed.
+
+Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
+fencing clock) and the queue of hand-offs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import structlog
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient
+
+from groupkit.errors import BrokerError
+from groupkit.protocol import GroupState, Member, Planner
+from groupkit.protocol.planner import NEED_LAGS, WRITE
+from groupkit.protocol.records import HmacSigner, Partitions, Signer
+from groupkit.runtime.config import GroupConfig
+from groupkit.runtime.control_log import ControlReader, ControlWriter
+from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.lag import fetch_lags
+from groupkit.types import TopicPartition
+
+_log = structlog.get_logger("groupkit.runtime")
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """Work for the ``poll`` thread, in the order it must be done."""
+
+    lost: Partitions
+    revoke: Partitions
+    assign: Partitions
+    generation: int
+
+
+@dataclass
+class Stats:
+    """Counters the metrics layer reads."""
+
+    records_read: int = 0
+    records_written: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    rebalances: Counter[str] = field(default_factory=Counter)
+    write_errors: int = 0
+
+
+class Coordinator:
+    """Runs the member's side of the protocol (and the leader's, when it leads) in a thread."""
+
+    def __init__(
+        self,
+        cfg: GroupConfig,
+        topics: Iterable[str],
+        admin: AdminClient,
+        member_id: str | None = None,
+        on_handoff: Callable[[], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.admin = admin
+        self.member_id = (
+            member_id or f"{cfg.connection.get('client.id', 'groupkit')}-{uuid.uuid4().hex[:12]}"
+        )
+        self.incarnation = uuid.uuid4().hex
+        self.signer: Signer | None = (
+            HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
+        )
+        self.lock = threading.RLock()
+        self.state = GroupState(
+            cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=self.signer
+        )
+        self.member = Member(
+            cfg.group_id,
+            self.member_id,
+            self.incarnation,
+            topics,
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            rack=cfg.rack,
+            capacity=cfg.capacity,
+            client={"lib": "groupkit"},
+            signer=self.signer,
+            defer_revocations=True,  # revocations are done by the poll thread, then released
+        )
+        self.planner = Planner(cfg.assignor, cfg.protocol)
+        self.stats = Stats()
+        self.handoffs: deque[Handoff] = deque()
+        self._revoking: set[TopicPartition] = set()
+        self._on_handoff = on_handoff
+        self._stop = threading.Event()
+        self._caught_up = threading.Event()
+        self._failure: BaseException | None = None
+        self._awaiting: int | None = None  # offset of our unreplayed assignment record; -1 sent
+        self._counts: dict[str, int] = {}
+        self._counts_at = 0.0
+        partitions = ensure_control_topic(
+            admin,
+            cfg.control_topic,
+            cfg.control_partitions,
+            cfg.control_replication_factor,
+            create=cfg.create_control_topic,
+        )
+        self.control_partition = partition_for_group(cfg.group_id, partitions)
+        self.reader = ControlReader(cfg, cfg.control_topic, self.control_partition)
+        self.writer = ControlWriter(cfg, cfg.control_topic, self.control_partition)
+        self._thread = threading.Thread(
+            target=self._run, name=f"groupkit-{self.member_id}", daemon=True
+        )
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def wait_caught_up(self, timeout: float) -> bool:
+        return self._caught_up.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    def _run(self) -> None:
+        try:
+            hw = self.reader.high_watermark()
+            while self.reader.position < hw and not self._stop.is_set():
+                self._replay(self.reader.poll(0.1))
+            self._caught_up.set()
+            while not self._stop.is_set():
+                self.turn(self.reader.poll(0.02))
+        except BaseException as e:  # the loop must never die silently
+            self._failure = e
+            _log.exception("control_loop.failed", member=self.member_id)
+            self._caught_up.set()
+        finally:
+            self.writer.flush(5.0)
+
+    # ------------------------------------------------------------------ one turn
+
+    def _replay(self, batch: list) -> None:  # type: ignore[type-arg]
+        if not batch:
+            return
+        with self.lock:
+            for r in batch:
+                res = self.state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+                self.stats.records_read += 1
+                if res.kind == "rejected":
+                    self.stats.rejected[res.reason or "unknown"] += 1
+                    _log.warning(
+                        "control_record.rejected",
+                        group=self.cfg.group_id,
+                        member=self.member_id,
+                        offset=r.offset,
+                        reason=res.reason,
+                        detail=res.detail,
+                    )
+                if (
+                    self._awaiting is not None
+                    and self._awaiting >= 0
+                    and r.offset >= self._awaiting
+                ):
+                    self._awaiting = None
+
+    def turn(self, batch: list) -> None:  # type: ignore[type-arg]
+        self._replay(batch)
+        now = monotonic_ms()
+        with self.lock:
+            if self.member.state == "left":
+                return
+            acts = self.member.poll(self.state, now)
+            new_revoke = acts.revoke - self._revoking
+            if acts.lost or new_revoke or acts.assign:
+                self._revoking |= new_revoke
+                self._revoking -= acts.lost
+                self.handoffs.append(Handoff(acts.lost, new_revoke, acts.assign, acts.generation))
+                for e in acts.events:
+                    _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
+                              what=e, generation=acts.generation)  # fmt: skip
+            for w in acts.writes:
+                self._write(w.raw_key, w.raw_value)
+            leads = (
+                self.state.leader == self.member_id
+                and self.state.members[self.member_id].incarnation == self.incarnation
+                and self._awaiting is None
+                and (self.member.session_age_ms(now) or 0) < self.cfg.session_timeout_ms
+            )
+        if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
+            self._on_handoff()
+        if leads:
+            self._lead()
+        self.writer.service(0)
+
+    def released(self, partitions: Partitions) -> None:
+        """Called by the ``poll`` thread once revoked partitions are committed and stopped."""
+        with self.lock:
+            self._revoking -= partitions
+            self.member.revoked(partitions)
+
+    def _lead(self) -> None:
+        counts = self._partition_counts()
+        with self.lock:
+            decision = self.planner.plan(self.state, counts)
+        if decision.action == NEED_LAGS:
+            parts = [
+                TopicPartition(t, p) for t in decision.lag_topics for p in range(counts.get(t, 0))
+            ]
+            try:
+                lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.auto_offset_reset)
+            except BrokerError as e:
+                _log.warning("lags.unavailable", error=str(e))
+                lags = {tp: 0 for tp in parts}
+            with self.lock:
+                decision = self.planner.plan(self.state, counts, lags)
+        if decision.action == WRITE:
+            key, value = decision.encode(self.signer)
+            self.stats.rebalances[decision.reason] += 1
+            _log.info(
+                "rebalance.planned",
+                group=self.cfg.group_id,
+                leader=self.member_id,
+                reason=decision.reason,
+                generation=decision.record.generation if decision.record else None,
+                phase=decision.record.phase if decision.record else None,
+                protocol=self.cfg.protocol,
+            )
+            self._awaiting = -1
+            self._write(key, value, assignment=True)
+
+    def _partition_counts(self) -> dict[str, int]:
+        """Partition counts of every topic a live member subscribes to, refreshed each second."""
+        now = time.monotonic()
+        with self.lock:
+            topics = sorted({t for m in self.state.live_members().values() for t in m.topics})
+        if now - self._counts_at >= 1.0 or any(t not in self._counts for t in topics):
+            counts: dict[str, int] = {}
+            try:
+                md = self.admin.list_topics(timeout=5)
+                for t in topics:
+                    tm = md.topics.get(t)
+                    counts[t] = len(tm.partitions) if tm is not None and tm.error is None else 0
+                self._counts = counts
+                self._counts_at = now
+            except Exception as e:
+                _log.warning("metadata.unavailable", error=str(e))
+        return {t: self._counts.get(t, 0) for t in topics}
+
+    def _write(self, key: bytes, value: bytes | None, assignment: bool = False) -> None:
+        def delivered(err: KafkaError | None, offset: int) -> None:
+            if err is not None:
+                self.stats.write_errors += 1
+                _log.warning("control_record.write_failed", error=str(err))
+                if assignment:
+                    self._awaiting = None  # plan again
+                return
+            self.stats.records_written += 1
+            if assignment and self._awaiting == -1:
+                self._awaiting = offset if self.reader.position <= offset else None
+
+        self.writer.write(key, value, delivered)
