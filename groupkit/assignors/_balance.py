@@ -30,11 +30,15 @@ did not own (it was just placed there, moving it costs no stickiness), then its 
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 from groupkit.types import TopicPartition
+
+# Builds a TopicPartition from a (topic, partition) tuple without the Python-level __new__ of
+# NamedTuple: a third of the cost when many are made at once.
+_tp_from_pair = partial(tuple.__new__, TopicPartition)
 
 
 class CountBalancer:
@@ -58,6 +62,9 @@ class CountBalancer:
                 if t in self.subscribers:
                     self.subscribers[t].append(i)
         self.held: list[dict[str, list[int]]] = [{} for _ in range(n)]
+        # Where each owned partition is now, kept up to date by every move, so the stickiness
+        # repairs look only at owned partitions.
+        self.where: dict[tuple[str, int], int] = dict(origin)
         self.count = [0] * n
         for i, tps in enumerate(held):
             mine = self.held[i]
@@ -73,34 +80,25 @@ class CountBalancer:
         for mine in self.held:
             for t, ps in mine.items():
                 taken.setdefault(t, set()).update(ps)
-        heaps: dict[tuple[int, ...], list[tuple[int, int]]] = {}
         count = self.count
         order = sorted(self.subscribers, key=lambda t: (len(self.subscribers[t]), t))
         for t in order:
             subs = self.subscribers[t]
             if not subs:
                 continue
-            have = taken.get(t, ())
-            free = [p for p in range(self.counts_per_topic[t]) if p not in have]
+            have = taken.get(t)
+            n = self.counts_per_topic[t]
+            free = [p for p in range(n) if p not in have] if have else list(range(n))
             if not free:
                 continue
-            key = tuple(subs)
-            heap = heaps.get(key)
-            if heap is None:
-                heap = heaps[key] = [(count[i], i) for i in subs]
-                heapq.heapify(heap)
-            for p in free:
-                # Counts only grow during the fill, so an entry is stale exactly when it is
-                # lower than the member's count; refresh until the top is current. The top is
-                # then a true minimum, ties broken by member index.
-                while True:
-                    c, i = heap[0]
-                    if c == count[i]:
-                        break
-                    heapq.heapreplace(heap, (count[i], i))
-                self.held[i].setdefault(t, []).append(p)
+            takers = _least_loaded_first(subs, count, len(free))
+            for i, p in zip(takers, free, strict=True):
+                got = self.held[i].get(t)
+                if got is None:
+                    self.held[i][t] = [p]
+                else:
+                    got.append(p)
                 count[i] += 1
-                heapq.heapreplace(heap, (count[i], i))
 
     # -- 3. balance --------------------------------------------------------------------------
 
@@ -168,6 +166,8 @@ class CountBalancer:
         self.held[taker].setdefault(topic, []).append(p)
         self.count[giver] -= 1
         self.count[taker] += 1
+        if (topic, p) in self.where:
+            self.where[(topic, p)] = taker
 
     # -- 4. and 5. stickiness repairs --------------------------------------------------------
 
@@ -196,14 +196,8 @@ class CountBalancer:
 
     def _moved(self) -> list[tuple[tuple[str, int], int, int]]:
         """``((topic, partition), holder, owner)`` of every partition away from its owner."""
-        out = []
-        for i, mine in enumerate(self.held):
-            for t in sorted(mine):
-                for p in sorted(mine[t]):
-                    o = self.origin.get((t, p), -1)
-                    if o >= 0 and o != i:
-                        out.append(((t, p), i, o))
-        return out
+        where = self.where
+        return sorted((tp, where[tp], o) for tp, o in self.origin.items() if where[tp] != o)
 
     def _move_exact(self, giver: int, topic: str, p: int, taker: int) -> None:
         ps = self.held[giver][topic]
@@ -213,15 +207,38 @@ class CountBalancer:
         self.held[taker].setdefault(topic, []).append(p)
         self.count[giver] -= 1
         self.count[taker] += 1
+        if (topic, p) in self.where:
+            self.where[(topic, p)] = taker
 
     # -- result ------------------------------------------------------------------------------
 
     def result(self) -> list[list[TopicPartition]]:
-        """Per member index, its sorted partitions."""
+        """Per member index, its partitions (unsorted: ``Assignor.assign`` sorts them)."""
         return [
-            [TopicPartition(t, p) for t in sorted(mine) for p in sorted(mine[t])]
+            list(map(_tp_from_pair, [(t, p) for t, ps in mine.items() for p in ps]))
             for mine in self.held
         ]
+
+
+def _least_loaded_first(subs: Sequence[int], count: Sequence[int], n: int) -> list[int]:
+    """Who takes each of ``n`` partitions when each goes to the least loaded, ties by index.
+
+    That sequence is the ``n`` smallest "slots" ``(level, member)``, where a member with ``c``
+    partitions offers the levels ``c, c + 1, ...``: level by level, every member already at or
+    below the level takes one, in index order. Computed per level, not per partition.
+    """
+    by_level = sorted(subs, key=lambda i: (count[i], i))
+    out: list[int] = []
+    level = count[by_level[0]]
+    k = 0  # members at or below the current level, a prefix of by_level
+    while len(out) < n:
+        while k < len(by_level) and count[by_level[k]] <= level:
+            k += 1
+        # Members at or below this level, in index order (subs is sorted by index).
+        at_level = list(subs) if k == len(by_level) else sorted(by_level[:k])
+        out.extend(at_level[: n - len(out)])
+        level += 1
+    return out
 
 
 def balance_counts(
