@@ -32,12 +32,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError, ConfigError, FencedError, GroupkitError
-from groupkit.protocol.records import EMPTY, Partitions
+from groupkit.protocol.records import Partitions
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.types import TopicPartition
@@ -64,7 +64,9 @@ class GroupConsumer:
         self._registry = registry
         self._admin = AdminClient(self._cfg.client_config())
         self._check_cluster()
-        self._data = Consumer(self._cfg.data_consumer)
+        # Offsets are stored only for records handed to the user (see _store).
+        self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
+        self._data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": False})
         self._coordinator: Coordinator | None = None
         self._on_assign: Callback | None = None
         self._on_revoke: Callback | None = None
@@ -155,41 +157,60 @@ class GroupConsumer:
         while True:
             self._service()
             remaining = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
-            out: list[Message] = []
+            msgs: list[Message] = []
             if self._owned:
-                for msg in self._data.consume(n, min(remaining, 0.05)):
-                    if msg.error() is not None:
-                        out.append(msg)
-                        continue
-                    # A partition may have been lost between the fetch and now: drop its records.
-                    if _msg_tp(msg) in self._owned:
-                        out.append(msg)
+                msgs = self._data.consume(n, min(remaining, 0.05))
             else:
                 self._wake.wait(min(remaining, 0.05))
                 self._wake.clear()
-            if out:
-                self._service()  # fence again: a long consume may have crossed the deadline
-                return [m for m in out if m.error() is not None
-                        or _msg_tp(m) in self._owned]  # fmt: skip
+            if msgs:
+                # A process frozen inside consume() wakes up here: fence before handing out
+                # anything. Hand-offs wait for the next call, so a revocation never commits
+                # past records the user has not been given.
+                self._fence()
+                out = [m for m in msgs if m.error() is not None or _msg_tp(m) in self._owned]
+                if out:
+                    self._store(out)
+                    return out
             if deadline is not None and time.monotonic() >= deadline:
                 return []
 
+    def _store(self, msgs: list[Message]) -> None:
+        """Store the offsets of records given to the user (librdkafka's auto-store is off)."""
+        if not self._auto_store:
+            return
+        nxt: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            off = m.offset()
+            if m.error() is None and off is not None:
+                tp = _msg_tp(m)
+                nxt[tp] = max(nxt.get(tp, 0), off + 1)
+        if nxt:
+            self._data.store_offsets(
+                offsets=[KTopicPartition(t, p, o) for (t, p), o in nxt.items()]
+            )
+
+    def _fence(self) -> None:
+        """Lose everything, uncommitted, once our own heartbeat is older than the session."""
+        c = self._coordinator
+        if c is None or not self._owned:
+            return
+        with c.lock:
+            age = c.member.session_age_ms(monotonic_ms())
+        if age is None or age >= self._cfg.session_timeout_ms:
+            self._lose(frozenset(self._owned), "session_lapsed")
+
     def _service(self) -> None:
-        """Carry out hand-offs, fence, auto-commit: everything ``poll`` owes the group."""
+        """Fence, carry out hand-offs, auto-commit: everything ``poll`` owes the group."""
         c = self._coordinator
         if c is None:
             return
         if c.failure is not None:
             raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+        self._fence()
         with c.lock:
-            # Fencing by our own clock (DESIGN: a zombie fences itself before anyone is granted).
-            age = c.member.session_age_ms(monotonic_ms())
-            lapsed = age is None or age >= self._cfg.session_timeout_ms
-            lost_now = frozenset(self._owned) if lapsed and self._owned else EMPTY
             handoffs = list(c.handoffs)
             c.handoffs.clear()
-        if lost_now:
-            self._lose(lost_now, "session_lapsed")
         for h in handoffs:
             self._apply(h)
         if (
@@ -285,18 +306,20 @@ class GroupConsumer:
             c.member.check_commit(parts, monotonic_ms())
 
     def _commit_partitions(self, parts: Partitions) -> None:
-        """Commit the stored offsets of ``parts`` synchronously (before giving them away)."""
-        positions = self._data.position(_ktps(parts))
-        offsets = [p for p in positions if p.offset is not None and p.offset >= 0]
-        if not offsets:
-            return
+        """Commit stored offsets synchronously before ``parts`` are given away.
+
+        librdkafka commits the stored offsets of every assigned partition; the others are
+        still ours, so committing them too is harmless and saves a call.
+        """
         try:
-            self._check_commit(TopicPartition(p.topic, p.partition) for p in offsets)
-            self._data.commit(offsets=offsets, asynchronous=False)
+            self._check_commit(parts)
+            self._data.commit(asynchronous=False)
         except FencedError as e:
             _log.warning("commit.refused", member=self.member_id, error=str(e))
         except KafkaException as e:
-            _log.warning("commit.failed", member=self.member_id, error=str(e))
+            # _NO_OFFSET: nothing consumed since the last commit; anything else is logged.
+            if e.args and getattr(e.args[0], "code", lambda: None)() != KafkaError._NO_OFFSET:
+                _log.warning("commit.failed", member=self.member_id, error=str(e))
 
     def store_offsets(
         self, message: Message | None = None, offsets: Sequence[KTopicPartition] | None = None

@@ -1,0 +1,120 @@
+"""A GroupConsumer worker process for the multi-process tests.
+
+Run as ``python -m tests.group_worker --bootstrap B --group G --topics t1,t2 --audit FILE``.
+It appends one JSON line per fact to ``FILE`` (flushed at once, so a kill -9 loses nothing
+written before it):
+
+- ``{"e": "assign" | "revoke" | "lost", "tp": [topic, partition], "t": monotonic}``: ownership,
+  logged inside the callbacks, i.e. while the poll thread does nothing else;
+- ``{"e": "msg", "tp": [...], "o": offset, "t": ...}``: a processed record;
+- ``{"e": "state", "member": id, "generation": n, "leader": bool, "t": ...}`` when it changes;
+- ``{"e": "commit_refused", ...}``, ``{"e": "closed"}``.
+
+Commands on stdin, one per line: ``subscribe t1,t2`` and ``close``.
+``time.monotonic`` is the machine's CLOCK_MONOTONIC, comparable across processes here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+from confluent_kafka import TopicPartition as KTP
+
+from groupkit import GroupConsumer
+
+
+class Audit:
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()
+
+    def write(self, **fact: Any) -> None:
+        fact.setdefault("t", time.monotonic())
+        with self._lock:
+            self._f.write(json.dumps(fact) + "\n")
+            self._f.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topics", required=True)
+    ap.add_argument("--audit", required=True)
+    ap.add_argument("--protocol", default="cooperative")
+    ap.add_argument("--assignor", default="range")
+    ap.add_argument("--session-timeout-ms", type=int, default=3000)
+    ap.add_argument("--heartbeat-ms", type=int, default=300)
+    ap.add_argument("--control-topic", default="__groupkit")
+    ap.add_argument("--reset", default="earliest")
+    ap.add_argument("--extra", default="{}", help="JSON of extra config")
+    args = ap.parse_args()
+    audit = Audit(args.audit)
+    conf = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": args.reset,
+        "session.timeout.ms": args.session_timeout_ms,
+        "heartbeat.interval.ms": args.heartbeat_ms,
+        "auto.commit.interval.ms": 200,
+        "groupkit.rebalance.protocol": args.protocol,
+        "groupkit.assignor": args.assignor,
+        "groupkit.control.topic": args.control_topic,
+        **json.loads(args.extra),
+    }
+
+    def tps(parts: list[KTP]) -> list[list[Any]]:
+        return [[p.topic, p.partition] for p in parts]
+
+    def on_assign(_c: GroupConsumer, parts: list[KTP]) -> None:
+        for tp in tps(parts):
+            audit.write(e="assign", tp=tp)
+
+    def on_revoke(_c: GroupConsumer, parts: list[KTP]) -> None:
+        for tp in tps(parts):
+            audit.write(e="revoke", tp=tp)
+
+    def on_lost(_c: GroupConsumer, parts: list[KTP]) -> None:
+        for tp in tps(parts):
+            audit.write(e="lost", tp=tp)
+
+    commands: list[str] = []
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            commands.append(line.strip())
+
+    threading.Thread(target=read_stdin, daemon=True).start()
+    consumer = GroupConsumer(conf)
+    consumer.subscribe(args.topics.split(","), on_assign=on_assign, on_revoke=on_revoke,
+                       on_lost=on_lost)  # fmt: skip
+    audit.write(e="started", member=consumer.member_id)
+    last_state: tuple[Any, ...] = ()
+    while True:
+        while commands:
+            cmd = commands.pop(0)
+            if cmd == "close":
+                consumer.close()
+                audit.write(e="closed")
+                return
+            if cmd.startswith("subscribe "):
+                consumer.subscribe(cmd.split(" ", 1)[1].split(","), on_assign=on_assign,
+                                   on_revoke=on_revoke, on_lost=on_lost)  # fmt: skip
+        for msg in consumer.consume(100, 0.05):
+            if msg.error() is not None:
+                audit.write(e="error", error=str(msg.error()))
+                continue
+            audit.write(e="msg", tp=[msg.topic(), msg.partition()], o=msg.offset())
+        state = (consumer.member_id, consumer.generation, consumer.is_leader)
+        if state != last_state:
+            last_state = state
+            audit.write(e="state", member=state[0], generation=state[1], leader=state[2])
+
+
+if __name__ == "__main__":
+    main()

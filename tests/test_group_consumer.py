@@ -1,0 +1,173 @@
+"""GroupConsumer on the real broker, with members as separate OS processes.
+
+Every test audits ownership: no two workers' ownership intervals of a partition overlap.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import unique_name
+from tests.groupharness import TP, Group, KeyedProducer, wait_for
+
+
+@pytest.fixture
+def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Group]]:
+    groups: list[Group] = []
+
+    def make(topics: list[str], **kw: object) -> Group:
+        g = Group(bootstrap, unique_name("g"), topics, tmp_path, **kw)  # type: ignore[arg-type]
+        groups.append(g)
+        return g
+
+    yield make
+    for g in groups:
+        g.stop_all()
+
+
+def _parts(topic: str, n: int) -> set[TP]:
+    return {(topic, p) for p in range(n)}
+
+
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
+def test_members_join_and_share_every_partition_once(
+    protocol: str,
+    make_group: Callable[..., Group],
+    topic_factory: Callable[..., str],
+    bootstrap: str,
+) -> None:
+    topic = topic_factory(partitions=12)
+    parts = _parts(topic, 12)
+    producer = KeyedProducer(bootstrap, topic).start()
+    g = make_group([topic], protocol=protocol)
+    try:
+        for _ in range(3):
+            g.spawn()
+            g.wait_stable(parts)
+        assert sorted(len(w.owned()) for w in g.live()) == [4, 4, 4]
+        before = {w.name: w.owned() for w in g.live()}
+        revokes_before = {w.name: len(w.events("revoke")) for w in g.live()}
+        g.spawn()
+        g.wait_stable(parts)
+        assert sorted(len(w.owned()) for w in g.live()) == [3, 3, 3, 3]
+        for name, owned in before.items():
+            w = g.workers[name]
+            revoked = set(w.events("revoke")[revokes_before[name] :])
+            if protocol == "cooperative":
+                # Only what moved was revoked; what stayed was never paused.
+                assert revoked == owned - w.owned(), (name, revoked, owned, w.owned())
+            else:
+                assert revoked == owned  # eager: everything revoked, then reassigned
+        leaders = [w for w in g.live() if w.state().get("leader")]
+        assert len(leaders) == 1
+    finally:
+        producer.stop()
+    assert g.overlaps() == []
+
+
+def test_kill_follower_then_leader_reassigns_after_session_timeout(
+    make_group: Callable[..., Group], topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=6)
+    parts = _parts(topic, 6)
+    g = make_group([topic], session_timeout_ms=3000)
+    for _ in range(3):
+        g.spawn()
+        g.wait_stable(parts)
+    wait_for(lambda: sum(bool(w.state().get("leader")) for w in g.live()) == 1, 30, "one leader")
+    leader = next(w for w in g.live() if w.state().get("leader"))
+    follower = next(w for w in g.live() if w is not leader)
+    follower.kill()
+    took = g.wait_stable(parts, timeout=60)
+    assert len(g.live()) == 2
+    # Not before the session timeout (the log must expire it), and not long after.
+    assert took >= 3.0 * 0.9, took
+    leader.kill()
+    g.wait_stable(parts, timeout=60)
+    (survivor,) = g.live()
+    wait_for(lambda: bool(survivor.state().get("leader")), 30, "the survivor to lead")
+    assert survivor.owned() == parts
+    assert g.overlaps() == []
+
+
+def test_clean_close_rebalances_at_once(
+    make_group: Callable[..., Group], topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=6)
+    parts = _parts(topic, 6)
+    g = make_group([topic], session_timeout_ms=30_000)
+    a, b = g.spawn(), g.spawn()
+    g.wait_stable(parts)
+    t0 = time.monotonic()
+    b.close()
+    g.wait_stable(parts, timeout=30)
+    # Far sooner than the 30 s session timeout: the tombstone says it left.
+    assert time.monotonic() - t0 < 15
+    assert a.owned() == parts
+    assert set(b.events("revoke")) == set(b.events("assign"))  # it gave back all it had
+    assert g.overlaps() == []
+
+
+def test_subscription_change_and_new_partitions_rebalance(
+    make_group: Callable[..., Group], topic_factory: Callable[..., str], admin: object
+) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    t1 = topic_factory(partitions=4)
+    t2 = topic_factory(partitions=2)
+    g = make_group([t1])
+    a, _b = g.spawn(), g.spawn()
+    g.wait_stable(_parts(t1, 4))
+    a.send(f"subscribe {t1},{t2}")
+    # Only a subscribes to t2 now: a owns all of t2.
+    g.wait_stable(_parts(t1, 4) | _parts(t2, 2))
+    wait_for(lambda: _parts(t2, 2) <= a.owned(), 30, f"a to own {t2}: {g.describe()}")
+    fut = admin.create_partitions([NewPartitions(t1, 6)])  # type: ignore[attr-defined]
+    fut[t1].result(timeout=30)
+    g.wait_stable(_parts(t1, 6) | _parts(t2, 2), timeout=60)
+    assert g.overlaps() == []
+
+
+def test_at_least_once_across_joins_leaves_and_crashes(
+    make_group: Callable[..., Group], topic_factory: Callable[..., str], bootstrap: str
+) -> None:
+    topic = topic_factory(partitions=8)
+    parts = _parts(topic, 8)
+    g = make_group([topic], session_timeout_ms=3000)
+    producer = KeyedProducer(bootstrap, topic, rate_per_s=300).start()
+    try:
+        _w0, w1 = g.spawn(), g.spawn()
+        g.wait_stable(parts)
+        w2 = g.spawn()
+        g.wait_stable(parts)
+        w1.close()
+        g.wait_stable(parts)
+        crashed_owned = w2.owned()
+        w2.kill()
+        g.wait_stable(parts, timeout=60)
+        g.spawn()
+        g.wait_stable(parts)
+    finally:
+        producer.stop()
+    ends = producer.end_offsets()
+    assert sum(ends.values()) >= 100
+
+    def drained() -> bool:
+        done = g.processed()
+        return all(set(range(end)) <= set(done.get(tp, {})) for tp, end in ends.items())
+
+    wait_for(drained, 60, "every produced record to be processed")
+    done = g.processed()
+    for tp, end in ends.items():
+        missing = set(range(end)) - set(done[tp])
+        assert not missing, f"{tp} lost offsets {sorted(missing)[:10]}"
+        dups = {o for o, n in done[tp].items() if n > 1}
+        if dups:
+            assert tp in crashed_owned, (
+                f"{tp} processed {sorted(dups)[:10]} twice, owner did not crash"
+            )
+    assert g.overlaps() == []
