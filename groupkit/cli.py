@@ -98,6 +98,25 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return devbroker.cli(args)
 
 
+def _client_config(args: argparse.Namespace) -> dict[str, Any]:
+    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_servers}
+    for item in args.config or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InputError(f"-X takes key=value, got {item!r}")
+        conf[key] = value
+    return conf
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    from groupkit.runtime.describe import describe_group, render
+
+    conf = {**_client_config(args), "group.id": args.group,
+            "groupkit.control.topic": args.control_topic}  # fmt: skip
+    print(render(describe_group(conf, with_lag=not args.no_lag), as_json=args.json))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="groupkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +124,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("assign", help="run an assignor on JSON from stdin, print JSON")
     p.add_argument("--assignor", required=True, help="assignor name, e.g. range, sticky, balanced")
     p.set_defaults(func=_cmd_assign)
+
+    p = sub.add_parser("describe", help="members, leader, generation, assignment and lag")
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--control-topic", default="__groupkit")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-lag", action="store_true", help="skip fetching offsets")
+    p.add_argument(
+        "-X",
+        dest="config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra client setting, e.g. -X security.protocol=SASL_PLAINTEXT",
+    )
+    p.set_defaults(func=_cmd_describe)
 
     p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
     p.add_argument("action", choices=["start", "stop", "status", "fetch"])

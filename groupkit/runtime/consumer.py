@@ -66,8 +66,12 @@ class GroupConsumer:
         self._check_cluster()
         # Offsets are stored only for records handed to the user (see _store).
         self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
-        self._data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": False})
+        try:
+            self._data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": False})
+        except KafkaException as e:
+            raise ConfigError(f"the data consumer refused its settings: {e}") from e
         self._coordinator: Coordinator | None = None
+        self._topics: list[str] = []
         self._on_assign: Callback | None = None
         self._on_revoke: Callback | None = None
         self._on_lost: Callback | None = None
@@ -134,7 +138,17 @@ class GroupConsumer:
             with self._coordinator.lock:
                 self._coordinator.member.set_subscription(topics)
             return
-        self._coordinator = Coordinator(self._cfg, topics, self._admin, on_handoff=self._wake.set)
+        self._topics = topics
+        self._join()
+
+    def _join(self) -> None:
+        self._coordinator = Coordinator(
+            self._cfg,
+            self._topics,
+            self._admin,
+            on_handoff=self._wake.set,
+            poll_age=lambda: time.monotonic() - self._last_poll,
+        )
         self._coordinator.start()
 
     def unsubscribe(self) -> None:
@@ -207,6 +221,13 @@ class GroupConsumer:
             return
         if c.failure is not None:
             raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+        if c.abandoned:
+            # We left for not polling in time; others may own our partitions by now.
+            self._lose(frozenset(self._owned), "max_poll_interval_exceeded")
+            c.stop()
+            c.reader.close()
+            self._join()
+            return
         self._fence()
         with c.lock:
             handoffs = list(c.handoffs)
@@ -297,6 +318,11 @@ class GroupConsumer:
         c = self._coordinator
         if c is None:
             raise FencedError("not subscribed: this consumer owns no partitions")
+        if c.abandoned:
+            raise FencedError(
+                f"member {c.member_id} left the group (max.poll.interval.ms exceeded); "
+                "commit refused"
+            )
         foreign = sorted(str(p) for p in parts if p not in self._owned)
         if foreign:
             raise FencedError(

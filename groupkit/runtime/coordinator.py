@@ -65,7 +65,6 @@ class Stats:
 
     records_read: int = 0
     records_written: int = 0
-    rejected: Counter[str] = field(default_factory=Counter)
     rebalances: Counter[str] = field(default_factory=Counter)
     write_errors: int = 0
 
@@ -80,6 +79,7 @@ class Coordinator:
         admin: AdminClient,
         member_id: str | None = None,
         on_handoff: Callable[[], None] | None = None,
+        poll_age: Callable[[], float] | None = None,
     ) -> None:
         self.cfg = cfg
         self.admin = admin
@@ -112,6 +112,9 @@ class Coordinator:
         self.handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
         self._on_handoff = on_handoff
+        self._poll_age = poll_age
+        #: set when the app did not poll within max.poll.interval.ms and the member left
+        self.abandoned = False
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._failure: BaseException | None = None
@@ -173,8 +176,7 @@ class Coordinator:
             for r in batch:
                 res = self.state.replay(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
-                if res.kind == "rejected":
-                    self.stats.rejected[res.reason or "unknown"] += 1
+                if res.kind == "rejected":  # counted by reason in state.rejections
                     _log.warning(
                         "control_record.rejected",
                         group=self.cfg.group_id,
@@ -196,6 +198,7 @@ class Coordinator:
         with self.lock:
             if self.member.state == "left":
                 return
+            self._check_poll_interval()
             acts = self.member.poll(self.state, now)
             new_revoke = acts.revoke - self._revoking
             if acts.lost or new_revoke or acts.assign:
@@ -218,6 +221,21 @@ class Coordinator:
         if leads:
             self._lead()
         self.writer.service(0)
+
+    def _check_poll_interval(self) -> None:
+        """Leave the group when the app stopped polling, as Kafka's max.poll.interval.ms does.
+
+        The partitions are then reassigned; the app's next poll finds them lost (no commit)
+        and rejoins as a new member. Until then its commits are refused (``abandoned``).
+        """
+        if self._poll_age is None or self.abandoned or self.member.state in ("leaving", "left"):
+            return
+        age = self._poll_age()
+        if age * 1000 > self.cfg.max_poll_interval_ms:
+            self.abandoned = True
+            _log.warning("max_poll_interval_exceeded", group=self.cfg.group_id,
+                         member=self.member_id, seconds_since_poll=round(age, 3))  # fmt: skip
+            self.member.leave()
 
     def released(self, partitions: Partitions) -> None:
         """Called by the ``poll`` thread once revoked partitions are committed and stopped."""

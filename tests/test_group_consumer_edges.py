@@ -1,0 +1,226 @@
+"""GroupConsumer edges on the real broker, in one process: bad input, describe, garbage in the
+control topic, lag-aware assignment, max.poll.interval.ms."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka import TopicPartition as KTP
+
+from groupkit import GroupConsumer
+from groupkit.errors import (
+    BrokerError,
+    ConfigError,
+    ControlTopicError,
+    FencedError,
+    UnknownAssignorError,
+)
+from groupkit.runtime.control_topic import partition_for_group
+from groupkit.runtime.describe import describe_group
+from tests.conftest import unique_name
+from tests.groupharness import wait_for
+
+
+@pytest.fixture
+def conf(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("g"),
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+        "auto.offset.reset": "earliest",
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[GroupConsumer]]:
+    made: list[GroupConsumer] = []
+    yield made
+    for c in made:
+        c.close()
+
+
+def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll every consumer in turn until ``cond()``: one thread plays all the apps."""
+
+    def step() -> bool:
+        for c in cs:
+            c.poll(0.01)
+        return cond()
+
+    wait_for(step, timeout, what, step=0)
+
+
+def test_wrong_bootstrap_address_is_a_clear_error() -> None:
+    with pytest.raises(BrokerError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
+        GroupConsumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
+                       "socket.timeout.ms": 1000})  # fmt: skip
+
+
+def test_missing_topic_and_unknown_assignor(conf: dict[str, Any]) -> None:
+    with pytest.raises(UnknownAssignorError, match="known: balanced, cooperative-sticky"):
+        GroupConsumer({**conf, "groupkit.assignor": "nope"})
+    c = GroupConsumer(conf)
+    try:
+        with pytest.raises(ConfigError, match="do not exist"):
+            c.subscribe([unique_name("absent")])
+    finally:
+        c.close()
+
+
+def test_control_topic_with_wrong_config(
+    conf: dict[str, Any], topic_factory: Callable[..., str]
+) -> None:
+    data = topic_factory(partitions=1)
+    bad = topic_factory(partitions=1, config={"cleanup.policy": "delete"})
+    c = GroupConsumer({**conf, "groupkit.control.topic": bad})
+    try:
+        with pytest.raises(ControlTopicError, match=r"cleanup\.policy=delete"):
+            c.subscribe([data])
+    finally:
+        c.close()
+
+
+def test_commit_of_a_partition_not_owned_is_refused(
+    conf: dict[str, Any], topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    topic = topic_factory(partitions=2)
+    c = GroupConsumer(conf)
+    consumers.append(c)
+    c.subscribe([topic])
+    _pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
+    with pytest.raises(FencedError, match="does not own"):
+        c.commit(offsets=[KTP(unique_name("other"), 0, 1)], asynchronous=False)
+    c.commit(offsets=[KTP(topic, 0, 0)], asynchronous=False)  # owned: accepted
+
+
+def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
+    conf: dict[str, Any],
+    topic_factory: Callable[..., str],
+    consumers: list[GroupConsumer],
+    bootstrap: str,
+) -> None:
+    topic = topic_factory(partitions=4)
+    a, b = GroupConsumer(conf), GroupConsumer(conf)
+    consumers += [a, b]
+    a.subscribe([topic])
+    _pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
+    ctl = conf["groupkit.control.topic"]
+    part = partition_for_group(conf["group.id"], 1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    group_bytes = conf["group.id"].encode()
+    garbage = [
+        (b"\x00\xff", b"\x01\x02\x03"),  # undecodable key
+        (b"\x01A" + len(group_bytes).to_bytes(2, "big") + group_bytes, b"\x63junk"),  # bad version
+        (b"\x01A" + len(group_bytes).to_bytes(2, "big") + group_bytes, b"\x01\x00{not json"),
+        (b"\x01M" + len(group_bytes).to_bytes(2, "big") + group_bytes + b"forged", b"\x01\x00{}"),
+    ]
+    for k, v in garbage:
+        p.produce(ctl, key=k, value=v, partition=part)
+    assert p.flush(10) == 0
+    b.subscribe([topic])
+    _pump([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30,
+          "a and b to share the topic")  # fmt: skip
+    for c in (a, b):
+        assert c.coordinator is not None
+        rejected = c.coordinator.state.rejections
+        assert sum(rejected.values()) >= len(garbage) - 1, rejected  # the bad key may be foreign
+    desc = describe_group(conf)
+    assert desc["generation"] == a.generation == b.generation
+    assert sum(desc["rejected"].values()) >= len(garbage) - 1
+
+
+def test_describe_shows_members_leader_and_lag(
+    conf: dict[str, Any],
+    topic_factory: Callable[..., str],
+    consumers: list[GroupConsumer],
+    bootstrap: str,
+) -> None:
+    topic = topic_factory(partitions=2)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(30):
+        p.produce(topic, value=b"x", partition=i % 2)
+    assert p.flush(10) == 0
+    c = GroupConsumer({**conf, "auto.offset.reset": "latest"})  # nothing read: all lag stays
+    consumers.append(c)
+    c.subscribe([topic])
+    _pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
+    c.commit(offsets=[KTP(topic, 0, 5), KTP(topic, 1, 5)], asynchronous=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "groupkit.cli", "describe", "--bootstrap-servers", bootstrap,
+         "--group", conf["group.id"], "--control-topic", conf["groupkit.control.topic"], "--json"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    desc = json.loads(res.stdout)
+    (member,) = desc["members"]
+    assert member["member_id"] == c.member_id and member["leader"] and member["live"]
+    assert sorted(map(tuple, member["assigned"])) == [(topic, 0), (topic, 1)]
+    assert member["lag"] == desc["total_lag"] == 20  # 15 - 5 on each partition
+
+
+def test_lag_assignor_balances_skewed_lag_on_a_real_topic(
+    conf: dict[str, Any],
+    topic_factory: Callable[..., str],
+    consumers: list[GroupConsumer],
+    bootstrap: str,
+) -> None:
+    topic = topic_factory(partitions=3)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    # The seeds' example scaled down: lags 1000, 500, 600 with nothing committed.
+    for partition, n in ((0, 1000), (1, 500), (2, 600)):
+        for _ in range(n):
+            p.produce(topic, value=b"x", partition=partition)
+    assert p.flush(30) == 0
+    # Members named so the assignor's id order is known; they must not consume meanwhile.
+    lag_conf = {**conf, "groupkit.assignor": "lag", "groupkit.rebalance.protocol": "eager"}
+    c0 = GroupConsumer({**lag_conf, "client.id": "c0"})
+    consumers.append(c0)
+    c1 = GroupConsumer({**lag_conf, "client.id": "c1"})
+    consumers.append(c1)
+    c0.subscribe([topic])
+    c1.subscribe([topic])
+    # Wait for the leader to settle without polling the data (so the lag does not move).
+    wait_for(lambda: all(c.coordinator and c.coordinator.state.generation >= 1
+                         and len(c.coordinator.state.assignment.members) == 2  # type: ignore[union-attr]
+                         for c in (c0, c1)), 30, "an assignment covering both")  # fmt: skip
+    assert c0.coordinator is not None
+    a = c0.coordinator.state.assignment
+    assert a is not None and a.assignor == "lag"
+    plans = {
+        m: sorted(p.partition for p in cm.assigned | cm.pending) for m, cm in a.members.items()
+    }
+    # One member takes partition 0 (lag 1000), the other 1 and 2 (1100): not range's 1500/600.
+    assert sorted(plans.values()) == [[0], [1, 2]], plans
+
+
+def test_not_polling_within_max_poll_interval_leaves_and_rejoins(
+    conf: dict[str, Any], topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    topic = topic_factory(partitions=2)
+    lost: list[KTP] = []
+    slow = GroupConsumer({**conf, "max.poll.interval.ms": 1500})
+    consumers.append(slow)
+    slow.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
+    _pump([slow], lambda: len(slow.assignment()) == 2, 30, "the assignment")
+    first_id = slow.member_id
+    other = GroupConsumer(conf)
+    consumers.append(other)
+    other.subscribe([topic])
+    # Only `other` polls now: `slow` overruns max.poll.interval.ms and leaves the group.
+    _pump([other], lambda: len(other.assignment()) == 2, 30, "other to take everything")
+    with pytest.raises(FencedError, match=r"max\.poll\.interval\.ms"):
+        slow.commit(asynchronous=False)
+    # Its next poll reports the partitions lost and rejoins as a new member.
+    slow.poll(0.1)
+    assert sorted((p.topic, p.partition) for p in lost) == [(topic, 0), (topic, 1)]
+    assert slow.member_id != first_id
+    _pump([slow, other], lambda: len(slow.assignment()) == 1 == len(other.assignment()), 30,
+          "the two to share again")  # fmt: skip
