@@ -40,6 +40,7 @@ from groupkit.errors import BrokerError, ConfigError, FencedError, GroupkitError
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
+from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.types import TopicPartition
 
 _log = structlog.get_logger("groupkit.consumer")
@@ -51,6 +52,15 @@ def _ktps(parts: Iterable[TopicPartition]) -> list[KTopicPartition]:
     return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
 
 
+def _counts(msgs: list[Message]) -> list[tuple[tuple[str, int], int]]:
+    counts: dict[tuple[str, int], int] = {}
+    for m in msgs:
+        if m.error() is None:
+            tp = _msg_tp(m)
+            counts[tp] = counts.get(tp, 0) + 1
+    return list(counts.items())
+
+
 def _msg_tp(msg: Message) -> TopicPartition:
     partition = msg.partition()
     return TopicPartition(msg.topic() or "", -1 if partition is None else partition)
@@ -59,9 +69,16 @@ def _msg_tp(msg: Message) -> TopicPartition:
 class GroupConsumer:
     """A consumer in a groupkit group. Use one per thread of work, like ``Consumer``."""
 
-    def __init__(self, config: Mapping[str, Any], *, registry: Any = None) -> None:
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        registry: Any = None,
+        observers: Iterable[GroupObserver] = (),
+    ) -> None:
         self._cfg = GroupConfig.from_dict(config)
         self._registry = registry
+        self.observers = Observers(observers)
         self._admin = AdminClient(self._cfg.client_config())
         self._check_cluster()
         # Offsets are stored only for records handed to the user (see _store).
@@ -148,6 +165,7 @@ class GroupConsumer:
             self._admin,
             on_handoff=self._wake.set,
             poll_age=lambda: time.monotonic() - self._last_poll,
+            observers=self.observers,
         )
         self._coordinator.start()
 
@@ -185,6 +203,8 @@ class GroupConsumer:
                 out = [m for m in msgs if m.error() is not None or _msg_tp(m) in self._owned]
                 if out:
                     self._store(out)
+                    if self.observers:
+                        self.observers.consumed(self.member_id or "", _counts(out))
                     return out
             if deadline is not None and time.monotonic() >= deadline:
                 return []
@@ -247,6 +267,7 @@ class GroupConsumer:
 
     def _apply(self, h: Handoff) -> None:
         assert self._coordinator is not None
+        t0 = time.monotonic()
         if h.lost:
             self._lose(h.lost & frozenset(self._owned), "lost")
         if h.revoke:
@@ -269,6 +290,8 @@ class GroupConsumer:
                 self._owned |= add
                 if self._on_assign is not None:
                     self._on_assign(self, _ktps(add))
+        self.observers.handoff(self._coordinator.member_id, h.generation, h.assign, h.revoke,
+                               h.lost, time.monotonic() - t0)  # fmt: skip
 
     def _lose(self, parts: Partitions, why: str) -> None:
         if not parts:

@@ -34,11 +34,12 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError
 from groupkit.protocol import GroupState, Member, Planner
-from groupkit.protocol.planner import NEED_LAGS, WRITE
-from groupkit.protocol.records import HmacSigner, Partitions, Signer
+from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision
+from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
 from groupkit.types import TopicPartition
 
@@ -57,6 +58,17 @@ class Handoff:
     revoke: Partitions
     assign: Partitions
     generation: int
+
+
+@dataclass
+class _Rebalance:
+    started: float
+    reason: str
+    first_generation: int
+    owners: dict[TopicPartition, str]
+    generation: int = 0
+    generations: int = 0
+    revoked: int = 0
 
 
 @dataclass
@@ -80,6 +92,7 @@ class Coordinator:
         member_id: str | None = None,
         on_handoff: Callable[[], None] | None = None,
         poll_age: Callable[[], float] | None = None,
+        observers: Observers | None = None,
     ) -> None:
         self.cfg = cfg
         self.admin = admin
@@ -113,6 +126,8 @@ class Coordinator:
         self._revoking: set[TopicPartition] = set()
         self._on_handoff = on_handoff
         self._poll_age = poll_age
+        self.observers = observers if observers is not None else Observers()
+        self._rebalance: _Rebalance | None = None
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
         self._stop = threading.Event()
@@ -176,7 +191,9 @@ class Coordinator:
             for r in batch:
                 res = self.state.replay(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
+                self.observers.record_read(self.state, res.kind)
                 if res.kind == "rejected":  # counted by reason in state.rejections
+                    self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
                     _log.warning(
                         "control_record.rejected",
                         group=self.cfg.group_id,
@@ -220,6 +237,9 @@ class Coordinator:
             self._on_handoff()
         if leads:
             self._lead()
+        elif self._rebalance is not None:
+            self._finish_rebalance("abandoned")  # we lost the lead mid-rebalance
+        self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
 
     def _check_poll_interval(self) -> None:
@@ -253,25 +273,75 @@ class Coordinator:
             ]
             try:
                 lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.auto_offset_reset)
+                self.observers.lags_fetched(lags)
             except BrokerError as e:
                 _log.warning("lags.unavailable", error=str(e))
                 lags = {tp: 0 for tp in parts}
             with self.lock:
                 decision = self.planner.plan(self.state, counts, lags)
-        if decision.action == WRITE:
+        if decision.action == WRITE and decision.record is not None:
+            self._track(decision, decision.record)
             key, value = decision.encode(self.signer)
             self.stats.rebalances[decision.reason] += 1
-            _log.info(
-                "rebalance.planned",
-                group=self.cfg.group_id,
-                leader=self.member_id,
-                reason=decision.reason,
-                generation=decision.record.generation if decision.record else None,
-                phase=decision.record.phase if decision.record else None,
-                protocol=self.cfg.protocol,
-            )
             self._awaiting = -1
             self._write(key, value, assignment=True)
+            self.observers.generation_written(
+                self.state, decision.record.generation, decision.record.phase, decision.reason
+            )
+        elif decision.action == NONE and decision.reason == "stable" and self._rebalance:
+            self._finish_rebalance("completed")
+
+    # ------------------------------------------------------------------ rebalance summaries
+
+    def _track(self, decision: Decision, record: AssignmentRecord) -> None:
+        """Follow one rebalance across its generations (eager phases, cooperative follow-ups)."""
+        follow_up = decision.reason in ("revocation_acknowledged", "reassert")
+        if self._rebalance is not None and not follow_up:
+            self._finish_rebalance("superseded")
+        if self._rebalance is None:
+            before = self.state.assignment
+            owners = {
+                tp: m for m, cm in (before.members.items() if before else ()) for tp in cm.assigned
+            }
+            self._rebalance = _Rebalance(
+                time.monotonic(), decision.reason, record.generation, owners
+            )
+        rb = self._rebalance
+        rb.generation = record.generation
+        rb.generations += 1
+        rb.revoked += sum(len(cm.revoke) for cm in record.members.values())
+        _log.info("rebalance.generation", group=self.cfg.group_id, leader=self.member_id,
+                  reason=decision.reason, generation=record.generation, phase=record.phase,
+                  protocol=record.protocol)  # fmt: skip
+
+    def _finish_rebalance(self, outcome: str) -> None:
+        rb, self._rebalance = self._rebalance, None
+        if rb is None:
+            return
+        a = self.state.assignment
+        after = {tp: m for m, cm in (a.members.items() if a else ()) for tp in cm.assigned}
+        moved = sum(1 for tp, m in after.items() if tp in rb.owners and rb.owners[tp] != m)
+        summary = RebalanceSummary(
+            group=self.cfg.group_id,
+            leader=self.member_id,
+            reason=rb.reason,
+            protocol=self.cfg.protocol,
+            assignor=self.cfg.assignor,
+            first_generation=rb.first_generation,
+            generation=rb.generation,
+            generations=rb.generations,
+            moved=moved,
+            revoked=rb.revoked,
+            duration_s=time.monotonic() - rb.started,
+            outcome=outcome,
+        )
+        # One summary line per rebalance (the observability contract).
+        _log.info("rebalance", group=summary.group, leader=summary.leader, reason=summary.reason,
+                  protocol=summary.protocol, generation=summary.generation,
+                  generations=summary.generations, moved=summary.moved,
+                  revoked=summary.revoked, duration_ms=round(summary.duration_s * 1000, 1),
+                  outcome=outcome)  # fmt: skip
+        self.observers.rebalance_done(summary)
 
     def _partition_counts(self) -> dict[str, int]:
         """Partition counts of every topic a live member subscribes to, refreshed each second."""
@@ -295,11 +365,13 @@ class Coordinator:
         def delivered(err: KafkaError | None, offset: int) -> None:
             if err is not None:
                 self.stats.write_errors += 1
+                self.observers.record_written("assignment" if assignment else "member", False)
                 _log.warning("control_record.write_failed", error=str(err))
                 if assignment:
                     self._awaiting = None  # plan again
                 return
             self.stats.records_written += 1
+            self.observers.record_written("assignment" if assignment else "member", True)
             if assignment and self._awaiting == -1:
                 self._awaiting = offset if self.reader.position <= offset else None
 

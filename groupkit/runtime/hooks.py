@@ -1,0 +1,139 @@
+"""Hooks at the runtime's edge: metrics, logs and telemetry listen; the core only returns facts.
+
+A ``GroupObserver`` gets told what happened, never asked what to do. Its methods are called on
+the control thread (``record_*``, ``rebalance_*``, ``turn``) or on the poll thread (``handoff``,
+``consumed``); they must be quick and must not raise (an observer that raises is logged and
+skipped, never allowed to break the group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from groupkit.protocol import GroupState
+from groupkit.protocol.records import Partitions
+from groupkit.types import TopicPartition
+
+_log = structlog.get_logger("groupkit.hooks")
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceSummary:
+    """One rebalance as its leader saw it: from the first generation planned for a change of
+    the group to the generation after which it was stable again."""
+
+    group: str
+    leader: str
+    reason: str
+    protocol: str
+    assignor: str
+    first_generation: int
+    generation: int
+    generations: int
+    #: partitions whose owner changed between the start and the end
+    moved: int
+    #: partitions revoked from a member on the way (eager: everything owned)
+    revoked: int
+    duration_s: float
+    outcome: str  # "completed" | "superseded" (a new change arrived) | "abandoned" (lost lead)
+
+
+class GroupObserver:
+    """Base class with every hook a no-op; override what you need."""
+
+    def record_read(self, state: GroupState, kind: str) -> None:
+        """A control record was replayed; ``kind`` is the replay's result kind."""
+
+    def record_rejected(self, state: GroupState, reason: str, detail: str) -> None:
+        """A control record was rejected (already counted in ``state.rejections``)."""
+
+    def record_written(self, kind: str, ok: bool) -> None:
+        """A record of ``kind`` ("member" | "assignment") was acknowledged or failed."""
+
+    def turn(self, state: GroupState, member_id: str, now_ms: int) -> None:
+        """Once per control-loop turn, after replay and planning (cheap checks only)."""
+
+    def lags_fetched(self, lags: Mapping[TopicPartition, int]) -> None:
+        """The leader fetched lags for a lag-aware assignor."""
+
+    def generation_written(
+        self, state: GroupState, generation: int, phase: str, reason: str
+    ) -> None:
+        """The leader wrote an assignment record."""
+
+    def rebalance_done(self, summary: RebalanceSummary) -> None:
+        """A rebalance ended (on the leader)."""
+
+    def handoff(
+        self,
+        member_id: str,
+        generation: int,
+        assigned: Partitions,
+        revoked: Partitions,
+        lost: Partitions,
+        seconds: float,
+    ) -> None:
+        """The poll thread carried out a hand-off (callbacks and commits included)."""
+
+    def consumed(self, member_id: str, counts: Sequence[tuple[tuple[str, int], int]]) -> None:
+        """``poll``/``consume`` handed records to the app: (partition, count) pairs."""
+
+
+class Observers(GroupObserver):
+    """Fans every hook out to several observers, isolating their failures."""
+
+    def __init__(self, observers: Iterable[GroupObserver] = ()) -> None:
+        self._observers = list(observers)
+
+    def add(self, observer: GroupObserver) -> None:
+        self._observers.append(observer)
+
+    def __bool__(self) -> bool:
+        return bool(self._observers)
+
+    def _each(self, name: str, *args: object) -> None:
+        for o in self._observers:
+            try:
+                getattr(o, name)(*args)
+            except Exception:
+                _log.exception("observer.failed", observer=type(o).__name__, hook=name)
+
+    def record_read(self, state: GroupState, kind: str) -> None:
+        self._each("record_read", state, kind)
+
+    def record_rejected(self, state: GroupState, reason: str, detail: str) -> None:
+        self._each("record_rejected", state, reason, detail)
+
+    def record_written(self, kind: str, ok: bool) -> None:
+        self._each("record_written", kind, ok)
+
+    def turn(self, state: GroupState, member_id: str, now_ms: int) -> None:
+        self._each("turn", state, member_id, now_ms)
+
+    def lags_fetched(self, lags: Mapping[TopicPartition, int]) -> None:
+        self._each("lags_fetched", lags)
+
+    def generation_written(
+        self, state: GroupState, generation: int, phase: str, reason: str
+    ) -> None:
+        self._each("generation_written", state, generation, phase, reason)
+
+    def rebalance_done(self, summary: RebalanceSummary) -> None:
+        self._each("rebalance_done", summary)
+
+    def handoff(
+        self,
+        member_id: str,
+        generation: int,
+        assigned: Partitions,
+        revoked: Partitions,
+        lost: Partitions,
+        seconds: float,
+    ) -> None:
+        self._each("handoff", member_id, generation, assigned, revoked, lost, seconds)
+
+    def consumed(self, member_id: str, counts: Sequence[tuple[tuple[str, int], int]]) -> None:
+        self._each("consumed", member_id, counts)
