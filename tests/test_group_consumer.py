@@ -171,3 +171,35 @@ def test_at_least_once_across_joins_leaves_and_crashes(
                 f"{tp} processed {sorted(dups)[:10]} twice, owner did not crash"
             )
     assert g.overlaps() == []
+
+
+def test_zombie_fences_itself_when_it_wakes(
+    make_group: Callable[..., Group], topic_factory: Callable[..., str], bootstrap: str
+) -> None:
+    """A member frozen past its session timeout finds its partitions lost the moment it runs
+    again, before it processes or commits anything more of them."""
+    topic = topic_factory(partitions=4)
+    parts = _parts(topic, 4)
+    g = make_group([topic], session_timeout_ms=2000)
+    producer = KeyedProducer(bootstrap, topic, rate_per_s=100).start()
+    try:
+        a, z = g.spawn(), g.spawn()
+        g.wait_stable(parts)
+        frozen = z.owned()
+        paused_at = z.pause()
+        # The group reassigns the zombie's partitions once the log expires it.
+        wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
+        resumed_at = z.resume()
+        wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
+    finally:
+        producer.stop()
+    facts = z.facts()
+    lost_at = min(f["t"] for f in facts if f["e"] == "lost")
+    assert lost_at >= resumed_at
+    # Nothing of the lost partitions was processed after the freeze began...
+    late = [f for f in facts if f["e"] == "msg" and tuple(f["tp"]) in frozen and f["t"] > paused_at]
+    assert late == [], late[:5]
+    # ...and the rejoined zombie shares the topic again with no running overlap.
+    g.wait_stable(parts)
+    # The zombie's own overlap is its freeze, in which it acted on nothing (checked above).
+    assert g.overlaps(ignore=[z.name]) == []
