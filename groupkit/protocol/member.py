@@ -43,7 +43,8 @@ Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raise
   owned is lost. Action: send a fresh record. Exits: ``send_record`` → ``joining``;
   ``leave`` → ``leaving``.
 - ``leaving``: :meth:`Member.leave` was called. Action: revoke everything (commit), send a
-  record owning nothing, then the tombstone. Exits: ``left`` → ``left``.
+  record owning nothing, then the tombstone. Exits: ``left`` → ``left``; ``fenced`` →
+  ``leaving`` (what it owned is lost instead of revoked, and it still says goodbye).
 - ``left``: terminal. No event is valid.
 """
 
@@ -95,6 +96,7 @@ MEMBER_TRANSITIONS: Mapping[tuple[str, str], str] = {
     (FENCED, "send_record"): JOINING,
     (FENCED, "leave"): LEAVING,
     (LEAVING, "send_record"): LEAVING,
+    (LEAVING, "fenced"): LEAVING,
     (LEAVING, "left"): LEFT,
 }
 

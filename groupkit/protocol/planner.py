@@ -155,6 +155,10 @@ class Planner:
             if any(active[i].incarnation != c.incarnation for i, c in cur.members.items()):
                 return "membership_changed"
             return "subscription_changed"
+        if not all(state.covers(i) for i in active):
+            # same id and incarnation, but the log expired it and it came back: a new
+            # membership that the current generation does not cover
+            return "membership_changed"
         if dict(cur.partition_counts) != _counts(active, partition_counts):
             return "partition_count_changed"
         if cur.protocol != self.protocol:
@@ -232,9 +236,14 @@ class Planner:
     ) -> Decision:
         if self.assignor.uses_lag and lags is None:
             return Decision(NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
+        # topics without partitions are left out: the assignors would skip them anyway
         subs = {
             i: MemberSubscription(
-                m.topics, m.claims, m.owned_generation or None, m.rack, m.capacity
+                [t for t in m.topics if counts.get(t, 0) > 0],
+                m.claims,
+                m.owned_generation or None,
+                m.rack,
+                m.capacity,
             )
             for i, m in active.items()
         }

@@ -103,6 +103,7 @@ class GroupSim:
         self.rejected: list[Replayed] = []
         self._incarnations = 0
         self.errors: list[str] = []
+        self._view = self.new_state()
 
     # ------------------------------------------------------------------ schedule
 
@@ -251,6 +252,13 @@ class GroupSim:
                 errs.append(f"{sm.member_id} disagrees at offset {sm.state.offset}")
         return errs
 
+    def view(self) -> GroupState:
+        """The group as replayed by an observer that has read the whole log."""
+        st = self._view
+        for r in self.log.records[st.offset + 1 :]:
+            st.replay(r.offset, r.key, r.value, r.timestamp)
+        return st
+
     def expected_partitions(self) -> set[TopicPartition]:
         """Every partition of a topic some running member subscribes to."""
         topics = {t for sm in self.running() for t in sm.member.topics}
@@ -263,8 +271,8 @@ class GroupSim:
         obs = self.running()
         if not obs:
             return True
-        st = obs[0].state
-        if st.offset != len(self.log.records) - 1 or st.assignment is None:
+        st = self.view()
+        if st.assignment is None:
             return False
         for sm in obs:
             m = st.members.get(sm.member_id)
@@ -298,21 +306,28 @@ class GroupSim:
         raise AssertionError(f"not stable after {max_ticks} ticks: {self.describe()}")
 
     def describe(self) -> str:
-        obs = self.running()
-        st = obs[0].state if obs else None
+        st = self.view()
         lines = [f"clock={self.clock} log={len(self.log.records)}"]
-        if st is not None:
-            lines.append(
-                f"leader={st.leader} gen={st.generation} "
-                f"phase={st.assignment.phase if st.assignment else None} "
-                f"rejections={dict(st.rejections)}"
-            )
-            lines.append(
-                f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
-            )
+        lines.append(
+            f"leader={st.leader} gen={st.generation} "
+            f"phase={st.assignment.phase if st.assignment else None} "
+            f"rejections={dict(st.rejections)}"
+        )
+        lines.append(
+            f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
+        )
         for sm in sorted(self.members.values(), key=lambda s: s.member_id):
+            m = st.members.get(sm.member_id)
+            log = (
+                f"log: inc={m.incarnation} seq={m.seq} last_seen={m.last_seen} "
+                f"live={st.is_live(m.member_id)} lagging={st.is_lagging(m.member_id)} "
+                f"acked={m.acked_generation} since={m.since_generation}"
+                if m is not None
+                else "log: -"
+            )
             lines.append(
-                f"  {sm.member_id} {sm.member.state} crashed={sm.crashed} "
-                f"owned={sorted(map(str, sm.member.owned))}"
+                f"  {sm.member_id} {sm.member.state} inc={sm.member.incarnation} "
+                f"crashed={sm.crashed} paused_until={sm.paused_until} "
+                f"owned={sorted(map(str, sm.member.owned))} {log}"
             )
         return "\n".join(lines)

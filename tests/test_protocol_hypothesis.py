@@ -1,0 +1,142 @@
+"""Random schedules of a simulated group, both protocols, every registered assignor.
+
+After every step: (1) no partition is owned by two running members; (2) members that replayed
+to the same offset agree on leader, generation and assignment; (4) cooperative never revokes a
+partition that keeps its owner. After the schedule, a quiet period: (3) every subscribed
+partition is owned by exactly one live subscriber, and (5) that happens within a bounded number
+of generations.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from groupkit.assignors import assignor_names
+from groupkit.protocol.sim import GroupSim
+
+IDS = ["m0", "m1", "m2", "m3", "m4"]
+TOPICS = ["t0", "t1"]
+EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1500"))
+#: generations a quiet group may still need: one rebalance, its follow-ups while revocations
+#: trickle in, and one more if a lagging or paused member comes back
+MAX_QUIET_GENERATIONS = 8
+
+
+class GroupSchedule(RuleBasedStateMachine):
+    sim: GroupSim
+
+    @initialize(
+        protocol=st.sampled_from(["eager", "cooperative"]),
+        assignor=st.sampled_from(assignor_names()),
+        t0=st.integers(1, 8),
+        t1=st.integers(0, 4),
+    )
+    def start(self, protocol: str, assignor: str, t0: int, t1: int) -> None:
+        self.sim = GroupSim(
+            {"t0": t0, "t1": t1},
+            protocol=protocol,
+            assignor=assignor,
+            session_timeout_ms=2_000,
+            heartbeat_interval_ms=300,
+            rebalance_timeout_ms=4_000,
+        )
+        self.sim.lags = {}
+
+    def _alive(self) -> list[str]:
+        return [m.member_id for m in self.sim.running()]
+
+    @rule(mid=st.sampled_from(IDS), rate=st.sampled_from([None, None, 4, 8]),
+          topics=st.sampled_from([["t0"], ["t1"], ["t0", "t1"]]))  # fmt: skip
+    def join(self, mid: str, rate: int | None, topics: list[str]) -> None:
+        sm = self.sim.members.get(mid)
+        if sm is None or sm.crashed or sm.member.state == "left":
+            self.sim.members.pop(mid, None)
+            self.sim.join(mid, topics, read_rate=rate)
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data())
+    def leave(self, data: st.DataObject) -> None:
+        mid = data.draw(st.sampled_from(self._alive()))
+        if self.sim.members[mid].member.state not in ("leaving", "left", "unjoined"):
+            self.sim.leave(mid)
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data())
+    def crash(self, data: st.DataObject) -> None:
+        self.sim.crash(data.draw(st.sampled_from(self._alive())))
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data(), ms=st.integers(500, 5_000))
+    def pause(self, data: st.DataObject, ms: int) -> None:
+        self.sim.pause(data.draw(st.sampled_from(self._alive())), ms)
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data(), topics=st.sampled_from([["t0"], ["t1"], ["t0", "t1"]]))
+    def subscribe(self, data: st.DataObject, topics: list[str]) -> None:
+        self.sim.subscribe(data.draw(st.sampled_from(self._alive())), topics)
+
+    @rule(topic=st.sampled_from(TOPICS), more=st.integers(1, 3))
+    def add_partitions(self, topic: str, more: int) -> None:
+        self.sim.set_partitions(topic, self.sim.partitions[topic] + more)
+
+    @rule(data=st.data())
+    def inject(self, data: st.DataObject) -> None:
+        """Garbage, or an old record replayed (duplicated or stale)."""
+        recs = self.sim.log.records
+        if recs and data.draw(st.booleans()):
+            r = recs[data.draw(st.integers(0, len(recs) - 1))]
+            self.sim.inject(r.key, r.value)
+        else:
+            self.sim.inject(data.draw(st.binary(max_size=12)), data.draw(st.binary(max_size=12)))
+
+    @rule(data=st.data(), topic=st.sampled_from(TOPICS))
+    def skew_lag(self, data: st.DataObject, topic: str) -> None:
+        from groupkit.types import TopicPartition
+
+        for p in range(self.sim.partitions[topic]):
+            self.sim.lags[TopicPartition(topic, p)] = data.draw(st.integers(0, 1000))
+
+    @rule(n=st.integers(1, 25))
+    def tick(self, n: int) -> None:
+        for _ in range(n):
+            self.sim.tick()
+            self.check()
+
+    @invariant()
+    def check(self) -> None:
+        errs = self.sim.violations()
+        assert not errs, errs
+
+    def teardown(self) -> None:
+        sim = self.sim
+        if not sim.running():
+            return
+        # quiet period: nothing changes any more; slow readers stay slow
+        first = sim.view().generation
+        sim.settle(max_ticks=1_500)
+        last = sim.view().generation
+        assert last - first <= MAX_QUIET_GENERATIONS, (last - first, sim.describe())
+        # (3) every subscribed partition owned by exactly one live subscriber
+        owners = sim.owners()
+        assert set(owners) == sim.expected_partitions()
+        assert all(len(ms) == 1 for ms in owners.values())
+
+
+GroupSchedule.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=40,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestGroupSchedule = GroupSchedule.TestCase
