@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest bench kafka-jars clean
+.PHONY: test demo lint typecheck pytest bench soak kafka-jars clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: lint typecheck pytest
 
 demo: $(STAMP) kafka-jars
 	$(BIN)/groupkit broker status || $(BIN)/groupkit broker start
+
+# Ten minutes of random faults against a group of five members (see tests/chaos.py).
+soak: $(STAMP) kafka-jars
+	$(BIN)/python -m tests.chaos --duration 600
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

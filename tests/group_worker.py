@@ -26,6 +26,8 @@ from typing import Any
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.protocol import GroupState
+from groupkit.runtime.hooks import GroupObserver
 
 
 class Audit:
@@ -38,6 +40,16 @@ class Audit:
         with self._lock:
             self._f.write(json.dumps(fact) + "\n")
             self._f.flush()
+
+
+class SlowControl(GroupObserver):
+    """Sleeps in every control-loop turn, so this member sees the log late."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def turn(self, state: GroupState, member_id: str, now_ms: int) -> None:
+        time.sleep(self.seconds)
 
 
 def main() -> None:
@@ -53,6 +65,12 @@ def main() -> None:
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--extra", default="{}", help="JSON of extra config")
+    ap.add_argument(
+        "--slow-control-ms",
+        type=int,
+        default=0,
+        help="delay every control-loop turn: a member that reads its log slowly",
+    )
     args = ap.parse_args()
     audit = Audit(args.audit)
     conf = {
@@ -90,7 +108,8 @@ def main() -> None:
             commands.append(line.strip())
 
     threading.Thread(target=read_stdin, daemon=True).start()
-    consumer = GroupConsumer(conf)
+    observers = [SlowControl(args.slow_control_ms / 1000)] if args.slow_control_ms else []
+    consumer = GroupConsumer(conf, observers=observers)
     consumer.subscribe(args.topics.split(","), on_assign=on_assign, on_revoke=on_revoke,
                        on_lost=on_lost)  # fmt: skip
     audit.write(e="started", member=consumer.member_id)

@@ -42,6 +42,9 @@ class Worker:
     proc: subprocess.Popen[str]
     audit: Path
     killed_at: float | None = None
+    paused: bool = False
+    #: (stopped, continued) monotonic times of every SIGSTOP
+    pauses: list[tuple[float, float]] = field(default_factory=list)
 
     def facts(self) -> list[dict[str, Any]]:
         if not self.audit.exists():
@@ -87,11 +90,15 @@ class Worker:
     def pause(self) -> float:
         """SIGSTOP: the process freezes mid-whatever, as a long GC pause or a VM stall would."""
         self.proc.send_signal(signal.SIGSTOP)
-        return time.monotonic()
+        self.paused = True
+        self.pauses.append((time.monotonic(), float("inf")))
+        return self.pauses[-1][0]
 
     def resume(self) -> float:
         self.proc.send_signal(signal.SIGCONT)
-        return time.monotonic()
+        self.paused = False
+        self.pauses[-1] = (self.pauses[-1][0], time.monotonic())
+        return self.pauses[-1][1]
 
     def close(self, timeout: float = 30) -> None:
         self.send("close")
@@ -111,7 +118,9 @@ class Group:
     extra: dict[str, Any] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
 
-    def spawn(self, name: str | None = None, topics: Iterable[str] | None = None) -> Worker:
+    def spawn(
+        self, name: str | None = None, topics: Iterable[str] | None = None, slow_control_ms: int = 0
+    ) -> Worker:
         name = name or f"w{len(self.workers)}"
         audit = self.workdir / f"{name}.jsonl"
         cmd = [
@@ -122,6 +131,7 @@ class Group:
             "--session-timeout-ms", str(self.session_timeout_ms),
             "--heartbeat-ms", str(max(100, self.session_timeout_ms // 10)),
             "--control-topic", self.control_topic, "--extra", json.dumps(self.extra),
+            "--slow-control-ms", str(slow_control_ms),
         ]  # fmt: skip
         proc = subprocess.Popen(
             cmd,
@@ -137,7 +147,8 @@ class Group:
         return w
 
     def live(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.alive]
+        """Running workers: alive and not frozen."""
+        return [w for w in self.workers.values() if w.alive and not w.paused]
 
     def ownership(self) -> dict[TP, list[str]]:
         out: dict[TP, list[str]] = defaultdict(list)
@@ -157,6 +168,21 @@ class Group:
     def wait_stable(self, partitions: set[TP], timeout: float = 60) -> float:
         return wait_for(lambda: self.is_stable(partitions), timeout,
                         f"every partition owned once: {self.describe()}")  # fmt: skip
+
+    def consuming_since(self, partitions: set[TP], since: float) -> bool:
+        """Stable, and every partition's owner has processed one of its records after ``since``
+        (the producer must be writing to every partition)."""
+        if not self.is_stable(partitions):
+            return False
+        fresh: set[TP] = set()
+        for w in self.live():
+            mine = w.owned()
+            for f in w.facts():
+                if f["e"] == "msg" and f["t"] > since:
+                    tp: TP = tuple(f["tp"])  # type: ignore[assignment]
+                    if tp in mine:
+                        fresh.add(tp)
+        return fresh >= partitions
 
     def describe(self) -> str:
         return "; ".join(

@@ -1,0 +1,245 @@
+"""Chaos: a group of member processes under random faults, audited for ownership and delivery.
+
+Used by ``tests/test_chaos.py`` (a short run in CI) and by ``make soak``
+(``python -m tests.chaos --duration 600``). Everything runs on loopback against a broker this
+run starts itself (so it can stop and restart it), and every wait is bounded.
+
+1. Start a broker, a topic, a keyed producer and ``members`` worker processes (one of them
+   reads its control log slowly).
+2. Inject faults, first one of each kind in a fixed order, then at random (seeded) until the
+   duration is up: kill -9 a member; freeze a member (SIGSTOP) past its session timeout, then
+   continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
+   broker; start a member whose control-topic reads are delayed.
+3. After each fault, the group must be stable again (every partition owned by exactly one
+   running member) within ``session timeout + margin``.
+4. At the end: stop the producer, wait until every acknowledged offset was processed, and
+   count overlapping ownership between running members (must be 0), lost records (must be 0)
+   and duplicates (allowed only on partitions whose owner crashed, froze, or lost its session
+   to a broker outage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from groupkit.devbroker import LocalBroker
+from groupkit.runtime.admin import create_topic
+from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
+
+FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member")
+
+
+@dataclass
+class ChaosReport:
+    faults: list[dict[str, object]] = field(default_factory=list)
+    produced: int = 0
+    processed: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    unexplained_duplicates: list[str] = field(default_factory=list)
+    running_overlaps: list[str] = field(default_factory=list)
+    zombie_overlaps: int = 0
+    zombie_late_records: list[str] = field(default_factory=list)
+
+    def ok(self) -> bool:
+        return (
+            self.lost == 0
+            and not self.running_overlaps
+            and not self.unexplained_duplicates
+            and not self.zombie_late_records
+        )
+
+    def summary(self) -> str:
+        return json.dumps(
+            {k: v for k, v in self.__dict__.items() if k != "faults"}, indent=2, default=str
+        )
+
+
+def late_records(z: Worker, frozen: set[TP], paused_at: float) -> list[str]:
+    """Records of ``frozen`` partitions the zombie processed after its freeze began without
+    having been granted them again: each one is a fencing failure."""
+    bad = []
+    regranted: dict[TP, float] = {}
+    for f in z.facts():
+        tp: TP = tuple(f.get("tp", ()))  # type: ignore[assignment]
+        if f["t"] <= paused_at or tp not in frozen:
+            continue
+        if f["e"] == "assign":
+            regranted.setdefault(tp, f["t"])
+        elif f["e"] == "msg" and f["t"] < regranted.get(tp, float("inf")):
+            bad.append(f"{z.name} processed {tp}@{f['o']} after freezing")
+    return bad
+
+
+class Chaos:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        members: int = 5,
+        partitions: int = 10,
+        session_timeout_ms: int = 3000,
+        margin_s: float = 20.0,
+        seed: int = 7,
+        protocol: str = "cooperative",
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.workdir = workdir
+        self.members = members
+        self.partitions = partitions
+        self.session_s = session_timeout_ms / 1000
+        self.margin_s = margin_s
+        self.rng = random.Random(seed)
+        self.log = log
+        self.broker = LocalBroker(workdir / "broker")
+        self.bootstrap = self.broker.start()
+        self.topic = "chaos"
+        create_topic(AdminClient({"bootstrap.servers": self.bootstrap}), self.topic, partitions)
+        self.parts: set[TP] = {(self.topic, p) for p in range(partitions)}
+        self.group = Group(self.bootstrap, "chaos-group", [self.topic], workdir, protocol=protocol,
+                           session_timeout_ms=session_timeout_ms)  # fmt: skip
+        self.producer = KeyedProducer(self.bootstrap, self.topic, rate_per_s=200)
+        self.report = ChaosReport()
+        #: partitions on which a duplicate is explained by a crash, a freeze or an outage
+        self.dup_allowed: set[TP] = set()
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, duration_s: float) -> ChaosReport:
+        try:
+            self.producer.start()
+            for i in range(self.members):
+                self.group.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
+            self.stable("start")
+            end = time.monotonic() + duration_s
+            for fault in FAULTS:
+                self.inject(fault)
+            while time.monotonic() < end:
+                self.inject(self.rng.choice(FAULTS))
+            self.finish()
+        finally:
+            self.producer.stop()
+            self.group.stop_all()
+            self.broker.stop()
+        return self.report
+
+    def stable(self, after: str, since: float | None = None) -> float:
+        """Wait until every partition is owned once and consumed again after ``since``."""
+        t = time.monotonic() if since is None else since
+        took = wait_for(
+            lambda: self.group.consuming_since(self.parts, t),
+            self.session_s + self.margin_s,
+            f"the group to own and consume everything: {self.group.describe()}",
+        )
+        self.log(f"[chaos] stable {took:.2f}s after {after}: {self.group.describe()}")
+        return took
+
+    def running(self) -> list[Worker]:
+        return self.group.live()
+
+    def leader(self) -> Worker | None:
+        for w in self.running():
+            if w.state().get("leader"):
+                return w
+        return None
+
+    def replace(self, w: Worker) -> None:
+        self.dup_allowed |= w.owned()
+        w.kill()
+        self.group.spawn()
+
+    def inject(self, fault: str) -> None:
+        t0 = time.monotonic()
+        victims = [w for w in self.running() if not w.paused]
+        self.log(f"[chaos] fault {fault}")
+        if fault == "kill":
+            self.replace(self.rng.choice(victims))
+        elif fault == "zombie":
+            z = self.rng.choice(victims)
+            self.dup_allowed |= z.owned()
+            frozen = z.owned()
+            paused_at = z.pause()
+            # Long enough that the log expires it and the others take its partitions.
+            wait_for(lambda: self.group.is_stable(self.parts), self.session_s + self.margin_s,
+                     "the others to take over the zombie's partitions")  # fmt: skip
+            z.resume()
+            wait_for(lambda: set(z.events("lost")) >= frozen or not z.alive, self.margin_s,
+                     "the zombie to report its partitions lost")  # fmt: skip
+            self.report.zombie_late_records += late_records(z, frozen, paused_at)
+        elif fault == "kill_leader_mid_rebalance":
+            wait_for(lambda: self.leader() is not None, self.margin_s, "a leader")
+            lead = self.leader()
+            assert lead is not None
+            newcomer = self.group.spawn()  # its join starts a rebalance...
+            wait_for(lambda: any(f["e"] == "started" for f in newcomer.facts()), self.margin_s,
+                     "the newcomer to join")  # fmt: skip
+            self.replace(lead)  # ...and the leader dies while planning it
+        elif fault == "broker_restart":
+            # Every member loses its session while the broker is down: any partition may
+            # then be processed again from its last commit.
+            self.dup_allowed |= self.parts
+            self.broker.stop()
+            self.broker.start(fresh=False)
+            t0 = time.monotonic()  # time to recover is counted from the broker's return
+        elif fault == "slow_member":
+            w = self.rng.choice(victims)
+            self.replace(w)
+            self.group.spawn(slow_control_ms=300)
+        took = self.stable(fault, since=t0)
+        self.report.faults.append({"fault": fault, "stable_after_s": round(took, 3),
+                                   "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+
+    def finish(self) -> None:
+        self.producer.stop()
+        ends = self.producer.end_offsets()
+        self.report.produced = sum(ends.values())
+
+        def drained() -> bool:
+            done = self.group.processed()
+            return all(set(range(e)) <= set(done.get(tp, {})) for tp, e in ends.items())
+
+        with contextlib.suppress(AssertionError):  # what is missing is counted as lost below
+            wait_for(drained, 60, "every produced record to be processed")
+        done = self.group.processed()
+        for tp, end in ends.items():
+            seen = done.get(tp, {})
+            self.report.lost += len(set(range(end)) - set(seen))
+            dups = [o for o, n in seen.items() if n > 1]
+            self.report.duplicates += len(dups)
+            if dups and tp not in self.dup_allowed:
+                self.report.unexplained_duplicates.append(f"{tp}: {sorted(dups)[:5]}")
+        self.report.processed = sum(sum(c.values()) for c in done.values())
+        zombies = [w.name for w in self.group.workers.values() if w.pauses]
+        self.report.running_overlaps = self.group.overlaps(ignore=zombies)
+        self.report.zombie_overlaps = len(self.group.overlaps()) - len(self.report.running_overlaps)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=600, help="seconds of random faults")
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--protocol", default="cooperative")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="groupkit-soak-") as tmp:
+        chaos = Chaos(Path(tmp), seed=args.seed, protocol=args.protocol)
+        report = chaos.run(args.duration)
+    print(f"seed {args.seed}: {len(report.faults)} faults")
+    for f in report.faults:
+        print(f"  {f}")
+    print(report.summary())
+    return 0 if report.ok() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
