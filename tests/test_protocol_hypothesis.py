@@ -26,7 +26,7 @@ from groupkit.protocol.sim import GroupSim
 
 IDS = ["m0", "m1", "m2", "m3", "m4"]
 TOPICS = ["t0", "t1"]
-EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1500"))
+EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1000"))
 #: generations a quiet group may still need: one rebalance, its follow-ups while revocations
 #: trickle in, and one more if a lagging or paused member comes back
 MAX_QUIET_GENERATIONS = 8

@@ -87,6 +87,7 @@ class GroupSim:
         tick_ms: int = 100,
         signer: Signer | None = None,
         keep_actions: bool = False,
+        shared_state: bool = False,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -97,6 +98,9 @@ class GroupSim:
         self.tick_ms = tick_ms
         self.signer = signer
         self.keep_actions = keep_actions
+        #: members that read at full speed share one replayed state (they would hold equal
+        #: copies anyway); this is what makes a 1,000-member group cheap to simulate
+        self.shared_state = shared_state
         self.log = ControlLog()
         self.members: dict[str, SimMember] = {}
         self.lags: dict[TopicPartition, int] = {}
@@ -133,7 +137,8 @@ class GroupSim:
         old = self.members.get(member_id)
         if old is not None and not old.crashed:
             raise ValueError(f"{member_id} is running; crash or leave it first")
-        sm = SimMember(m, self.new_state(), read_rate)
+        shared = self.shared_state and read_rate is None
+        sm = SimMember(m, self._view if shared else self.new_state(), read_rate)
         self.members[member_id] = sm
         return sm
 
@@ -171,6 +176,13 @@ class GroupSim:
                 self._step(sm)
 
     def _step(self, sm: SimMember) -> None:
+        if sm.state is self._view:
+            self.view()
+        else:
+            self._read(sm)
+        self._act(sm)
+
+    def _read(self, sm: SimMember) -> None:
         records = self.log.records
         end = len(records) if sm.read_rate is None else min(len(records), sm.pos + sm.read_rate)
         for r in records[sm.pos : end]:
@@ -178,6 +190,8 @@ class GroupSim:
             if res.kind == "rejected" and sm is self._observer():
                 self.rejected.append(res)
         sm.pos = end
+
+    def _act(self, sm: SimMember) -> None:
         acts = sm.member.poll(sm.state, self.clock)
         if self.keep_actions and not acts.idle:
             sm.actions.append(acts)
