@@ -154,10 +154,14 @@ class Chaos:
                 return w
         return None
 
-    def replace(self, w: Worker) -> None:
+    def crash(self, w: Worker) -> None:
         self.dup_allowed |= w.owned()
         w.kill()
-        self.group.spawn()
+
+    def replace(self, w: Worker, slow_control_ms: int = 0) -> None:
+        """kill -9 ``w`` and start a new member in its place: the group keeps its size."""
+        self.crash(w)
+        self.group.spawn(slow_control_ms=slow_control_ms)
 
     def inject(self, fault: str) -> None:
         t0 = time.monotonic()
@@ -184,7 +188,7 @@ class Chaos:
             newcomer = self.group.spawn()  # its join starts a rebalance...
             wait_for(lambda: any(f["e"] == "started" for f in newcomer.facts()), self.margin_s,
                      "the newcomer to join")  # fmt: skip
-            self.replace(lead)  # ...and the leader dies while planning it
+            self.crash(lead)  # ...and the leader dies while planning it
         elif fault == "broker_restart":
             # Every member loses its session while the broker is down: any partition may
             # then be processed again from its last commit.
@@ -193,9 +197,7 @@ class Chaos:
             self.broker.start(fresh=False)
             t0 = time.monotonic()  # time to recover is counted from the broker's return
         elif fault == "slow_member":
-            w = self.rng.choice(victims)
-            self.replace(w)
-            self.group.spawn(slow_control_ms=300)
+            self.replace(self.rng.choice(victims), slow_control_ms=300)
         took = self.stable(fault, since=t0)
         self.report.faults.append({"fault": fault, "stable_after_s": round(took, 3),
                                    "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
