@@ -11,6 +11,8 @@
     ├── BrokerError                    the broker could not be reached or refused; retriable,
     │                                  the object stays usable
     ├── ControlTopicError(ConfigError) the control topic exists with the wrong settings
+    ├── ProtocolError                  an event the member state table does not allow: a bug in
+    │                                  the caller, not retriable
     ├── FencedError                    the member has lost its partitions (session expired by its
     │                                  own clock, or it is not the owner): commit refused;
     │                                  the consumer stays usable and rejoins
@@ -48,6 +50,10 @@ class BrokerError(GroupkitError):
 
 class ControlTopicError(ConfigError):
     """The control topic exists with settings groupkit cannot work with."""
+
+
+class ProtocolError(GroupkitError):
+    """An event the member's state table does not allow: a bug in the caller, not retriable."""
 
 
 class FencedError(GroupkitError):

@@ -232,9 +232,12 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600, help="seconds of random faults")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--protocol", default="cooperative")
+    ap.add_argument("--workdir", default=None, help="keep audits and logs here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="groupkit-soak-") as tmp:
-        chaos = Chaos(Path(tmp), seed=args.seed, protocol=args.protocol)
+        workdir = Path(args.workdir or tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol)
         report = chaos.run(args.duration)
     print(f"seed {args.seed}: {len(report.faults)} faults")
     for f in report.faults:

@@ -13,11 +13,11 @@ partition_counts)`` (again with ``lags`` if it answers ``need_lags``) and produc
 ``write`` decision, then wait until that offset is replayed before planning again.
 """
 
+from groupkit.errors import ProtocolError
 from groupkit.protocol.member import (
     MEMBER_TRANSITIONS,
     Actions,
     Member,
-    ProtocolError,
     Write,
     diff,
 )

@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from groupkit.errors import FencedError, GroupkitError
+from groupkit.errors import FencedError, ProtocolError
 from groupkit.protocol.records import (
     EMPTY,
     MemberKey,
@@ -66,11 +66,6 @@ from groupkit.protocol.records import (
 )
 from groupkit.protocol.state import GroupState
 from groupkit.types import TopicPartition
-
-
-class ProtocolError(GroupkitError):
-    """An event the member's state table does not allow: a bug in the caller, not retriable."""
-
 
 UNJOINED = "unjoined"
 JOINING = "joining"
