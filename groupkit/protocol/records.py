@@ -31,7 +31,9 @@ starting from a compacted topic (where that first record is gone) still orders l
 
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
-``missing_field``, ``wrong_type``, ``bad_value``, ``unsigned``, ``bad_signature``).
+``missing_field``, ``wrong_type``, ``bad_value``, ``too_large``, ``unsigned``,
+``bad_signature``). ``too_large``: what one record may make a reader allocate is bounded
+(:data:`MAX_PAYLOAD`, :data:`MAX_CONTAINERS`, :data:`MAX_PARTITIONS`).
 
 Signing (optional): pass a :class:`Signer` (e.g. :class:`HmacSigner` with a shared group key) to
 :func:`encode` and :func:`decode_value`. The tag covers the key bytes and the payload. Tombstones
@@ -373,7 +375,12 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- decoding
 
-MAX_PAYLOAD = 64 * 1024 * 1024  # refuse zlib bombs
+#: Bounds on what one record may make a reader allocate, whoever wrote it. The largest record
+#: the planner writes for 100,000 partitions scattered over 1,000 members is ~0.7 MB of JSON
+#: with ~7,000 containers (``bench/limits.py``); these leave an order of magnitude of room.
+MAX_PAYLOAD = 8 * 1024 * 1024  # decompressed JSON bytes: refuses zlib bombs
+MAX_CONTAINERS = 1 << 20  # JSON objects + arrays in one payload: refuses allocation bombs
+MAX_PARTITIONS = 1 << 20  # partitions in one record, over all its fields: refuses range bombs
 
 
 def decode_key(raw: bytes | None) -> RecordKey:
@@ -451,11 +458,17 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if flags & FLAG_ZLIB:
         try:
             d = zlib.decompressobj()
-            payload = d.decompress(payload, MAX_PAYLOAD)
-            if d.unconsumed_tail or not d.eof:
-                raise RecordRejected("bad_bytes", "compressed payload truncated or too large")
+            payload = d.decompress(payload, MAX_PAYLOAD + 1)
+            if d.unconsumed_tail:
+                raise RecordRejected("too_large", f"payload inflates to > {MAX_PAYLOAD} bytes")
+            if not d.eof:
+                raise RecordRejected("bad_bytes", "compressed payload truncated")
         except zlib.error as e:
             raise RecordRejected("bad_bytes", f"zlib: {e}") from None
+    if len(payload) > MAX_PAYLOAD:
+        raise RecordRejected("too_large", f"payload of {len(payload)} bytes > {MAX_PAYLOAD}")
+    if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
+        raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
         doc = json.loads(payload)
     except (UnicodeDecodeError, ValueError) as e:
@@ -511,11 +524,34 @@ def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
 MAX_RANGE = 1 << 20  # a topic has at most ~1M partitions; refuses range bombs
 
 
-def decode_partitions(v: Any, name: str = "partitions") -> Partitions:
-    """Inverse of :func:`encode_partitions`; rejects anything malformed."""
+class _Budget:
+    """How many more partitions one record may expand to (see :data:`MAX_PARTITIONS`)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, n: int = MAX_PARTITIONS) -> None:
+        self.left = n
+
+    def take(self, n: int, name: str) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise RecordRejected("too_large", f"{name}: more than {MAX_PARTITIONS} partitions")
+
+
+def decode_partitions(
+    v: Any, name: str = "partitions", budget: _Budget | None = None
+) -> Partitions:
+    """Inverse of :func:`encode_partitions`; rejects anything malformed.
+
+    Ranges are counted against ``budget`` (one per record) *before* they are expanded, so a
+    few bytes like ``{"t": [[0, 1048575], [0, 1048575], ...]}`` cannot make a reader allocate
+    or loop over millions of partitions.
+    """
+    budget = budget if budget is not None else _Budget()
     if not isinstance(v, dict):
         raise RecordRejected("wrong_type", f"{name}: not an object")
-    out: set[TopicPartition] = set()
+    ranges: list[tuple[str, int, int]] = []
+    n = 0
     for t, runs in v.items():
         if not t or not isinstance(runs, list):
             raise RecordRejected("wrong_type", f"{name}: bad topic entry")
@@ -528,7 +564,14 @@ def decode_partitions(v: Any, name: str = "partitions") -> Partitions:
                 raise RecordRejected("wrong_type", f"{name}: bad range {r!r}")
             if lo < 0 or hi < lo or hi >= MAX_RANGE:
                 raise RecordRejected("bad_value", f"{name}: bad range {r!r}")
-            out.update(TopicPartition(t, p) for p in range(lo, hi + 1))
+            ranges.append((t, lo, hi))
+            n += hi - lo + 1
+            if n > budget.left:
+                budget.take(n, name)  # raises, before anything is expanded
+    budget.take(n, name)
+    out: set[TopicPartition] = set()
+    for t, lo, hi in ranges:
+        out.update(TopicPartition(t, p) for p in range(lo, hi + 1))
     return frozenset(out)
 
 
@@ -548,7 +591,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
         topics=_topics(doc, "topics"),
-        owned=decode_partitions(_get(doc, "owned", dict), "owned"),
+        owned=decode_partitions(_get(doc, "owned", dict), "owned", _Budget()),
         owned_generation=_nat(doc, "owned_gen"),
         acked_generation=_nat(doc, "acked_gen"),
         joined_at=joined_at,
@@ -569,15 +612,16 @@ def _assignment_from(doc: Mapping[str, Any]) -> AssignmentRecord:
     if not all(_is_int(n) and n >= 0 for n in counts.values()):
         raise RecordRejected("wrong_type", "counts: values must be ints >= 0")
     members: dict[str, CoveredMember] = {}
+    budget = _Budget()
     for m, c in sorted(_get(doc, "members", dict).items()):
         if not m or not isinstance(c, dict):
             raise RecordRejected("wrong_type", "members: bad entry")
         members[m] = CoveredMember(
             incarnation=_str(c, "inc"),
             topics=_topics(c, "topics"),
-            assigned=decode_partitions(_get(c, "assigned", dict), "assigned"),
-            revoke=decode_partitions(_get(c, "revoke", dict), "revoke"),
-            pending=decode_partitions(_get(c, "pending", dict), "pending"),
+            assigned=decode_partitions(_get(c, "assigned", dict), "assigned", budget),
+            revoke=decode_partitions(_get(c, "revoke", dict), "revoke", budget),
+            pending=decode_partitions(_get(c, "pending", dict), "pending", budget),
         )
     return AssignmentRecord(
         generation=_nat(doc, "gen"),
