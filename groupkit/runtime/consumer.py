@@ -81,10 +81,6 @@ class GroupConsumer:
         self.observers = Observers(observers)
         self._admin = AdminClient(self._cfg.client_config())
         self._check_cluster()
-        if self._cfg.telemetry_enable:  # only the leader publishes; see runtime/telemetry.py
-            from groupkit.runtime.telemetry import TelemetryPublisher
-
-            self.observers.add(TelemetryPublisher(self._cfg, self._admin))
         # Offsets are stored only for records handed to the user (see _store).
         self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
         try:
@@ -277,12 +273,14 @@ class GroupConsumer:
         if h.revoke:
             revoke = h.revoke & frozenset(self._owned)
             if revoke:
-                if self._cfg.enable_auto_commit:
-                    self._commit_partitions(revoke)
+                offsets = self._revoke_offsets(revoke)
                 if self._on_revoke is not None:
                     self._on_revoke(self, _ktps(revoke))
                 self._unassign(revoke)
-            self._coordinator.released(h.revoke)
+                # Released (and so grantable to the next owner) only once committed.
+                self._commit_then_release(revoke, offsets, h.revoke)
+            else:
+                self._coordinator.released(h.revoke)
         if h.assign:
             add = h.assign - frozenset(self._owned)
             if add:
@@ -358,21 +356,63 @@ class GroupConsumer:
         with c.lock:
             c.member.check_commit(parts, monotonic_ms())
 
-    def _commit_partitions(self, parts: Partitions) -> None:
-        """Commit stored offsets synchronously before ``parts`` are given away.
+    def _revoke_offsets(self, parts: Partitions) -> list[KTopicPartition] | None:
+        """What to commit for ``parts`` before giving them away: the positions of the records
+        handed to the user (``None``: the user stores offsets, commit what is stored; ``[]``:
+        auto-commit is off, the user commits in ``on_revoke``)."""
+        if not self._cfg.enable_auto_commit:
+            return []
+        if not self._auto_store:
+            return None
+        positions = self._data.position(_ktps(parts))
+        return [p for p in positions if p.offset is not None and p.offset >= 0]
 
-        librdkafka commits the stored offsets of every assigned partition; the others are
-        still ours, so committing them too is harmless and saves a call.
+    def _commit_then_release(
+        self,
+        parts: Partitions,
+        offsets: list[KTopicPartition] | None,
+        release: Partitions,
+        wait: float | None = None,
+    ) -> None:
+        """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
+
+        The commit runs in its own thread: a synchronous commit can block for as long as the
+        group coordinator is unreachable (a broker restart), and the poll thread must keep
+        serving the partitions that stay. Until the commit succeeds the member's record keeps
+        claiming the partitions, so nobody is granted them with offsets still uncommitted. If
+        the member's session lapses meanwhile, they are lost anyway and the commit stops.
         """
-        try:
-            self._check_commit(parts)
-            self._data.commit(asynchronous=False)
-        except FencedError as e:
-            _log.warning("commit.refused", member=self.member_id, error=str(e))
-        except KafkaException as e:
-            # _NO_OFFSET: nothing consumed since the last commit; anything else is logged.
-            if e.args and getattr(e.args[0], "code", lambda: None)() != KafkaError._NO_OFFSET:
-                _log.warning("commit.failed", member=self.member_id, error=str(e))
+        c = self._coordinator
+        assert c is not None
+
+        def run() -> None:
+            while offsets != []:
+                try:
+                    with c.lock:
+                        c.member.check_commit(parts, monotonic_ms())
+                    commit: Any = self._data.commit
+                    if offsets is None:
+                        commit(asynchronous=False)
+                    else:
+                        commit(offsets=offsets, asynchronous=False)
+                    break
+                except FencedError as e:
+                    _log.warning("commit.refused", member=c.member_id, error=str(e))
+                    break
+                except KafkaException as e:
+                    err = e.args[0] if e.args else None
+                    if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
+                        break  # nothing consumed since the last commit
+                    _log.warning("commit.retrying", member=c.member_id, error=str(e))
+                    time.sleep(0.2)  # the coordinator is moving; try again shortly
+                except RuntimeError:
+                    return  # the consumer was closed under us
+            c.released(release)
+
+        t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
+        t.start()
+        if wait is not None:
+            t.join(wait)
 
     def store_offsets(
         self, message: Message | None = None, offsets: Sequence[KTopicPartition] | None = None
@@ -403,12 +443,11 @@ class GroupConsumer:
         # Revoke everything on this thread (commit first), then say goodbye through the log.
         owned = frozenset(self._owned)
         if owned:
-            if self._cfg.enable_auto_commit:
-                self._commit_partitions(owned)
+            offsets = self._revoke_offsets(owned)
             if self._on_revoke is not None:
                 self._on_revoke(self, _ktps(owned))
             self._unassign(owned)
-            c.released(owned)
+            self._commit_then_release(owned, offsets, owned, wait=10.0)
         with c.lock:
             c.member.leave()
         # One more turn of the loop writes the empty record and the tombstone.
