@@ -15,6 +15,15 @@ own JVM process in KRaft combined mode (one node that is broker and controller a
 State lives in one folder (``server.properties``, ``data/``, ``broker.log``, ``broker.pid``,
 ``bootstrap``), so ``groupkit broker status`` in another process can find the broker again and
 tell a live broker from a crashed or leftover one.
+
+Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
+``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
+SASL_PLAINTEXT with the PLAIN mechanism, on the client listener and the controller listener alike
+(the broker talks to its own controller as ``admin_user``), so no port accepts an unauthenticated
+client. ``authorizer=True`` adds Kafka's ``StandardAuthorizer`` with ``admin_user`` as the only
+super user and no ACLs: every other principal is denied until ACLs are created (e.g. with the
+AdminClient's ``create_acls`` through ``client_config(admin_user)``).
+``client_config(user)`` gives the confluent-kafka settings to connect as ``user``.
 """
 
 from __future__ import annotations
@@ -243,12 +252,19 @@ class LocalBroker:
         port: int = 0,
         extra_properties: Mapping[str, str] | None = None,
         heap: str = "512m",
+        sasl_users: Mapping[str, str] | None = None,
+        admin_user: str = "admin",
+        authorizer: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.version = version
         self.port = port
         self.extra_properties = dict(extra_properties or {})
         self.heap = heap
+        self.sasl_users = dict(sasl_users or {})
+        self.admin_user = admin_user
+        self.authorizer = authorizer
+        _check_sasl_users(self.sasl_users, admin_user, authorizer)
         self._proc: subprocess.Popen[bytes] | None = None
 
     # paths
@@ -267,6 +283,54 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def client_config(self, user: str | None = None) -> dict[str, str]:
+        """confluent-kafka settings to reach this broker (as ``user`` on a SASL broker;
+        default ``admin_user``)."""
+        conf = {"bootstrap.servers": self.bootstrap}
+        if self.sasl_users:
+            name = user or self.admin_user
+            conf.update(
+                {
+                    "security.protocol": "SASL_PLAINTEXT",
+                    "sasl.mechanism": "PLAIN",
+                    "sasl.username": name,
+                    "sasl.password": self.sasl_users.get(name, ""),
+                }
+            )
+        return conf
+
+    def _security_properties(self, controller_port: int) -> dict[str, str]:
+        """SASL/PLAIN on every listener (and the authorizer), when ``sasl_users`` is set."""
+        if not self.sasl_users:
+            return {}
+        admin_pw = self.sasl_users[self.admin_user]
+        jaas = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="{self.admin_user}" password="{admin_pw}" '
+            + " ".join(f'user_{u}="{pw}"' for u, pw in sorted(self.sasl_users.items()))
+            + ";"
+        )
+        props = {
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{self.port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,"
+            "SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+        }
+        if self.authorizer:
+            props["authorizer.class.name"] = (
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            )
+            props["super.users"] = f"User:{self.admin_user}"
+            props["allow.everyone.if.no.acl.found"] = "false"
+        return props
 
     def _properties(self, controller_port: int) -> str:
         data = self.state_dir / "data"
@@ -293,6 +357,7 @@ class LocalBroker:
             # Let compaction of the control topic happen within a test's lifetime.
             "log.cleaner.backoff.ms": "1000",
         }
+        props.update(self._security_properties(controller_port))
         props.update(self.extra_properties)
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -395,7 +460,7 @@ class LocalBroker:
     def _wait_ready(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = AdminClient({**self.client_config(), "log_level": 0})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
@@ -460,6 +525,27 @@ class LocalBroker:
     def _cleanup_pid(self, pid: int | None) -> None:
         self._pid_path.unlink(missing_ok=True)
         self._proc = None
+
+
+_SASL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_sasl_users(users: Mapping[str, str], admin_user: str, authorizer: bool) -> None:
+    """Names and passwords go into a JAAS line: keep them to what needs no quoting."""
+    if authorizer and not users:
+        raise DevBrokerError("authorizer=True needs sasl_users: ACLs name SASL principals")
+    if not users:
+        return
+    if admin_user not in users:
+        raise DevBrokerError(f"sasl_users must include the admin user {admin_user!r}")
+    for user, password in users.items():
+        if not _SASL_NAME.fullmatch(user):
+            raise DevBrokerError(f"SASL user name {user!r}: use letters, digits, '.', '_', '-'")
+        if not password or any(c in password for c in '"\\;\n\r'):
+            raise DevBrokerError(
+                f"SASL password of {user!r}: non-empty, without quotes, backslashes, ';' or "
+                "line breaks"
+            )
 
 
 # --- command line -------------------------------------------------------------------------
