@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,54 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from groupkit.errors import BrokerError
+
+
+def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> AdminClient:
+    """An ``AdminClient`` that has reached the cluster, or a ``BrokerError`` saying why not.
+
+    librdkafka reports a failed SASL handshake only through ``error_cb``, while the request
+    itself just times out as a "transport failure". So the errors are collected here and an
+    authentication failure is raised at once, with librdkafka's reason and the settings to check.
+    A user's own ``error_cb`` still receives every error.
+    """
+    errors: deque[KafkaError] = deque(maxlen=16)
+    user_cb = conf.get("error_cb")
+
+    def on_error(err: KafkaError) -> None:
+        errors.append(err)
+        if callable(user_cb):
+            user_cb(err)
+
+    where = conf.get("bootstrap.servers") or conf.get("metadata.broker.list")
+    settings: dict[str, Any] = {**conf, "error_cb": on_error}
+    admin = AdminClient(settings)
+    deadline = time.monotonic() + timeout
+    fast_failures = 0
+    while True:
+        wait = max(0.1, min(1.0, deadline - time.monotonic()))
+        t0 = time.monotonic()
+        try:
+            admin.list_topics(timeout=wait)
+            return admin
+        except KafkaException as e:
+            # A failure well before the wait is librdkafka knowing every broker is down.
+            fast_failures = fast_failures + 1 if time.monotonic() - t0 < wait / 2 else 0
+            admin.poll(0)  # serve error_cb
+            auth = [x for x in errors if x.code() == KafkaError._AUTHENTICATION]
+            if auth:
+                raise BrokerError(
+                    f"authentication to Kafka at {where} failed: {auth[-1].str()} (check "
+                    "security.protocol, sasl.mechanism, sasl.username and sasl.password)"
+                ) from e
+            if fast_failures >= 3 or time.monotonic() >= deadline:
+                seen = "; ".join(dict.fromkeys(x.str() for x in errors))
+                raise BrokerError(
+                    f"cannot reach Kafka at {where}: {e}"
+                    + (f" ({seen})" if seen else "")
+                    + "; is the address right, and does the listener need security.protocol "
+                    "(SASL_*/SSL) settings?"
+                ) from e
+            time.sleep(0.1 if fast_failures else 0)
 
 
 def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: float = 30.0) -> None:

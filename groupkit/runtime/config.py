@@ -52,6 +52,10 @@ _CONNECTION_KEYS = {
     "metadata.broker.list",
     "client.dns.lookup",
     "enable.ssl.certificate.verification",
+    "enable.sasl.oauthbearer.unsecure.jwt",
+    "https.ca.location",  # the OIDC token endpoint's CA (sasl.oauthbearer.method=oidc)
+    "https.ca.pem",
+    "oauth_cb",  # confluent-kafka's OAUTHBEARER token callback
     "oauthbearer_token_refresh_cb",
     "error_cb",
     "log_level",

@@ -34,10 +34,10 @@ from typing import Any
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
-from confluent_kafka.admin import AdminClient
 
-from groupkit.errors import BrokerError, ConfigError, FencedError, GroupkitError
+from groupkit.errors import ConfigError, FencedError, GroupkitError
 from groupkit.protocol.records import Partitions
+from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.runtime.hooks import GroupObserver, Observers
@@ -79,8 +79,8 @@ class GroupConsumer:
         self._cfg = GroupConfig.from_dict(config)
         self._registry = registry
         self.observers = Observers(observers)
-        self._admin = AdminClient(self._cfg.client_config())
-        self._check_cluster()
+        # Fails fast and says so when the credentials are refused (admin.connect_admin).
+        self._admin = connect_admin(self._cfg.client_config())
         # Offsets are stored only for records handed to the user (see _store).
         self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
         try:
@@ -97,14 +97,6 @@ class GroupConsumer:
         self._last_poll = time.monotonic()
         self._last_commit = time.monotonic()
         self._closed = False
-
-    def _check_cluster(self) -> None:
-        try:
-            self._admin.list_topics(timeout=10)
-        except KafkaException as e:
-            raise BrokerError(
-                f"cannot reach Kafka at {self._cfg.connection.get('bootstrap.servers')}: {e}"
-            ) from e
 
     # ------------------------------------------------------------------ properties
 
@@ -149,7 +141,10 @@ class GroupConsumer:
         md = self._admin.list_topics(timeout=10)
         missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
         if missing:
-            raise ConfigError(f"topic(s) {', '.join(missing)} do not exist on the cluster")
+            raise ConfigError(
+                f"topic(s) {', '.join(missing)} do not exist on the cluster "
+                "(or this principal lacks DESCRIBE on them)"
+            )
         self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
         if self._coordinator is not None:
             with self._coordinator.lock:

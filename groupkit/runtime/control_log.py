@@ -6,6 +6,11 @@ decoding and every decision belong to the protocol layer, which replays what thi
 
 The writer is an idempotent producer (``acks=all``, no linger): a record is either in the log
 once, in the order written, or its delivery callback reports the error.
+
+A refusal that no retry can cure (the principal may not read or write the control topic, or the
+producer hit a fatal error) is raised as a :class:`~groupkit.errors.BrokerError` naming the ACL
+to grant, so the control loop fails, and ``GroupConsumer.poll`` says why, instead of waiting
+for an assignment that can never come.
 """
 
 from __future__ import annotations
@@ -27,6 +32,20 @@ from confluent_kafka import (
 
 from groupkit.errors import BrokerError
 from groupkit.runtime.config import GroupConfig
+
+#: Errors no retry cures: the principal lacks an ACL. (An authentication failure is not here:
+#: librdkafka retries it, e.g. across a credential rotation; ``GroupConsumer()`` reports it.)
+_DENIED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def _denied(err: KafkaError | None) -> bool:
+    return err is not None and (err.fatal() or err.code() in _DENIED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +100,13 @@ class ControlReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
-                if err.fatal():
-                    raise BrokerError(f"control topic reader failed: {err}")
+                # (GROUP_AUTHORIZATION_FAILED is librdkafka looking up a coordinator the reader
+                # never uses: it commits nothing. Harmless, so ignored like other transients.)
+                if err.fatal() or err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise BrokerError(
+                        f"cannot read control topic {self.topic!r}: {err.str()}; the principal "
+                        f"needs READ on topic {self.topic}"
+                    )
                 continue  # transient errors: librdkafka retries on its own
             raw = _raw(msg)
             out.append(raw)
@@ -126,11 +150,22 @@ class ControlWriter:
                 }
             )
         )
+        #: set by the first refusal no retry cures; raised by :meth:`service`
+        self.failure: BrokerError | None = None
+
+    def _refused(self, err: KafkaError) -> BrokerError:
+        return BrokerError(
+            f"cannot write to control topic {self.topic!r}: {err.str()}; the principal needs "
+            f"WRITE on topic {self.topic} (with WRITE on some topic, the idempotent producer "
+            "needs no cluster ACL)"
+        )
 
     def write(self, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
         """Queue one record; ``on_delivery(error, offset)`` runs from :meth:`service`."""
 
         def done(err: KafkaError | None, msg: Message) -> None:
+            if err is not None and self.failure is None and _denied(err):
+                self.failure = self._refused(err)
             off = msg.offset()
             on_delivery(err, int(off) if off is not None and err is None else -1)
 
@@ -145,11 +180,20 @@ class ControlWriter:
             )
         except KafkaException as e:
             raise BrokerError(f"cannot write to the control topic: {e}") from e
-        self._producer.poll(0)
+        self.service(0)
 
     def service(self, timeout: float = 0.0) -> None:
-        """Run delivery callbacks that are due."""
-        self._producer.poll(timeout)
+        """Run delivery callbacks that are due; raise a refusal no retry can cure."""
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as e:  # a fatal producer error, e.g. no idempotence PID
+            err: Any = e.args[0] if e.args else None
+            if self.failure is None and isinstance(err, KafkaError):
+                self.failure = self._refused(err)
+            if self.failure is None:
+                raise BrokerError(f"control topic writer failed: {e}") from e
+        if self.failure is not None:
+            raise self.failure
 
     def flush(self, timeout: float) -> int:
         """Wait for queued records; returns how many are still in flight."""

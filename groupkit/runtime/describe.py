@@ -11,11 +11,10 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from groupkit.errors import ControlTopicError
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner
+from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
@@ -27,7 +26,7 @@ def describe_group(
 ) -> dict[str, Any]:
     """The group's state as a JSON-ready dict (``config`` as for ``GroupConsumer``)."""
     cfg = GroupConfig.from_dict(config)
-    admin = AdminClient(cfg.client_config())
+    admin = connect_admin(cfg.client_config(), timeout)
     md = admin.list_topics(topic=cfg.control_topic, timeout=timeout)
     topic = md.topics.get(cfg.control_topic)
     if topic is None or topic.error is not None or not topic.partitions:
