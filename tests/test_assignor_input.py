@@ -6,7 +6,13 @@ import pytest
 import structlog
 
 from groupkit.assignors import MemberSubscription as M
-from groupkit.assignors import TopicPartition, assignor_names, get_assignor, register_assignor
+from groupkit.assignors import (
+    TopicPartition,
+    assignor_names,
+    get_assignor,
+    register_assignor,
+    unregister_assignor,
+)
 from groupkit.assignors.invariants import (
     assert_valid,
     check_balanced,
@@ -31,7 +37,12 @@ def test_users_can_register_their_own() -> None:
         name = "test-mine"
 
     register_assignor("test-mine", Mine)
-    assert isinstance(get_assignor("test-mine"), Mine)
+    try:
+        assert isinstance(get_assignor("test-mine"), Mine)
+        assert "test-mine" in assignor_names()
+    finally:
+        unregister_assignor("test-mine")
+    assert "test-mine" not in assignor_names()
 
 
 @pytest.mark.parametrize("name", ["range", "roundrobin", "sticky", "fair", "lag", "balanced"])

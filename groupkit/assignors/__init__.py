@@ -10,6 +10,7 @@ from groupkit.assignors.base import (
     assignor_names,
     get_assignor,
     register_assignor,
+    unregister_assignor,
 )
 from groupkit.assignors.cooperative_sticky import CooperativeStickyAssignor
 from groupkit.assignors.fair import FairAssignor
@@ -45,4 +46,5 @@ __all__ = [
     "assignor_names",
     "get_assignor",
     "register_assignor",
+    "unregister_assignor",
 ]

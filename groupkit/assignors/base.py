@@ -89,6 +89,11 @@ def register_assignor(name: str, factory: AssignorFactory) -> None:
     _REGISTRY[name] = factory
 
 
+def unregister_assignor(name: str) -> None:
+    """Remove ``name`` from the registry (a no-op if it is not there)."""
+    _REGISTRY.pop(name, None)
+
+
 def get_assignor(name: str) -> Assignor:
     """Return a new assignor registered under ``name``; unknown names list the known ones."""
     try:
