@@ -45,6 +45,10 @@ from groupkit.types import TopicPartition
 
 _log = structlog.get_logger("groupkit.consumer")
 
+#: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
+#: thread (revoke, assign) waits at most this long for it.
+_SERVICE_EVERY_S = 0.01
+
 Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
 
 
@@ -186,9 +190,9 @@ class GroupConsumer:
             remaining = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
             msgs: list[Message] = []
             if self._owned:
-                msgs = self._data.consume(n, min(remaining, 0.05))
+                msgs = self._data.consume(n, min(remaining, _SERVICE_EVERY_S))
             else:
-                self._wake.wait(min(remaining, 0.05))
+                self._wake.wait(min(remaining, _SERVICE_EVERY_S))
                 self._wake.clear()
             if msgs:
                 # A process frozen inside consume() wakes up here: fence before handing out

@@ -92,8 +92,15 @@ class ControlReader:
         return int(high)
 
     def poll(self, timeout: float) -> list[RawRecord]:
-        """Records available within ``timeout`` seconds (a batch, maybe empty)."""
-        msgs = self._consumer.consume(num_messages=500, timeout=timeout)
+        """Records available within ``timeout`` seconds (a batch, maybe empty).
+
+        Returns as soon as one record is there: ``consume(n, timeout)`` alone would wait for
+        ``n`` records or the whole timeout, adding its timeout to every hop of a rebalance.
+        """
+        first = self._consumer.poll(timeout)
+        if first is None:
+            return []
+        msgs = [first, *self._consumer.consume(num_messages=500, timeout=0)]
         out: list[RawRecord] = []
         for msg in msgs:
             err = msg.error()
