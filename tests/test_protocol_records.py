@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 import zlib
 
 import pytest
@@ -101,13 +100,12 @@ def test_factories_refuse_bad_input() -> None:
 
 def test_100k_partitions_1000_members_under_1mb() -> None:
     # the worst case for range encoding: round-robin scatter, nothing contiguous
-    t0 = time.perf_counter()
+    # (encode and decode times are measured in bench/protocol.py, not asserted here)
     rk, rv = an_assignment(1000, 100_000)
     assert rv is not None
     assert len(rv) < 1_000_000
     _, v = decode(rk, rv)
     assert sum(len(c.assigned) for c in v.members.values()) == 100_000  # type: ignore[union-attr]
-    assert time.perf_counter() - t0 < 10
 
 
 def _value(doc: object, version: int = 1, flags: int = 0) -> bytes:
