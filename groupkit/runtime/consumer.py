@@ -85,6 +85,10 @@ class GroupConsumer:
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
         self._admin = connect_admin(self._cfg.client_config())
+        if self._cfg.telemetry_enable:  # only the leader publishes; see runtime/telemetry.py
+            from groupkit.runtime.telemetry import TelemetryPublisher
+
+            self.observers.add(TelemetryPublisher(self._cfg, self._admin))
         # Offsets are stored only for records handed to the user (see _store).
         self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
         try:

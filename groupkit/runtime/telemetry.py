@@ -358,6 +358,7 @@ class _Capture:
     counts: dict[str, int]
     owners: dict[TopicPartition, str]
     epoch: int
+    at: float  # wall clock (s) when the state was copied: the snapshot's time
 
 
 @dataclass
@@ -423,6 +424,7 @@ class TelemetryPublisher(GroupObserver):
             counts=dict(a.partition_counts),
             owners={tp: m for m, ms in live.items() for tp in ms.claims},
             epoch=self._epoch,
+            at=self._clock(),
         )
         if not self._submit(capture, drop_if_busy=True):
             self.stats.skipped += 1
@@ -485,7 +487,7 @@ class TelemetryPublisher(GroupObserver):
         begins = (
             end_offsets(self.admin, missing, earliest=True) if missing and reset != "latest" else {}
         )
-        now = self._clock()
+        now = c.at
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
         # Rates need two snapshots of the same leadership.
         same = self._prev and self._prev_epoch == c.epoch
