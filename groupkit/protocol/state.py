@@ -434,7 +434,7 @@ class GroupState:
         floor = min(floor, self.generation)
         for g in [g for g in self._history if g < floor]:
             del self._history[g]
-            # _gen_time stays: is_lagging reads it only for generations still in history
+            self._gen_time.pop(g, None)  # is_lagging reads it only for generations in history
 
     def history(self) -> Iterator[AssignmentRecord]:
         """Assignment records still needed to know what members may hold, oldest first."""
