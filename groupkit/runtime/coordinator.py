@@ -227,17 +227,18 @@ class Coordinator:
                               what=e, generation=acts.generation)  # fmt: skip
             for w in acts.writes:
                 self._write(w.raw_key, w.raw_value)
-            leads = (
+            leader = (
                 self.state.leader == self.member_id
                 and self.state.members[self.member_id].incarnation == self.incarnation
-                and self._awaiting is None
                 and (self.member.session_age_ms(now) or 0) < self.cfg.session_timeout_ms
             )
+            # While our own assignment record is unreplayed we lead but do not plan.
+            leads = leader and self._awaiting is None
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
         if leads:
             self._lead()
-        elif self._rebalance is not None:
+        elif self._rebalance is not None and not leader:
             self._finish_rebalance("abandoned")  # we lost the lead mid-rebalance
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
