@@ -105,6 +105,10 @@ class GroupConsumer:
         self._last_poll = time.monotonic()
         self._last_commit = time.monotonic()
         self._closed = False
+        if registry is not None:  # no registry, no metrics: nothing global is touched
+            from groupkit.metrics import instrument
+
+            self.observers.add(instrument(self, registry))
 
     # ------------------------------------------------------------------ properties
 

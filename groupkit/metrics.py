@@ -1,0 +1,599 @@
+"""Prometheus metrics of groupkit members.
+
+``GroupConsumer(config, registry=r)`` registers everything below on ``r``; nothing is registered
+on prometheus-client's global registry unless you pass it, and no HTTP server starts unless the
+app calls :func:`serve`. Every series is labelled by ``group`` and ``member`` (the member id).
+
+Two sources, so that nothing goes stale:
+
+1. **Gauges read at scrape time** (:class:`GroupkitCollector`): lag, offsets, assignment,
+   generation, leadership, heartbeat age. They come from the member's live state (under the
+   coordinator's lock) and its assignment, so a revoked partition's series is simply not
+   produced by the next scrape, and a closed consumer produces none at all.
+2. **Counters and a histogram** fed by the runtime's hooks (:class:`MetricsObserver`, a
+   :class:`~groupkit.runtime.hooks.GroupObserver`): rebalances, paused partition-seconds,
+   hand-offs, control records, consumed records.
+
+Lag follows kafka_exporter and Burrow: log end offset minus committed offset (a partition without
+a committed offset lags by what ``auto.offset.reset`` would make the member read), so the sum over
+members equals what ``kafka-consumer-groups --describe`` or an AdminClient computes. Like
+kafka_exporter, a scrape asks the brokers (one ListOffsets and one OffsetFetch through the
+consumer's AdminClient, reused for :data:`OFFSETS_MIN_INTERVAL_S`). It never calls the data
+consumer: confluent-kafka admits one thread at a time into a ``Consumer``, and a scrape waiting
+behind a busy poll loop could wait for ever. ``groupkit_consumer_records_lag`` is the Java
+client's ``records-lag`` (high watermark minus the position handed to the app); only the poll
+thread can read it, so it is sampled there, when ``poll`` hands out records.
+
+The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
+panels against it and the metrics tests check a live scrape against it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from confluent_kafka import TopicPartition as KTopicPartition
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from groupkit.protocol import GroupState
+from groupkit.protocol.records import Partitions
+from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
+from groupkit.runtime.lag import committed_offsets, compute_lag, end_offsets
+from groupkit.types import TopicPartition
+
+if TYPE_CHECKING:
+    from groupkit.runtime.consumer import GroupConsumer
+
+__all__ = [
+    "METRICS",
+    "GroupkitCollector",
+    "MetricSpec",
+    "MetricsObserver",
+    "instrument",
+    "serve",
+]
+
+_log = structlog.get_logger("groupkit.metrics")
+
+#: end and committed offsets are asked at most this often per member, whatever the scrape rate
+OFFSETS_MIN_INTERVAL_S = 0.5
+#: window of ``groupkit_records_consumed_rate`` (the Java client's default is 30 s; shorter
+#: shows a rebalance's pause in a demo)
+RATE_WINDOW_S = 10.0
+
+_M = ("group", "member")
+_TP = (*_M, "topic", "partition")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One exported metric: its name as scraped (counters with ``_total``), type and labels."""
+
+    name: str
+    kind: str  # gauge | counter | histogram
+    labels: tuple[str, ...]
+    help: str
+    #: the Kafka tool or client metric it mirrors, for the README
+    like: str = ""
+
+
+#: Everything groupkit exports, by name.
+METRICS: Mapping[str, MetricSpec] = {
+    s.name: s
+    for s in (
+        # -- read at scrape time -----------------------------------------------------------
+        MetricSpec("groupkit_consumergroup_lag", "gauge", _TP,
+                   "Messages behind: log end offset minus committed offset, per owned partition.",
+                   "kafka_exporter kafka_consumergroup_lag"),
+        MetricSpec("groupkit_consumergroup_committed_offset", "gauge", _TP,
+                   "The group's committed offset of each owned partition.",
+                   "kafka_exporter kafka_consumergroup_current_offset"),
+        MetricSpec("groupkit_consumer_records_lag", "gauge", _TP,
+                   "High watermark minus the position handed to the app, sampled when poll "
+                   "hands out records (no broker I/O).",
+                   "Java consumer records-lag"),
+        MetricSpec("groupkit_consumergroup_lag_sum", "gauge", _M,
+                   "Sum of groupkit_consumergroup_lag over the member's partitions.",
+                   "kafka_exporter kafka_consumergroup_lag_sum, Burrow total_lag"),
+        MetricSpec("groupkit_consumergroup_assigned_partitions", "gauge", _M,
+                   "Partitions the member's data consumer has assigned.",
+                   "Java consumer assigned-partitions"),
+        MetricSpec("groupkit_consumergroup_generation", "gauge", _M,
+                   "The generation of the assignment the member acts on."),
+        MetricSpec("groupkit_consumergroup_is_leader", "gauge", _M,
+                   "1 if the member leads the group (plans its generations), else 0."),
+        MetricSpec("groupkit_consumergroup_members", "gauge", _M,
+                   "Live members of the group as its leader's replay sees them (leader only).",
+                   "kafka_exporter kafka_consumergroup_members"),
+        MetricSpec("groupkit_consumergroup_paused_partitions", "gauge", _M,
+                   "Partitions no live member claims right now (leader only)."),
+        MetricSpec("groupkit_consumergroup_heartbeat_age_seconds", "gauge", _M,
+                   "Seconds since the member's newest own record was seen in the control log.",
+                   "Java consumer last-heartbeat-seconds-ago"),
+        MetricSpec("groupkit_records_consumed_rate", "gauge", _M,
+                   f"Records handed to the app per second over the last {RATE_WINDOW_S:.0f} s "
+                   "(in PromQL prefer rate(groupkit_records_consumed_total[...])).",
+                   "Java consumer records-consumed-rate"),
+        # -- fed by the runtime's hooks ---------------------------------------------------
+        MetricSpec("groupkit_rebalances_total", "counter", (*_M, "protocol", "outcome"),
+                   "Rebalances ended, counted by the leader: completed, superseded by a newer "
+                   "change, or abandoned on losing the lead.",
+                   "Java consumer rebalance-total"),
+        MetricSpec("groupkit_rebalance_duration_seconds", "histogram", (*_M, "protocol"),
+                   "Duration of completed rebalances, first generation planned to stable "
+                   "(leader).", "Java consumer rebalance-latency-*"),
+        MetricSpec("groupkit_rebalance_partitions_moved_total", "counter", _M,
+                   "Partitions whose owner changed in a completed rebalance (leader)."),
+        MetricSpec("groupkit_paused_partition_seconds_total", "counter", _M,
+                   "Integral over time of partitions no live member claimed, in "
+                   "partition-seconds (leader)."),
+        MetricSpec("groupkit_partitions_assigned_total", "counter", _M,
+                   "Partitions this member was granted."),
+        MetricSpec("groupkit_partitions_revoked_total", "counter", _M,
+                   "Partitions this member gave up in a rebalance (committed first).",
+                   "Java consumer partition-revoked-latency-*"),
+        MetricSpec("groupkit_partitions_lost_total", "counter", _M,
+                   "Partitions this member lost without a commit (session lapsed, expired).",
+                   "Java consumer partition-lost-latency-*"),
+        MetricSpec("groupkit_control_records_read_total", "counter", (*_M, "kind"),
+                   "Control records replayed, by result kind."),
+        MetricSpec("groupkit_control_records_written_total", "counter", (*_M, "kind"),
+                   "Control records this member wrote and the broker acknowledged."),
+        MetricSpec("groupkit_control_record_write_errors_total", "counter", (*_M, "kind"),
+                   "Control records this member failed to write."),
+        MetricSpec("groupkit_control_records_rejected_total", "counter", (*_M, "reason"),
+                   "Control records rejected by the replay (never applied), by reason."),
+        MetricSpec("groupkit_records_consumed_total", "counter", (*_M, "topic"),
+                   "Records handed to the app by poll/consume.",
+                   "Java consumer records-consumed-total"),
+    )
+}  # fmt: skip
+
+#: Rejection reasons known today (decoder and replay); each starts at 0 so a dashboard has a
+#: series before the first rejection. A reason not listed here is still counted when it occurs.
+KNOWN_REJECTIONS = (
+    "bad_bytes", "unknown_version", "unknown_kind", "missing_field", "wrong_type", "bad_value",
+    "unsigned", "bad_signature", "offset_regressed", "stale_member_record", "acked_regressed",
+    "future_generation", "unowned_claim", "stale_generation", "bad_phase", "not_leader",
+    "unsafe_grant", "inconsistent",
+)  # fmt: skip
+REBALANCE_OUTCOMES = ("completed", "superseded", "abandoned")
+RECORD_KINDS = ("member", "assignment")
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+def _base(name: str) -> str:
+    """prometheus-client adds ``_total`` to a counter's name itself."""
+    return name.removesuffix("_total") if METRICS[name].kind == "counter" else name
+
+
+class _Instruments:
+    """The hook-fed metrics of one registry, shared by every consumer registered on it."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str) -> Counter:
+            s = METRICS[name]
+            return Counter(_base(name), s.help, s.labels, registry=registry)
+
+        self.rebalances = counter("groupkit_rebalances_total")
+        s = METRICS["groupkit_rebalance_duration_seconds"]
+        self.rebalance_seconds = Histogram(
+            s.name, s.help, s.labels, buckets=DURATION_BUCKETS, registry=registry
+        )
+        self.moved = counter("groupkit_rebalance_partitions_moved_total")
+        self.paused_seconds = counter("groupkit_paused_partition_seconds_total")
+        self.assigned = counter("groupkit_partitions_assigned_total")
+        self.revoked = counter("groupkit_partitions_revoked_total")
+        self.lost = counter("groupkit_partitions_lost_total")
+        self.read = counter("groupkit_control_records_read_total")
+        self.written = counter("groupkit_control_records_written_total")
+        self.write_errors = counter("groupkit_control_record_write_errors_total")
+        self.rejected = counter("groupkit_control_records_rejected_total")
+        self.consumed = counter("groupkit_records_consumed_total")
+        self.collector = GroupkitCollector()
+        registry.register(self.collector)
+
+
+_INSTRUMENTS: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
+    weakref.WeakKeyDictionary()
+)
+_INSTRUMENTS_LOCK = threading.Lock()
+
+
+def instrument(consumer: GroupConsumer, registry: CollectorRegistry) -> MetricsObserver:
+    """Register ``consumer``'s metrics on ``registry``; return the observer to hook in.
+
+    ``GroupConsumer(config, registry=registry)`` calls this itself. Several consumers may share
+    one registry: their series differ by ``member``.
+    """
+    with _INSTRUMENTS_LOCK:
+        inst = _INSTRUMENTS.get(registry)
+        if inst is None:
+            inst = _INSTRUMENTS[registry] = _Instruments(registry)
+    observer = MetricsObserver(consumer, inst)
+    inst.collector.add(observer)
+    return observer
+
+
+def serve(
+    port: int, registry: CollectorRegistry | None = None, addr: str = "0.0.0.0"
+) -> tuple[Any, threading.Thread]:
+    """Serve ``registry`` (default: prometheus-client's global one) on ``http://addr:port/``.
+
+    For apps; the library never starts a server itself. Returns the server and its thread
+    (``server.shutdown()`` stops it).
+    """
+    if registry is None:
+        from prometheus_client import REGISTRY
+
+        registry = REGISTRY
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return server, thread
+
+
+class _Rate:
+    """Events per second over a sliding window, from cumulative totals sampled as they grow.
+
+    Samples are taken at most every half second; the oldest one kept is the newest at or
+    before the window's start, so the count covers the window (give or take half a second).
+    """
+
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
+        self.window_s = window_s
+        self.total = 0
+        self._samples: deque[tuple[float, int]] = deque([(time.monotonic(), 0)])
+        self._lock = threading.Lock()
+
+    def add(self, n: int, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self.total += n
+            if now - self._samples[-1][0] >= 0.5:
+                self._samples.append((now, self.total))
+            elif len(self._samples) > 1:  # fold into the newest sample (< 0.5 s earlier)
+                self._samples[-1] = (self._samples[-1][0], self.total)
+            self._trim(now)
+
+    def _trim(self, now: float) -> None:
+        while len(self._samples) > 1 and self._samples[1][0] <= now - self.window_s:
+            self._samples.popleft()
+
+    def value(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._trim(now)
+            t0, n0 = self._samples[0]
+            elapsed = min(now - t0, self.window_s)
+            return (self.total - n0) / elapsed if elapsed > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """What one scrape reads of one member."""
+
+    group: str
+    member: str
+    generation: int
+    is_leader: bool
+    live_members: int
+    paused: int
+    heartbeat_age_s: float | None
+    partitions: tuple[TopicPartition, ...]
+    lag: Mapping[TopicPartition, int]
+    committed: Mapping[TopicPartition, int]
+    records_lag: Mapping[TopicPartition, int]
+    consumed_rate: float
+
+
+class MetricsObserver(GroupObserver):
+    """One consumer's metrics: hook-fed counters, and the scrape-time reading of its state."""
+
+    def __init__(self, consumer: GroupConsumer, instruments: _Instruments) -> None:
+        self._consumer = consumer
+        self._i = instruments
+        cfg = consumer._cfg
+        self.group = cfg.group_id
+        self.protocol = cfg.protocol
+        self._reset = cfg.auto_offset_reset
+        self._initialised: str | None = None
+        self._rate = _Rate()
+        # lag and committed offsets, asked of the brokers at scrape time
+        self._offsets_cache: (
+            tuple[float, dict[TopicPartition, int], dict[TopicPartition, int]] | None
+        ) = None
+        self._offsets_lock = threading.Lock()
+        # the Java client's records-lag, sampled on the poll thread
+        self._records_lag: dict[TopicPartition, int] = {}
+        self._positions_at = 0.0
+        # paused partition-seconds, integrated on the leader's control thread
+        self._paused_offset = -2
+        self._paused_now = 0
+        self._paused_prev = 0
+        self._paused_at: int | None = None
+
+    # ------------------------------------------------------------------ labels
+
+    def _member(self) -> str:
+        member = self._consumer.member_id or ""
+        if member != self._initialised and member:
+            self._initialise(member)
+        return member
+
+    def _initialise(self, member: str) -> None:
+        """Create each known label set at 0, so dashboards have series before the first event."""
+        self._initialised = member
+        i, g = self._i, self.group
+        for outcome in REBALANCE_OUTCOMES:
+            i.rebalances.labels(g, member, self.protocol, outcome)
+        i.rebalance_seconds.labels(g, member, self.protocol)
+        for c in (i.moved, i.paused_seconds, i.assigned, i.revoked, i.lost):
+            c.labels(g, member)
+        for kind in RECORD_KINDS:
+            i.written.labels(g, member, kind)
+            i.write_errors.labels(g, member, kind)
+        for reason in KNOWN_REJECTIONS:
+            i.rejected.labels(g, member, reason)
+        for topic in self._consumer._topics:
+            i.consumed.labels(g, member, topic)
+
+    # ------------------------------------------------------------------ hooks
+
+    def record_read(self, state: GroupState, kind: str) -> None:
+        self._i.read.labels(self.group, self._member(), kind).inc()
+
+    def record_rejected(self, state: GroupState, reason: str, detail: str) -> None:
+        self._i.rejected.labels(self.group, self._member(), reason).inc()
+
+    def record_written(self, kind: str, ok: bool) -> None:
+        c = self._i.written if ok else self._i.write_errors
+        c.labels(self.group, self._member(), kind).inc()
+
+    def turn(self, state: GroupState, member_id: str, now_ms: int) -> None:
+        """Integrate the leader's count of unclaimed partitions over (monotonic) time.
+
+        Called on the control thread, the only writer of ``state``; the count is recomputed only
+        when a record was replayed, since claims and liveness change only then.
+        """
+        if state.leader != member_id:
+            self._paused_at = None
+            self._paused_now = self._paused_prev = 0
+            self._paused_offset = -2
+            return
+        if state.offset != self._paused_offset:
+            self._paused_offset = state.offset
+            self._paused_now = len(unclaimed(state))
+        if self._paused_at is not None and self._paused_prev:
+            seconds = self._paused_prev * (now_ms - self._paused_at) / 1000
+            self._i.paused_seconds.labels(self.group, self._member()).inc(max(0.0, seconds))
+        self._paused_at = now_ms
+        self._paused_prev = self._paused_now
+
+    def rebalance_done(self, summary: RebalanceSummary) -> None:
+        member = self._member()
+        self._i.rebalances.labels(self.group, member, summary.protocol, summary.outcome).inc()
+        if summary.outcome == "completed":
+            self._i.rebalance_seconds.labels(self.group, member, summary.protocol).observe(
+                summary.duration_s
+            )
+            self._i.moved.labels(self.group, member).inc(summary.moved)
+
+    def handoff(
+        self,
+        member_id: str,
+        generation: int,
+        assigned: Partitions,
+        revoked: Partitions,
+        lost: Partitions,
+        seconds: float,
+    ) -> None:
+        member = self._member()
+        for counter, parts in ((self._i.assigned, assigned), (self._i.revoked, revoked),
+                               (self._i.lost, lost)):  # fmt: skip
+            if parts:
+                counter.labels(self.group, member).inc(len(parts))
+
+    def consumed(self, member_id: str, counts: Sequence[tuple[tuple[str, int], int]]) -> None:
+        member = self._member()
+        per_topic: dict[str, int] = {}
+        for (topic, _p), n in counts:
+            per_topic[topic] = per_topic.get(topic, 0) + n
+        for topic, n in per_topic.items():
+            self._i.consumed.labels(self.group, member, topic).inc(n)
+        self._rate.add(sum(per_topic.values()))
+        self._sample_positions()
+
+    # ------------------------------------------------------------------ scrape time
+
+    def _sample_positions(self) -> None:
+        """On the poll thread: the data consumer's positions and cached high watermarks.
+
+        confluent-kafka lets one thread at a time into a ``Consumer`` (a call from another
+        thread waits at a gate, and a busy poll loop can starve it for good), so the scrape
+        thread never touches the data consumer: what only it knows is sampled here, at most
+        twice a second, right after a ``poll`` handed out records.
+        """
+        now = time.monotonic()
+        if now - self._positions_at < 0.5:
+            return
+        self._positions_at = now
+        data = self._consumer._data
+        owned = _copy(self._consumer._owned)
+        ktps = [KTopicPartition(tp.topic, tp.partition) for tp in sorted(owned)]
+        try:
+            positions = data.position(ktps)
+            out: dict[TopicPartition, int] = {}
+            for k in positions:
+                _low, high = data.get_watermark_offsets(k, cached=True)
+                if k.offset >= 0 and high >= 0:
+                    out[TopicPartition(k.topic, k.partition)] = max(0, high - k.offset)
+        except Exception as e:  # never break poll for a metric
+            _log.debug("metrics.positions_unavailable", group=self.group, error=str(e))
+            return
+        self._records_lag = out
+
+    def snapshot(self) -> _Snapshot | None:
+        """The member's gauges now, or ``None`` once it has closed (its series then vanish)."""
+        c = self._consumer.coordinator
+        if c is None:
+            return None
+        from groupkit.runtime.coordinator import monotonic_ms
+
+        with c.lock:
+            state = c.state
+            member = c.member_id
+            generation = c.member.generation
+            leader = state.leader == member
+            live = len(state.live_members()) if leader else 0
+            age = c.member.session_age_ms(monotonic_ms())
+        paused = self._paused_now if leader else 0
+        # What the data consumer has assigned right now: a revoked partition leaves this set
+        # (on the poll thread) before the member's record frees it for its next owner.
+        parts = tuple(sorted(_copy(self._consumer._owned)))
+        lag, committed = self._offsets(parts)
+        records_lag = self._records_lag
+        return _Snapshot(
+            group=self.group,
+            member=member,
+            generation=generation,
+            is_leader=leader,
+            live_members=live,
+            paused=paused,
+            heartbeat_age_s=None if age is None else age / 1000,
+            partitions=parts,
+            lag=lag,
+            committed=committed,
+            records_lag={tp: n for tp, n in records_lag.items() if tp in parts},
+            consumed_rate=self._rate.value(),
+        )
+
+    def _offsets(
+        self, parts: tuple[TopicPartition, ...]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """Lag and committed offset of ``parts``, asked of the brokers (kafka_exporter's way).
+
+        One ListOffsets and one OffsetFetch through the consumer's AdminClient, reused for
+        :data:`OFFSETS_MIN_INTERVAL_S` whatever the scrape rate. If the brokers do not answer
+        in time, the partitions have no lag series this scrape rather than a wrong one.
+        """
+        with self._offsets_lock:
+            now = time.monotonic()
+            cached = self._offsets_cache
+            if cached is not None and now - cached[0] < OFFSETS_MIN_INTERVAL_S:
+                _, lag, committed = cached
+                if all(tp in lag for tp in parts):
+                    return (
+                        {tp: lag[tp] for tp in parts},
+                        {tp: committed[tp] for tp in parts if tp in committed},
+                    )
+            if not parts:
+                return {}, {}
+            admin = self._consumer._admin
+            try:
+                ends = end_offsets(admin, parts, timeout=3.0)
+                got = committed_offsets(admin, self.group, parts, timeout=3.0)
+                missing = [tp for tp in parts if got.get(tp) is None]
+                starts = (
+                    end_offsets(admin, missing, earliest=True, timeout=3.0)
+                    if missing and self._reset != "latest"
+                    else {}
+                )
+            except Exception as e:  # a scrape must not fail because a broker is slow
+                _log.debug("metrics.offsets_unavailable", group=self.group, error=str(e))
+                return {}, {}
+            lag = {
+                tp: compute_lag(ends[tp], got.get(tp), starts.get(tp), self._reset)
+                for tp in parts
+                if tp in ends
+            }
+            committed = {tp: o for tp, o in got.items() if o is not None}
+            self._offsets_cache = (now, lag, committed)
+            return lag, committed
+
+
+def _copy(s: set[TopicPartition]) -> frozenset[TopicPartition]:
+    """A copy of a set another thread may be changing (retry if it changed mid-copy)."""
+    for _ in range(10):
+        try:
+            return frozenset(s)
+        except RuntimeError:  # "Set changed size during iteration"
+            continue
+    return frozenset()
+
+
+def unclaimed(state: GroupState) -> set[TopicPartition]:
+    """Partitions of the current assignment's topics that no live member claims: paused."""
+    a = state.assignment
+    if a is None:
+        return set()
+    claimed: set[TopicPartition] = set()
+    for m in state.live_members().values():
+        claimed |= m.claims
+    return {TopicPartition(t, p) for t, n in a.partition_counts for p in range(n)} - claimed
+
+
+class GroupkitCollector(Collector):
+    """Yields the scrape-time gauges of every consumer registered on one registry."""
+
+    def __init__(self) -> None:
+        self._observers: weakref.WeakSet[MetricsObserver] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def add(self, observer: MetricsObserver) -> None:
+        with self._lock:
+            self._observers.add(observer)
+
+    def describe(self) -> Iterable[Metric]:
+        # Without describe(), registering would call collect() (and fetch offsets) at once.
+        return list(self._families().values())
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily]:
+        return {
+            name: GaugeMetricFamily(name, s.help, labels=list(s.labels))
+            for name, s in METRICS.items()
+            if s.kind == "gauge"
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            observers = list(self._observers)
+        f = self._families()
+        for o in observers:
+            try:
+                snap = o.snapshot()
+            except Exception:  # never let one member break the whole scrape
+                _log.exception("metrics.snapshot_failed", group=o.group)
+                continue
+            if snap is None:
+                continue
+            m = [snap.group, snap.member]
+            for tp in snap.partitions:
+                tpl = [*m, tp.topic, str(tp.partition)]
+                if tp in snap.lag:
+                    f["groupkit_consumergroup_lag"].add_metric(tpl, snap.lag[tp])
+                if tp in snap.committed:
+                    f["groupkit_consumergroup_committed_offset"].add_metric(tpl, snap.committed[tp])
+                if tp in snap.records_lag:
+                    f["groupkit_consumer_records_lag"].add_metric(tpl, snap.records_lag[tp])
+            f["groupkit_consumergroup_lag_sum"].add_metric(m, sum(snap.lag.values()))
+            f["groupkit_consumergroup_assigned_partitions"].add_metric(m, len(snap.partitions))
+            f["groupkit_consumergroup_generation"].add_metric(m, snap.generation)
+            f["groupkit_consumergroup_is_leader"].add_metric(m, 1 if snap.is_leader else 0)
+            if snap.is_leader:
+                f["groupkit_consumergroup_members"].add_metric(m, snap.live_members)
+                f["groupkit_consumergroup_paused_partitions"].add_metric(m, snap.paused)
+            if snap.heartbeat_age_s is not None:
+                f["groupkit_consumergroup_heartbeat_age_seconds"].add_metric(
+                    m, snap.heartbeat_age_s
+                )
+            f["groupkit_records_consumed_rate"].add_metric(m, snap.consumed_rate)
+        yield from f.values()

@@ -1,0 +1,326 @@
+"""groupkit's Prometheus metrics move as the group moves: real broker, real GroupConsumers.
+
+One group lives through a join, a lag change, a rebalance to two members, a rejected control
+record, a loss of its session and a leave; after each step the registries of its members are
+scraped (the text exposition format, as Prometheus reads it) and checked against the state.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from groupkit import GroupConsumer
+from groupkit.metrics import METRICS, _Rate, serve
+from groupkit.runtime.control_topic import partition_for_group
+from tests.conftest import unique_name
+from tests.groupharness import wait_for
+
+pytestmark = pytest.mark.broker
+
+Labels = dict[str, str]
+
+
+def scrape(registry: CollectorRegistry) -> dict[str, list[tuple[Labels, float]]]:
+    """Every sample by name, parsed back from the exposition text."""
+    out: dict[str, list[tuple[Labels, float]]] = {}
+    text = generate_latest(registry).decode()
+    for fam in text_string_to_metric_families(text):
+        out.setdefault(fam.name, [])
+        for s in fam.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), s.value))
+    return out
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    """The sum of ``name``'s samples matching ``labels`` (``None``: no such series)."""
+    hits = [v for lab, v in scrape(registry).get(name, []) if labels.items() <= lab.items()]
+    return sum(hits) if hits else None
+
+
+def partitions_of(registry: CollectorRegistry, name: str) -> set[int]:
+    return {int(lab["partition"]) for lab, _ in scrape(registry).get(name, [])}
+
+
+class Driver:
+    """Polls consumers on one background thread, as an app's poll loop would."""
+
+    def __init__(self) -> None:
+        self.consumers: list[GroupConsumer] = []
+        self.consumed: dict[int, int] = {}
+        self.paused = threading.Event()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def add(self, c: GroupConsumer) -> None:
+        with self._lock:
+            self.consumers.append(c)
+
+    def remove(self, c: GroupConsumer) -> None:
+        with self._lock:
+            self.consumers.remove(c)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.paused.is_set():
+                time.sleep(0.02)
+                continue
+            with self._lock:
+                cs = list(self.consumers)
+            if not cs:
+                time.sleep(0.02)
+            for c in cs:
+                n = len([m for m in c.consume(100, 0.02) if m.error() is None])
+                self.consumed[id(c)] = self.consumed.get(id(c), 0) + n
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def driver() -> Iterator[Driver]:
+    d = Driver()
+    yield d
+    d.stop()
+    for c in d.consumers:
+        c.close()
+
+
+def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for partition, n in per_partition.items():
+        for i in range(n):
+            p.produce(topic, f"{i}".encode(), partition=partition)
+    assert p.flush(10) == 0
+
+
+def test_every_metric_moves_with_the_group(
+    bootstrap: str, topic_factory: Callable[..., str], driver: Driver
+) -> None:
+    topic = topic_factory(partitions=4)
+    group = unique_name("g")
+    control = unique_name("ctl")  # a control topic of our own: the garbage record stays here
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 2000,
+        "heartbeat.interval.ms": 200,
+        "auto.commit.interval.ms": 100,
+        "groupkit.control.topic": control,
+    }
+    produced = {0: 40, 1: 20, 2: 10, 3: 5}
+    _produce(bootstrap, topic, produced)
+
+    # -- join: one member owns everything, reads everything, commits ----------------------
+    r1 = CollectorRegistry()
+    c1 = GroupConsumer({**conf, "client.id": "m1"}, registry=r1)
+    c1.subscribe([topic])
+    driver.add(c1)
+    m1 = c1.member_id
+    assert m1 is not None
+    wait_for(lambda: value(r1, "groupkit_consumergroup_lag_sum") == 0
+             and partitions_of(r1, "groupkit_consumergroup_committed_offset") == {0, 1, 2, 3},
+             30, "member 1 to own all 4 partitions and commit everything")  # fmt: skip
+    got = scrape(r1)
+    missing = [n for n, s in METRICS.items() if not got.get(n if s.kind != "histogram"
+                                                            else n + "_count")]  # fmt: skip
+    assert not missing, f"declared but not exported: {missing}"
+    for name, samples in got.items():
+        if name.startswith("groupkit_"):
+            assert all(lab["group"] == group and lab["member"] == m1 for lab, _ in samples), name
+    assert value(r1, "groupkit_consumergroup_assigned_partitions") == 4
+    assert value(r1, "groupkit_consumergroup_is_leader") == 1
+    assert value(r1, "groupkit_consumergroup_members") == 1
+    assert value(r1, "groupkit_consumergroup_paused_partitions") == 0
+    assert value(r1, "groupkit_consumergroup_generation") == c1.generation >= 1
+    age = value(r1, "groupkit_consumergroup_heartbeat_age_seconds")
+    assert age is not None and 0 <= age < 2.0
+    committed = {
+        int(lab["partition"]): v for lab, v in got["groupkit_consumergroup_committed_offset"]
+    }
+    assert committed == produced
+    assert value(r1, "groupkit_records_consumed_total", topic=topic) == 75
+    assert value(r1, "groupkit_partitions_assigned_total") == 4
+    # The leader ends a rebalance once every member has acknowledged it: a moment after.
+    completed = functools.partial(
+        value, r1, "groupkit_rebalances_total", outcome="completed", protocol="cooperative"
+    )
+    wait_for(lambda: (completed() or 0) >= 1, 15, "a completed rebalance")
+    assert (value(r1, "groupkit_rebalance_duration_seconds_count") or 0) >= 1
+    # Between the first assignment record and the member's claim, 4 partitions were paused.
+    assert (value(r1, "groupkit_paused_partition_seconds_total") or 0) > 0
+    assert (value(r1, "groupkit_control_records_written_total", kind="member") or 0) >= 1
+    assert (value(r1, "groupkit_control_records_written_total", kind="assignment") or 0) >= 1
+    assert (value(r1, "groupkit_control_records_read_total", kind="assignment") or 0) >= 1
+    assert value(r1, "groupkit_control_records_rejected_total") == 0
+
+    # -- lag change: new records, not yet polled, then consumed --------------------------
+    driver.paused.set()
+    time.sleep(0.2)  # let the poll loop finish its current call
+    _produce(bootstrap, topic, {0: 25})
+    wait_for(lambda: value(r1, "groupkit_consumergroup_lag", partition="0") == 25, 15,
+             "partition 0's lag to show the 25 new records")  # fmt: skip
+    assert value(r1, "groupkit_consumergroup_lag_sum") == 25
+    driver.paused.clear()
+    wait_for(lambda: value(r1, "groupkit_consumergroup_lag_sum") == 0, 15, "lag back to 0")
+    assert value(r1, "groupkit_consumergroup_committed_offset", partition="0") == 65
+    assert value(r1, "groupkit_records_consumed_total", topic=topic) == 100
+    assert (value(r1, "groupkit_records_consumed_rate") or 0) > 0
+
+    # -- rebalance: a second member; revoked partitions' series vanish --------------------
+    rebalances_before = value(r1, "groupkit_rebalances_total") or 0
+    generation_before = value(r1, "groupkit_consumergroup_generation") or 0
+    r2 = CollectorRegistry()
+    c2 = GroupConsumer({**conf, "client.id": "m2"}, registry=r2)
+    c2.subscribe([topic])
+    driver.add(c2)
+    m2 = c2.member_id
+
+    def split() -> bool:
+        a1 = {tp.partition for tp in c1.assignment()}
+        a2 = {tp.partition for tp in c2.assignment()}
+        return (len(a1) == 2 and len(a2) == 2
+                and partitions_of(r1, "groupkit_consumergroup_lag") == a1
+                and partitions_of(r2, "groupkit_consumergroup_lag") == a2
+                and value(r1, "groupkit_consumergroup_members") == 2)  # fmt: skip
+
+    wait_for(split, 30, "two members with two partitions each, as their metrics say")
+    a1 = {tp.partition for tp in c1.assignment()}
+    for name in ("groupkit_consumergroup_lag", "groupkit_consumergroup_committed_offset",
+                 "groupkit_consumer_records_lag"):  # fmt: skip
+        assert partitions_of(r1, name) == a1, name  # the two revoked partitions are gone
+    assert value(r1, "groupkit_consumergroup_assigned_partitions") == 2
+    assert value(r1, "groupkit_partitions_revoked_total") == 2
+    assert (value(r1, "groupkit_consumergroup_generation") or 0) > generation_before
+    assert (value(r1, "groupkit_rebalances_total") or 0) > rebalances_before
+    moved = functools.partial(value, r1, "groupkit_rebalance_partitions_moved_total")
+    wait_for(lambda: (moved() or 0) >= 2, 15, "the leader to count 2 moved partitions")
+    assert value(r2, "groupkit_consumergroup_is_leader", member=m2 or "") == 0
+    assert value(r2, "groupkit_consumergroup_members") is None  # the leader's view only
+    assert value(r2, "groupkit_consumergroup_assigned_partitions") == 2
+    assert value(r2, "groupkit_partitions_assigned_total") == 2
+    wait_for(lambda: value(r2, "groupkit_consumergroup_lag_sum") == 0, 15,
+             "member 2 to see its partitions' committed offsets")  # fmt: skip
+
+    # -- a garbage control record: both members reject it, by reason ----------------------
+    control_partition = partition_for_group(group, 1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(control, b"not a groupkit record", key=b"x", partition=control_partition)
+    p.flush(10)
+    for r in (r1, r2):
+        rejected = functools.partial(
+            value, r, "groupkit_control_records_rejected_total", reason="bad_bytes"
+        )
+        wait_for(lambda: rejected() == 1, 15, "the garbage record rejected")  # noqa: B023
+        assert value(r, "groupkit_control_records_read_total", kind="rejected") == 1
+
+    # -- leave: member 2's gauges vanish, member 1 takes its partitions back --------------
+    driver.remove(c2)
+    c2.close()
+    after_close = scrape(r2)
+    for name, spec in METRICS.items():
+        if spec.kind == "gauge":
+            assert not after_close.get(name), f"{name} still exported after close"
+    wait_for(lambda: value(r1, "groupkit_consumergroup_assigned_partitions") == 4
+             and partitions_of(r1, "groupkit_consumergroup_lag") == {0, 1, 2, 3}
+             and value(r1, "groupkit_consumergroup_members") == 1,
+             30, "member 1 to own all 4 partitions again")  # fmt: skip
+    assert value(r1, "groupkit_partitions_assigned_total") == 6
+
+    # -- loss: the control thread stalls past the session; the member loses everything -----
+    coordinator = c1.coordinator
+    assert coordinator is not None
+    driver.paused.set()
+    with coordinator.lock:  # the control loop can neither heartbeat nor replay meanwhile
+        time.sleep(2.5)
+    driver.paused.clear()
+    wait_for(lambda: value(r1, "groupkit_partitions_lost_total") == 4, 15,
+             "the 4 partitions counted as lost")  # fmt: skip
+    wait_for(lambda: value(r1, "groupkit_consumergroup_assigned_partitions") == 4, 30,
+             "member 1 to own the 4 partitions again")  # fmt: skip
+
+
+def test_no_registry_no_metrics_and_nothing_global_on_import() -> None:
+    """Importing groupkit registers nothing, starts no thread, configures no logging."""
+    code = (
+        "import threading, structlog, prometheus_client\n"
+        "import groupkit, groupkit.metrics, groupkit.log, groupkit.demo\n"
+        "names = list(prometheus_client.REGISTRY._names_to_collectors)\n"
+        "print({'threads': threading.active_count(), 'configured': structlog.is_configured(),\n"
+        "       'groupkit': [n for n in names if n.startswith('groupkit')]})\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    doc = eval(out.stdout)  # our own dict literal
+    assert doc == {"threads": 1, "configured": False, "groupkit": []}
+
+
+def test_serve_exposes_a_registry() -> None:
+    from prometheus_client import Counter
+
+    r = CollectorRegistry()
+    Counter("groupkit_probe", "probe", registry=r).inc(3)
+    server, thread = serve(0, r, addr="127.0.0.1")
+    try:
+        port = server.server_address[1]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        assert b"groupkit_probe_total 3.0" in body
+    finally:
+        server.shutdown()
+        thread.join(5)
+
+
+def test_consumed_rate_window() -> None:
+    r = _Rate(window_s=10)
+    t0 = r._samples[0][0]
+    for i in range(1, 21):  # 50 records every half second for 10 s: 100/s
+        r.add(50, now=t0 + i * 0.5)
+    assert r.value(now=t0 + 10) == pytest.approx(100, rel=0.06)
+    assert r.value(now=t0 + 30) == 0  # nothing for 20 s
+    r.add(10, now=t0 + 31)
+    assert r.value(now=t0 + 31) == pytest.approx(1.0)  # 10 records over the 10 s window
+
+
+def test_log_configure_json_lines() -> None:
+    import io
+
+    import structlog
+
+    from groupkit import log
+
+    buf = io.StringIO()
+    try:
+        log.configure(json=True, level="info", stream=buf)
+        log.get_logger("t", group="g1", member="m1").info("rebalance", generation=3)
+        log.get_logger("t").debug("hidden")
+        lines = [json.loads(line) for line in buf.getvalue().splitlines()]
+        assert len(lines) == 1
+        assert lines[0]["event"] == "rebalance"
+        assert {lines[0][k] for k in ("group", "member", "generation", "level")} == {
+            "g1",
+            "m1",
+            3,
+            "info",
+        }
+        assert "timestamp" in lines[0]
+        buf2 = io.StringIO()
+        log.configure(json=False, stream=buf2)
+        log.get_logger("t").warning("partitions.lost", member="m1")
+        assert "partitions.lost" in buf2.getvalue() and "member=m1" in buf2.getvalue()
+    finally:
+        structlog.reset_defaults()
