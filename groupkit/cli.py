@@ -117,6 +117,15 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from groupkit import pipeline
+
+    try:
+        return pipeline.run(args)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="groupkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra client setting, e.g. -X security.protocol=SASL_PLAINTEXT",
     )
     p.set_defaults(func=_cmd_describe)
+
+    p = sub.add_parser(
+        "replay", help="replay lag telemetry through every assignor on Spark; report the best"
+    )
+    from groupkit.pipeline import add_arguments as replay_arguments
+
+    replay_arguments(p)
+    p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
     p.add_argument("action", choices=["start", "stop", "status", "fetch"])
