@@ -29,7 +29,7 @@ pytest: $(STAMP) kafka-jars
 test: lint typecheck pytest
 
 demo: $(STAMP) kafka-jars
-	$(BIN)/groupkit broker status || $(BIN)/groupkit broker start
+	$(BIN)/groupkit demo
 
 # Ten minutes of random faults against a group of five members (see tests/chaos.py).
 soak: $(STAMP) kafka-jars

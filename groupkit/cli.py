@@ -117,6 +117,12 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from groupkit import demo
+
+    return demo.run(args)
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from groupkit import pipeline
 
@@ -156,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay_arguments(p)
     p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser(
+        "demo", help="a broker, a skewed producer and members with /metrics, watched live"
+    )
+    from groupkit.demo import add_arguments as demo_arguments
+
+    demo_arguments(p)
+    p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
     p.add_argument("action", choices=["start", "stop", "status", "fetch"])

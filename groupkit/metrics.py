@@ -162,9 +162,9 @@ METRICS: Mapping[str, MetricSpec] = {
 #: series before the first rejection. A reason not listed here is still counted when it occurs.
 KNOWN_REJECTIONS = (
     "bad_bytes", "unknown_version", "unknown_kind", "missing_field", "wrong_type", "bad_value",
-    "unsigned", "bad_signature", "offset_regressed", "stale_member_record", "acked_regressed",
-    "future_generation", "unowned_claim", "stale_generation", "bad_phase", "not_leader",
-    "unsafe_grant", "inconsistent",
+    "too_large", "unsigned", "bad_signature", "offset_regressed", "stale_member_record",
+    "acked_regressed", "future_generation", "unowned_claim", "stale_generation", "bad_phase",
+    "not_leader", "unsafe_grant", "inconsistent",
 )  # fmt: skip
 REBALANCE_OUTCOMES = ("completed", "superseded", "abandoned")
 RECORD_KINDS = ("member", "assignment")

@@ -1,0 +1,246 @@
+"""``groupkit demo`` on the real broker, scraped by a real Prometheus (Debian's package).
+
+1. Prometheus starts on a free loopback port, scraping every second whatever members the demo
+   lists in its ``file_sd`` target file.
+2. The demo runs 3 members, adds a 4th at 6 s and removes the oldest at 12 s, while its producer
+   writes faster than the members process (so lag builds), and stops producing at 18 s.
+3. Once the producer has stopped and the group is stable, every PromQL expression of the
+   Grafana dashboard must return data from Prometheus' HTTP API.
+4. The members' lag, summed in Prometheus, must equal the group's lag measured independently
+   with an AdminClient. Lag moves, so the two are compared without a tolerance by a sandwich:
+   with the producer stopped, the group's lag can only fall (commits only grow). So the sum
+   scraped *before* the AdminClient measurement must be >= it, and the sum scraped *after*
+   must be <= it; both sums must also come from one stable generation covering all 12
+   partitions (otherwise the check is taken again).
+5. Ctrl-C (SIGINT) stops the demo: every member leaves cleanly, exit code 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import TopicPartition as KTP
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from groupkit.devbroker import free_port
+from tests.groupharness import wait_for
+from tests.test_deploy import dashboard_exprs, instantiate
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 12
+
+
+class Prometheus:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                doc = json.load(resp)
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"{expr}: {e.read().decode(errors='replace')}") from e
+        assert doc["status"] == "success", doc
+        result: list[dict[str, Any]] = doc["data"]["result"]
+        return result
+
+    def scalar(self, expr: str, at: float | None = None) -> float | None:
+        r = self.query(expr, at)
+        return float(r[0]["value"][1]) if r else None
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[tuple[Prometheus, Path]]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("Prometheus is not installed: apt-get install prometheus (.ci/run does)")
+    demo_dir = tmp_path / "demo"
+    (demo_dir / "prometheus").mkdir(parents=True)
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n  - job_name: groupkit-demo\n    file_sd_configs:\n"
+        f"      - files: ['{demo_dir / 'prometheus' / 'targets.json'}']\n"
+    )
+    port = free_port()
+    log = (tmp_path / "prometheus.log").open("wb")
+    # The binary itself, no service manager: a temp config, storage and loopback port.
+    proc = subprocess.Popen(
+        [binary, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return proc.poll() is not None  # exited: fail below, not by timeout
+
+    try:
+        wait_for(ready, 60, "Prometheus to be ready", step=0.2)
+        assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
+        yield Prometheus(url), demo_dir
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def admin_lag(admin: AdminClient, group: str, topic: str) -> int:
+    """The group's lag by the AdminClient: log end minus committed (earliest if none)."""
+    tps = [KTP(topic, p) for p in range(PARTITIONS)]
+    latest = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10)
+    ends = {tp.partition: f.result().offset for tp, f in latest.items()}
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
+    committed = {tp.partition: tp.offset for tp in fut[group].result().topic_partitions}
+    missing = [KTP(topic, p) for p, o in committed.items() if o < 0]
+    starts: dict[int, int] = {}
+    if missing:
+        earliest = admin.list_offsets({tp: OffsetSpec.earliest() for tp in missing})
+        starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
+    return sum(
+        max(0, ends[p] - (committed[p] if committed[p] >= 0 else starts[p]))
+        for p in range(PARTITIONS)
+    )
+
+
+def test_demo_scraped_by_prometheus(
+    prometheus: tuple[Prometheus, Path], bootstrap: str, admin: AdminClient, tmp_path: Path
+) -> None:
+    prom, demo_dir = prometheus
+    out_path = tmp_path / "demo.out"
+    out = out_path.open("wb")
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
+         "--members", "3", "--partitions", str(PARTITIONS), "--rate", "300", "--max-rate", "50",
+         "--churn-interval", "6", "--churn-for", "13", "--produce-seconds", "18",
+         "--duration", "120", "--metrics-port", "0", "--state-dir", str(demo_dir),
+         "--no-table"],
+        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+
+    def status() -> dict[str, Any]:
+        try:
+            doc: dict[str, Any] = json.loads((demo_dir / "status.json").read_text())
+            return doc
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+
+    def why() -> str:
+        return out_path.read_text(errors="replace")[-3000:]
+
+    try:
+        wait_for(lambda: demo.poll() is None and len(prom.query(
+            'up{job="groupkit-demo"} == 1')) >= 3, 60,
+            "Prometheus to scrape 3 members")  # fmt: skip
+        doc = status()
+        group, topic = doc["group"], doc["topic"]
+        g = f'group="{group}"'
+        # The churn (a 4th member at 6 s, the oldest removed at 12 s) and the producer's end.
+        wait_for(lambda: (status().get("producer") or {}).get("done") is True, 60,
+                 f"the producer to stop:\n{why()}")  # fmt: skip
+
+        def stable() -> bool:
+            members = len(status().get("members", {}))
+            return (
+                members == 3
+                and prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})")
+                == PARTITIONS
+                and prom.scalar(f"max(groupkit_consumergroup_members{{{g}}})") == members
+                and prom.scalar(f"count(groupkit_consumergroup_generation{{{g}}})") == members
+                and prom.scalar(
+                    f"max(groupkit_consumergroup_generation{{{g}}}) - "
+                    f"min(groupkit_consumergroup_generation{{{g}}})"
+                )
+                == 0
+            )
+
+        wait_for(stable, 30, f"a stable group of 3 in Prometheus:\n{why()}", step=0.5)
+        assert demo.poll() is None, why()
+
+        # -- every member was scraped, including the one added and the one removed --------
+        instances = prom.query(
+            'count by (instance) (count_over_time(up{job="groupkit-demo"}[10m]))'
+        )
+        assert len(instances) == 4, instances
+
+        # -- every dashboard query returns data ---------------------------------------------
+        empty = []
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", group)  # a regex matching only itself
+        for title, expr in dashboard_exprs():
+            q = instantiate(expr, group_regex=group, rate_interval="1m")
+            if not prom.query(q):
+                empty.append(f"{title}: {q}")
+        assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
+
+        # -- per-member lag adds up to the group's lag (the sandwich of the docstring) -----
+        members_sum = f"sum(groupkit_consumergroup_lag_sum{{{g}}})"
+        partitions_sum = f"sum(groupkit_consumergroup_lag{{{g}}})"
+        generation = f"max(groupkit_consumergroup_generation{{{g}}})"
+        last_scrape = f"min(timestamp(groupkit_consumergroup_lag_sum{{{g}}}))"
+        for _attempt in range(3):
+            t1 = time.time()
+            before = prom.scalar(members_sum, at=t1)
+            gen_before = prom.scalar(generation, at=t1)
+            # The same scrapes, partition by partition, sum to the same number.
+            assert before == prom.scalar(partitions_sum, at=t1)
+            time.sleep(0.2)
+            measured = admin_lag(admin, group, topic)
+            t2 = time.time()
+            # Each member's next scrape must ask the brokers after t2 (its offsets are reused
+            # for 0.5 s), so wait for scrapes well after it.
+            wait_for(lambda t2=t2: (prom.scalar(last_scrape) or 0) > t2 + 1.0, 15,  # type: ignore[misc]
+                     "a scrape of every member after the AdminClient measurement")  # fmt: skip
+            t3 = time.time()
+            after = prom.scalar(members_sum, at=t3)
+            gen_after = prom.scalar(generation, at=t3)
+            covered = prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})", t3)
+            if gen_before == gen_after and covered == PARTITIONS:
+                break
+        else:
+            pytest.fail("the group kept rebalancing during the lag comparison")
+        assert before is not None and after is not None
+        print(
+            f"\nlag: Prometheus before {before:.0f} >= AdminClient {measured} >= after {after:.0f}"
+        )
+        assert before >= measured >= after, (before, measured, after)
+        assert measured > 0, "the producer was meant to outrun the members"
+    finally:
+        if demo.poll() is None:
+            demo.send_signal(signal.SIGINT)
+        try:
+            code = demo.wait(45)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            code = demo.wait()
+        out.close()
+    text = out_path.read_text()
+    assert code == 0, text[-3000:]
+    assert "exited cleanly" in text and "killed" not in text, text[-3000:]
