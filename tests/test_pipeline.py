@@ -205,9 +205,9 @@ def test_cli_replay_synthetic(spark: Any, tmp_path: Path) -> None:  # noqa: F811
         [
             "replay",
             "--synthetic",
-            "4",
+            "3",
             "--snapshots",
-            "12",
+            "8",
             "--master",
             "local[2]",
             "--out",
