@@ -19,7 +19,17 @@ from confluent_kafka.cimpl import NewTopic
 from groupkit.errors import BrokerError
 
 
-def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> AdminClient:
+class GroupkitAdmin(AdminClient):
+    """An ``AdminClient`` that remembers its settings, so that a companion client (the
+    consumer :func:`groupkit.runtime.lag.committed_offsets` uses) reaches the cluster the same
+    way."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        super().__init__(dict(settings))
+        self.settings: dict[str, Any] = dict(settings)
+
+
+def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> GroupkitAdmin:
     """An ``AdminClient`` that has reached the cluster, or a ``BrokerError`` saying why not.
 
     librdkafka reports a failed SASL handshake only through ``error_cb``, while the request
@@ -36,8 +46,7 @@ def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> AdminClient
             user_cb(err)
 
     where = conf.get("bootstrap.servers") or conf.get("metadata.broker.list")
-    settings: dict[str, Any] = {**conf, "error_cb": on_error}
-    admin = AdminClient(settings)
+    admin = GroupkitAdmin({**conf, "error_cb": on_error})
     deadline = time.monotonic() + timeout
     fast_failures = 0
     while True:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from groupkit.errors import BrokerError
+from groupkit.runtime.admin import GroupkitAdmin
 from groupkit.types import TopicPartition
 
 # confluent-kafka leaves these two factories unannotated.
@@ -45,10 +46,20 @@ def end_offsets(
 def committed_offsets(
     admin: AdminClient, group_id: str, partitions: Iterable[TopicPartition], timeout: float = 10.0
 ) -> dict[TopicPartition, int | None]:
-    """The group's committed offsets; ``None`` where nothing is committed."""
+    """The group's committed offsets; ``None`` where nothing is committed.
+
+    With a :class:`~groupkit.runtime.admin.GroupkitAdmin` (what ``GroupConsumer`` and
+    ``describe_group`` use) the offsets are read by a short-lived consumer of the group that
+    joins nothing, not by ``AdminClient.list_consumer_group_offsets``: librdkafka (2.16 and
+    earlier, librdkafka#5040) crashes the whole process with SIGSEGV when an admin client's
+    OffsetFetch is answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, as on a cluster whose
+    group coordinator is not loaded yet or has just moved (a broker restart).
+    """
     tps = [KTopicPartition(tp.topic, tp.partition) for tp in partitions]
     if not tps:
         return {}
+    if isinstance(admin, GroupkitAdmin):
+        return _committed_by_consumer(admin.settings, group_id, tps, timeout)
     try:
         futures = admin.list_consumer_group_offsets(
             [ConsumerGroupTopicPartitions(group_id, tps)], request_timeout=timeout
@@ -58,6 +69,33 @@ def committed_offsets(
         raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
     out: dict[TopicPartition, int | None] = {}
     for ktp in result.topic_partitions:
+        off = int(ktp.offset)
+        out[TopicPartition(ktp.topic, ktp.partition)] = off if off >= 0 else None
+    return out
+
+
+def _committed_by_consumer(
+    settings: dict[str, object], group_id: str, tps: list[KTopicPartition], timeout: float
+) -> dict[TopicPartition, int | None]:
+    conf = {k: v for k, v in settings.items() if k != "error_cb"}
+    try:
+        consumer = Consumer(
+            {**conf, "group.id": group_id, "enable.auto.commit": False, "log_level": 0}
+        )
+    except KafkaException as e:
+        raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
+    try:
+        result = consumer.committed(tps, timeout=timeout)
+    except KafkaException as e:
+        raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
+    finally:
+        consumer.close()
+    out: dict[TopicPartition, int | None] = {}
+    for ktp in result:
+        if ktp.error is not None:
+            raise BrokerError(
+                f"could not read committed offsets of group {group_id!r}: {ktp.error}"
+            )
         off = int(ktp.offset)
         out[TopicPartition(ktp.topic, ktp.partition)] = off if off >= 0 else None
     return out
