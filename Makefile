@@ -35,5 +35,11 @@ demo: $(STAMP) kafka-jars
 soak: $(STAMP) kafka-jars
 	$(BIN)/python -m tests.chaos --duration 600
 
+# Full runs (tens of minutes; results to bench/results/). Each bench also has --quick.
+bench: $(STAMP) kafka-jars
+	$(BIN)/python bench/rebalance.py
+	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/failover.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -56,8 +56,12 @@ def write_results(
     rows: Sequence[Sequence[object]],
     extra: dict[str, Any] | None = None,
     title: str = "",
-) -> None:
-    """Print the table and write it as JSON and Markdown under ``bench/results/``."""
+    results_dir: Path | str | None = None,
+    notes: Sequence[str] = (),
+) -> Path:
+    """Print the table and write it as JSON and Markdown under ``bench/results/`` (or
+    ``results_dir``); ``notes`` are lines printed and written under the table. Returns the
+    folder written to."""
     widths = [max(len(str(c)), *(len(_fmt(r[i])) for r in rows)) for i, c in enumerate(columns)]
     line = "  ".join(str(c).ljust(w) for c, w in zip(columns, widths, strict=True))
     print(title or name)
@@ -65,7 +69,10 @@ def write_results(
     print("-" * len(line))
     for r in rows:
         print("  ".join(_fmt(v).ljust(w) for v, w in zip(r, widths, strict=True)))
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    for n in notes:
+        print(n)
+    out = Path(results_dir) if results_dir else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
     doc = {
         "name": name,
         "machine": machine(),
@@ -74,7 +81,7 @@ def write_results(
         "rows": [list(r) for r in rows],
         **(extra or {}),
     }
-    (RESULTS / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     md = [
         f"# {title or name}",
         "",
@@ -84,7 +91,57 @@ def write_results(
     md.append("| " + " | ".join(columns) + " |")
     md.append("|" + "---|" * len(columns))
     md += ["| " + " | ".join(_fmt(v) for v in r) + " |" for r in rows]
-    (RESULTS / f"{name}.md").write_text("\n".join(md) + "\n")
+    if notes:
+        md += ["", *notes]
+    (out / f"{name}.md").write_text("\n".join(md) + "\n")
+    return out
+
+
+def bar_chart(
+    path: Path | str,
+    categories: Sequence[str],
+    series: dict[str, Sequence[float]],
+    ylabel: str,
+    title: str = "",
+    errors: dict[str, Sequence[float]] | None = None,
+    log: bool = False,
+    hline: tuple[float, str] | None = None,
+) -> None:
+    """A grouped bar chart as PNG: one group per category, one bar per series (NaN: no bar).
+
+    ``errors`` gives, per series, the top of an error bar (e.g. p95 over bars of p50);
+    ``hline`` draws a labelled reference line (a target)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(series), 1)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(categories) * max(1, n / 3)), 4.5))
+    for i, (label, values) in enumerate(series.items()):
+        xs = [c + (i - (n - 1) / 2) * width for c in range(len(categories))]
+        vals = [v if v == v else 0.0 for v in values]
+        yerr = None
+        if errors and label in errors:
+            tops = errors[label]
+            yerr = [[0.0] * len(vals), [max(0.0, (t if t == t else v) - v)
+                                       for t, v in zip(tops, vals, strict=True)]]  # fmt: skip
+        ax.bar(xs, vals, width, label=label, yerr=yerr, capsize=2)
+    ax.set_xticks(range(len(categories)))
+    ax.set_xticklabels(categories)
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    if hline is not None:
+        ax.axhline(hline[0], color="red", linestyle="--", linewidth=1)
+        ax.text(len(categories) - 0.5, hline[0], hline[1], color="red", ha="right",
+                va="bottom", fontsize=8)  # fmt: skip
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _fmt(v: object) -> str:

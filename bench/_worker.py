@@ -1,0 +1,185 @@
+"""One group member for the rebalance and failover benches: groupkit or native confluent-kafka.
+
+Run as ``python -m bench._worker --kind gk|native ...``. The process builds its consumer at once
+and waits for commands on stdin (``subscribe``, ``close``), so the time of an event is the time
+of the call, not of a Python start-up. It appends one JSON line per fact to ``--audit``
+(line-buffered, so a kill -9 loses nothing written before it), all times ``time.monotonic()``
+(CLOCK_MONOTONIC, comparable across processes on one machine):
+
+- ``{"e": "ready"}`` consumer built; ``{"e": "sub"}`` just before ``subscribe()``;
+  ``{"e": "leave"}`` just before ``close()``; ``{"e": "closed"}`` after it;
+- ``{"e": "a" | "r" | "l", "p": [partitions]}``: assigned / revoked / lost, written inside the
+  rebalance callbacks (ownership as the application sees it, for both kinds alike);
+- ``{"e": "f", "p": partition}``: the first record of a partition after it was assigned
+  (the partition is *consuming again*);
+- ``{"e": "n", "n": count}``: records polled since the last such fact, at most every 50 ms
+  (for the records/s dip);
+- ``{"e": "lead", "v": bool, "g": generation}`` (groupkit) when leadership or generation changes.
+
+Per-process overhead is kept low: one line per 50 ms of records, not per record; groupkit's
+info logs off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import structlog
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KTP
+
+
+class Audit:
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
+        self._lock = threading.Lock()
+
+    def write(self, e: str, **fact: Any) -> None:
+        fact["e"] = e
+        fact.setdefault("t", time.monotonic())
+        line = json.dumps(fact, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._f.write(line)
+
+
+def native_config(args: argparse.Namespace) -> dict[str, Any]:
+    conf: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "latest",
+        "auto.commit.interval.ms": 200,
+        "log_level": 3,
+    }
+    if args.protocol == "consumer":  # KIP-848: session and heartbeat are group configs (broker)
+        conf["group.protocol"] = "consumer"
+    else:
+        conf["group.protocol"] = "classic"
+        conf["partition.assignment.strategy"] = args.protocol
+        if args.session_ms:
+            conf["session.timeout.ms"] = args.session_ms
+            conf["heartbeat.interval.ms"] = args.heartbeat_ms
+    return conf
+
+
+def gk_config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "latest",
+        "auto.commit.interval.ms": 200,
+        "session.timeout.ms": args.session_ms or 10_000,
+        "heartbeat.interval.ms": args.heartbeat_ms or 1_000,
+        "groupkit.rebalance.protocol": args.protocol,
+        "groupkit.assignor": args.assignor,
+        "groupkit.control.topic": args.control_topic,
+        "log_level": 3,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kind", choices=("gk", "native"), required=True)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--audit", required=True)
+    ap.add_argument("--protocol", required=True,
+                    help="gk: eager|cooperative; native: range|cooperative-sticky|consumer")
+    ap.add_argument("--assignor", default="cooperative-sticky")
+    ap.add_argument("--session-ms", type=int, default=0, help="0: the client's default")
+    ap.add_argument("--heartbeat-ms", type=int, default=0)
+    ap.add_argument("--control-topic", default="__groupkit")
+    ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
+    ap.add_argument("--gk-patch", default="",
+                    help="comma-separated proposed runtime changes (bench/_gkpatch.py)")
+    args = ap.parse_args()
+    if not os.environ.get("GK_BENCH_LOGS"):
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    audit = Audit(args.audit)
+    waiting: set[int] = set()  # assigned partitions not yet seen consuming
+
+    def on_assign(_c: Any, parts: list[KTP]) -> None:
+        ps = [p.partition for p in parts]
+        waiting.update(ps)
+        audit.write("a", p=ps)
+
+    def on_revoke(_c: Any, parts: list[KTP]) -> None:
+        ps = [p.partition for p in parts]
+        waiting.difference_update(ps)
+        audit.write("r", p=ps)
+
+    def on_lost(_c: Any, parts: list[KTP]) -> None:
+        ps = [p.partition for p in parts]
+        waiting.difference_update(ps)
+        audit.write("l", p=ps)
+
+    commands: queue.Queue[str] = queue.Queue()
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            commands.put(line.strip())
+        commands.put("close")  # the harness went away
+
+    threading.Thread(target=read_stdin, daemon=True).start()
+    consumer: Any
+    if args.kind == "gk":
+        from groupkit import GroupConsumer
+
+        if args.gk_patch:
+            from bench._gkpatch import apply
+
+            apply(set(args.gk_patch.split(",")))
+
+        consumer = GroupConsumer(gk_config(args))
+    else:
+        consumer = Consumer(native_config(args))
+    audit.write("ready")
+    # Idle until told to join: no client activity beyond what construction started.
+    cmd = commands.get()
+    if cmd != "subscribe":
+        consumer.close()
+        return
+    audit.write("sub")
+    consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    lead: tuple[Any, ...] = ()
+    count, flushed, checked = 0, time.monotonic(), 0.0
+    while True:
+        try:
+            cmd = commands.get_nowait()
+        except queue.Empty:
+            cmd = ""
+        if cmd == "close":
+            audit.write("leave")
+            consumer.close()
+            audit.write("closed")
+            return
+        # poll(), one record a call: a record is timed when the application gets it.
+        msg = consumer.poll(args.timeout)
+        t = time.monotonic()
+        if msg is not None and msg.error() is None:
+            count += 1
+            if waiting:
+                p = msg.partition()
+                if p in waiting:
+                    waiting.discard(p)
+                    audit.write("f", p=p, t=t)
+        if count and t - flushed >= 0.05:
+            audit.write("n", n=count, t=t)
+            count, flushed = 0, t
+        if args.kind == "gk" and t - checked >= 0.02:
+            checked = t
+            state = (consumer.is_leader, consumer.generation)
+            if state != lead:
+                lead = state
+                audit.write("lead", v=state[0], g=state[1])
+
+if __name__ == "__main__":
+    main()

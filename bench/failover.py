@@ -1,0 +1,155 @@
+"""Benchmark: kill -9 the groupkit leader; time until a new leader has a stable assignment.
+
+A group of ``--members`` groupkit member processes (``bench/_worker.py``, cooperative) on one
+topic with a producer writing every partition every 10 ms. Per trial the current leader is
+killed with SIGKILL; measured from the kill:
+
+- ``new leader``: until another member reports that it leads;
+- ``stable``: until every partition is owned by a live member and consuming again.
+
+The bound is ``session.timeout.ms + heartbeat.interval.ms``: the dead leader's last record is at
+most one heartbeat old when it dies, the log expires it one session after that record, and the
+log time only moves on with the survivors' heartbeats (at most one interval late). A replacement
+member then joins (not measured) so every trial starts from the same group size.
+
+    python bench/failover.py            # full: 10 members, sessions 1 s, 3 s and 10 s
+    python bench/failover.py --quick    # seconds; for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import bar_chart, write_results
+from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
+
+
+def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
+                args: argparse.Namespace) -> list[dict[str, float]]:  # fmt: skip
+    gid = f"bench-failover-{session}-{uuid.uuid4().hex[:6]}"
+    group = Group(boot, gid, topic, args.partitions, work, "gk", args.protocol, session,
+                  heartbeat, control_topic=f"__gk_{gid}")  # fmt: skip
+    out = []
+    try:
+        members = [group.spawn() for _ in range(args.members)]
+        group.wait_ready(members)
+        for m in members:
+            m.send("subscribe")
+        timeout = session / 1000 + 30
+        group.wait_stable(timeout=120)
+        for trial in range(args.trials):
+            spare = group.spawn()
+            group.wait_ready([spare])
+            leader = _wait_leader(group, timeout)
+            time.sleep(args.gap)
+            t0 = leader.kill()
+            new = _wait_leader(group, timeout)
+            new_t = next(f["t"] for f in reversed(new.facts) if f["e"] == "lead" and f["v"])
+            group.wait_stable(timeout)
+            r = measure(group, t0, time.monotonic())
+            r["new_leader_s"] = new_t - t0
+            out.append(r)
+            print(f"  session {session} ms trial {trial + 1}/{args.trials}: new leader "
+                  f"{r['new_leader_s'] * 1000:.0f} ms, stable {r['stable_s'] * 1000:.0f} ms",
+                  flush=True)  # fmt: skip
+            spare.send("subscribe")
+            group.wait_stable(timeout)
+    finally:
+        group.stop_all()
+    return out
+
+
+def _wait_leader(group: Group, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        group.refresh()
+        lead = group.leader()
+        if lead is not None:
+            return lead
+        time.sleep(0.005)
+    raise TimeoutError(f"{group.group}: no leader")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--members", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=48)
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--protocol", default="cooperative")
+    ap.add_argument("--settings", default="1000/100,3000/300,10000/1000",
+                    help="session/heartbeat ms pairs")
+    ap.add_argument("--gap", type=float, default=1.0)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--results-dir", type=Path, default=None)
+    args = ap.parse_args()
+    if args.quick:
+        args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.5
+        args.settings = "1000/100"
+    settings = [tuple(int(x) for x in s.split("/")) for s in args.settings.split(",")]
+    load_before = load()
+    t_start = time.monotonic()
+    res: dict[str, list[dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="gk-bench-failover-") as tmp:
+        work = Path(tmp)
+        with broker(args.bootstrap, work / "broker", {}) as boot:
+            topic = f"bench-failover-{uuid.uuid4().hex[:6]}"
+            create_topic(boot, topic, args.partitions)
+            pacer = Pacer(boot, topic, args.partitions).start()
+            try:
+                for session, heartbeat in settings:
+                    res[f"{session}/{heartbeat}"] = run_setting(
+                        boot, topic, work, session, heartbeat, args)
+            finally:
+                pacer.stop()
+    seconds = time.monotonic() - t_start
+    rows, ok = [], True
+    for key, trials in res.items():
+        session, heartbeat = (int(x) for x in key.split("/"))
+        bound = (session + heartbeat) / 1000
+        good = [t for t in trials if t.get("ok")]
+        st = [t["stable_s"] for t in good]
+        nl = [t["new_leader_s"] for t in good]
+        within = sum(1 for s in st if s <= bound)
+        ok = ok and within == len(trials)
+        rows.append([key, len(good), round(pct(nl, 0.5) * 1000), round(pct(st, 0.5) * 1000),
+                     round(pct(st, 0.95) * 1000), round(max(st, default=float("nan")) * 1000),
+                     round(bound * 1000), round(pct(st, 0.5) / bound, 2),
+                     f"{within}/{len(trials)}"])  # fmt: skip
+    targets = {"all_within_session_plus_heartbeat": ok}
+    notes = [
+        f"groupkit {args.protocol}, {args.members} members, {args.partitions} partitions, "
+        f"{args.trials} trials per setting; the leader is killed with SIGKILL.",
+        "stable: every partition owned by a live member and consuming again. Bound: session "
+        "timeout + one heartbeat interval.",
+        f"Targets: {targets}",
+        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
+    ]
+    out = write_results(
+        "failover",
+        ["session/hb ms", "trials", "new leader p50 ms", "stable p50 ms", "stable p95 ms",
+         "stable max ms", "bound ms", "p50 / bound", "within bound"], rows,
+        title="Leader failover: kill -9 the groupkit leader, time to a stable assignment",
+        results_dir=args.results_dir, notes=notes,
+        extra={"trials": res, "targets": targets, "versions": versions(),
+               "load_before": load_before, "load_after": load(), "seconds": seconds,
+               "args": vars(args)},
+    )  # fmt: skip
+    keys = list(res)
+    bar_chart(out / "failover.png", keys,
+              {"new leader p50": [r[2] for r in rows], "stable p50": [r[3] for r in rows],
+               "bound (session + heartbeat)": [r[6] for r in rows]},
+              "ms after kill -9 of the leader", title="Leader failover (groupkit)",
+              errors={"stable p50": [r[4] for r in rows]})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+"""Benchmark: rebalance latency and unavailability, groupkit against the broker's own protocols.
+
+One local broker, one topic (48 partitions), a group of 10 member processes, a producer writing
+one record to every partition every 10 ms. Per trial, three events:
+
+- ``join``: an 11th member (already started and idle) calls ``subscribe()``;
+- ``leave``: that member calls ``close()`` (a clean leave);
+- ``kill``: after one more member joined (not measured), it is killed with SIGKILL.
+
+Each member is its own process (``bench/_worker.py``) and audits ownership as the application
+sees it (the rebalance callbacks) and the first record of every newly assigned partition. From
+those facts, per event: the time from the event until every partition is owned *and consuming
+again* (p50 / p95), the longest any partition was without an owner, partition-seconds without
+an owner (partitions that moved vs partitions that stayed with their owner), partitions moved
+and the records/s dip (lowest 100 ms bin until stable, against the second before the event).
+
+Contenders, all in the same run on the same broker:
+
+- native ``subscribe()``, classic protocol, ``range`` (eager) and ``cooperative-sticky``;
+- native ``group.protocol=consumer`` (KIP-848, the broker's ``uniform`` assignor);
+- groupkit ``eager`` and ``cooperative`` (``cooperative-sticky`` assignor).
+
+Settings, reported separately: ``default`` (each protocol's defaults: classic 45 s session /
+3 s heartbeat, KIP-848 45 s / 5 s, groupkit 10 s / 1 s) and ``tuned`` (everyone at the same
+``--session-ms`` / ``--heartbeat-ms``, the broker's minimums lowered to allow it; for KIP-848 set
+as group configs). ``group.initial.rebalance.delay.ms=0``.
+
+    python bench/rebalance.py            # full: 10 members, 48 partitions, 10 trials
+    python bench/rebalance.py --quick    # seconds; for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+
+from bench._common import bar_chart, median, write_results
+from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
+
+# name -> (kind, protocol, proposed runtime changes applied by bench/_gkpatch.py)
+CONTENDERS: dict[str, tuple[str, str, str]] = {
+    "native range": ("native", "range", ""),
+    "native coop-sticky": ("native", "cooperative-sticky", ""),
+    "native KIP-848": ("native", "consumer", ""),
+    "groupkit eager": ("gk", "eager", ""),
+    "groupkit cooperative": ("gk", "cooperative", ""),
+    # not the shipped runtime: what the changes proposed in bench/_gkpatch.py would buy
+    "groupkit coop +fixes": ("gk", "cooperative", "warm,early"),
+}
+QUICK_CONTENDERS = "native coop-sticky,groupkit cooperative"
+EVENTS = ("join", "leave", "kill")
+GK_DEFAULT = (10_000, 1_000)
+
+
+def broker_properties(session_ms: int, heartbeat_ms: int) -> dict[str, str]:
+    """Lower the broker's minimums so the tuned settings are allowed; defaults stay Kafka's."""
+    return {
+        "group.initial.rebalance.delay.ms": "0",
+        "group.min.session.timeout.ms": str(min(session_ms, 6000)),
+        "group.consumer.min.session.timeout.ms": str(min(session_ms, 45000)),
+        "group.consumer.min.heartbeat.interval.ms": str(min(heartbeat_ms, 5000)),
+    }
+
+
+def settings_for(
+    kind: str, protocol: str, setting: str, args: argparse.Namespace
+) -> tuple[int, int]:
+    """(session_ms, heartbeat_ms) a member is configured with; 0 means the client's default."""
+    if setting == "tuned":
+        return args.session_ms, args.heartbeat_ms
+    if kind == "gk":
+        return GK_DEFAULT
+    return 0, 0
+
+
+def effective(kind: str, protocol: str, session: int, heartbeat: int) -> str:
+    if session:
+        return f"{session}/{heartbeat}"
+    return "45000/5000" if protocol == "consumer" else "45000/3000"
+
+
+def set_group_timeouts(bootstrap: str, group: str, session_ms: int, heartbeat_ms: int) -> None:
+    """KIP-848 session and heartbeat are group configs on the broker, not client settings."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", str(session_ms),
+                    incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.heartbeat.interval.ms", str(heartbeat_ms),
+                    incremental_operation=AlterConfigOpType.SET),
+    ])  # fmt: skip
+    admin.incremental_alter_configs([res])[res].result(30)
+
+
+def run_contender(
+    boot: str, topic: str, workdir: Path, name: str, setting: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    kind, protocol, patch = CONTENDERS[name]
+    session, heartbeat = settings_for(kind, protocol, setting, args)
+    gid = f"bench-{kind}-{protocol}-{setting}-{uuid.uuid4().hex[:6]}"
+    group = Group(boot, gid, topic, args.partitions, workdir, kind, protocol, session, heartbeat,
+                  control_topic=f"__gk_{gid}", gk_patch=patch)  # fmt: skip
+    if protocol == "consumer" and session:
+        set_group_timeouts(boot, gid, session, heartbeat)
+    # Default sessions make a kill cost ~45 s a trial: fewer trials there (said in the results).
+    slow_kill = kill_timeout(kind, protocol, session) > 20
+    trials = args.trials
+    kill_trials = min(trials, args.default_kill_trials) if slow_kill else trials
+    results: dict[str, list[dict[str, float]]] = {e: [] for e in EVENTS}
+    timeout = kill_timeout(kind, protocol, session) + 30
+    cpu = float("nan")
+    try:
+        members = [group.spawn() for _ in range(args.members)]
+        group.wait_ready(members)
+        for m in members:
+            m.send("subscribe")
+        group.wait_stable(timeout=120)
+        # idle cost: CPU of the stable group's members over 2 s, per member
+        time.sleep(0.5)
+        c0 = sum(m.cpu_seconds() for m in members)
+        time.sleep(args.cpu_window)
+        cpu = (sum(m.cpu_seconds() for m in members) - c0) / args.cpu_window / len(members)
+        for trial in range(trials):
+            do_kill = trial < kill_trials
+            extra = [group.spawn() for _ in range(2 if do_kill else 1)]
+            group.wait_ready(extra)
+            joiner = extra[0]
+            time.sleep(args.gap)
+            # join
+            joiner.send("subscribe")
+            _wait_fact(group, joiner, "sub")
+            t0 = joiner.fact("sub")["t"]  # type: ignore[index]
+            group.wait_stable(timeout)
+            results["join"].append(measure(group, t0, time.monotonic()))
+            time.sleep(args.gap)
+            # clean leave
+            joiner.send("close")
+            _wait_fact(group, joiner, "leave")
+            t0 = joiner.fact("leave")["t"]  # type: ignore[index]
+            group.wait_stable(timeout)
+            joiner.proc.wait(30)
+            results["leave"].append(measure(group, t0, time.monotonic()))
+            if do_kill:
+                victim = extra[1]
+                victim.send("subscribe")
+                group.wait_stable(timeout)
+                time.sleep(args.gap)
+                t0 = victim.kill()
+                group.wait_stable(timeout)
+                results["kill"].append(measure(group, t0, time.monotonic()))
+            print(f"  {name} [{setting}] trial {trial + 1}/{trials}: "
+                  + ", ".join(f"{e} {results[e][-1]['stable_s'] * 1000:.0f} ms"
+                              for e in EVENTS if len(results[e]) == trial + 1),
+                  flush=True)  # fmt: skip
+    finally:
+        group.stop_all()
+    return {
+        "contender": name, "setting": setting, "kind": kind, "protocol": protocol,
+        "session_heartbeat_ms": effective(kind, protocol, session, heartbeat),
+        "idle_cpu_per_member": cpu, "trials": results,
+    }  # fmt: skip
+
+
+def kill_timeout(kind: str, protocol: str, session: int) -> float:
+    return (session or 45_000) / 1000
+
+
+def _wait_fact(group: Group, m: Any, kind: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m.refresh()
+        if m.fact(kind):
+            return
+        if m.proc.poll() is not None and not m.fact(kind):
+            raise RuntimeError(f"{m.name} exited: {group.log_tail(m)}")
+        time.sleep(0.005)
+    raise TimeoutError(f"{m.name}: no {kind} fact")
+
+
+def summarize(run: dict[str, Any], event: str) -> dict[str, float]:
+    ts = [t for t in run["trials"][event] if t.get("ok")]
+
+    def col(k: str) -> list[float]:
+        return [t[k] for t in ts]
+
+    return {
+        "n": len(ts),
+        "failed": len(run["trials"][event]) - len(ts),
+        "p50": pct(col("stable_s"), 0.5),
+        "p95": pct(col("stable_s"), 0.95),
+        "owned_p50": pct(col("owned_s"), 0.5),
+        "longest": median(col("longest_unowned_s")),
+        "ps_moved": median(col("unowned_ps_moved")),
+        "ps_stayed": median(col("unowned_ps_stayed")),
+        "ps_stayed_max": max(col("unowned_ps_stayed"), default=float("nan")),
+        "moved": median(col("moved")),
+        "dip": median(col("dip")),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny group, one trial, tuned only")
+    ap.add_argument("--members", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=48)
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--default-kill-trials", type=int, default=3,
+                    help="kill trials with default (45 s) sessions, each costs the session")
+    ap.add_argument("--session-ms", type=int, default=1000, help="tuned session timeout")
+    ap.add_argument("--heartbeat-ms", type=int, default=100, help="tuned heartbeat interval")
+    ap.add_argument("--settings", default="tuned,default")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS))
+    ap.add_argument("--cpu-window", type=float, default=3.0, help="seconds of idle-CPU sampling")
+    ap.add_argument("--gap", type=float, default=1.0, help="seconds of steady state before events")
+    ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
+    ap.add_argument("--results-dir", type=Path, default=None)
+    args = ap.parse_args()
+    if args.quick:
+        args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.6
+        args.settings, args.cpu_window = "tuned", 0.5
+        if args.contenders == ",".join(CONTENDERS):
+            args.contenders = QUICK_CONTENDERS
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    load_before = load()
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="gk-bench-rebalance-") as tmp:
+        work = Path(tmp)
+        props = broker_properties(args.session_ms, args.heartbeat_ms)
+        with broker(args.bootstrap, work / "broker", props) as boot:
+            topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
+            create_topic(boot, topic, args.partitions)
+            pacer = Pacer(boot, topic, args.partitions).start()
+            runs = []
+            try:
+                for setting in settings:
+                    for name in contenders:
+                        if CONTENDERS[name][2] and setting != "tuned":
+                            continue  # the proposed fixes change latency, not timeouts
+                        print(f"{name} [{setting}] ...", flush=True)
+                        runs.append(run_contender(boot, topic, work, name, setting, args))
+            finally:
+                pacer.stop()
+    report(runs, args, load_before, time.monotonic() - t_start)
+
+
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: dict[str, float],
+           seconds: float) -> None:  # fmt: skip
+    ms = 1000.0
+    summ = {(r["contender"], r["setting"], e): summarize(r, e) for r in runs for e in EVENTS}
+    gk_ref = {e: summ.get(("groupkit cooperative", "tuned", e), {}).get("p50", float("nan"))
+              for e in EVENTS}  # fmt: skip
+    columns = ["event", "contender", "setting", "session/hb ms", "trials", "p50 ms", "p95 ms",
+               "owned p50 ms", "longest unowned ms", "unowned p·s moved", "unowned p·s stayed",
+               "moved", "rec/s dip", "p50 / gk coop"]  # fmt: skip
+    rows = []
+    for e in EVENTS:
+        for r in runs:
+            s = summ[(r["contender"], r["setting"], e)]
+            rows.append([
+                e, r["contender"], r["setting"], r["session_heartbeat_ms"],
+                f"{s['n']}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
+                round(s["p50"] * ms, 1), round(s["p95"] * ms, 1), round(s["owned_p50"] * ms, 1),
+                round(s["longest"] * ms, 1), round(s["ps_moved"], 3), round(s["ps_stayed"], 3),
+                s["moved"], f"{s['dip'] * 100:.0f}%", round(s["p50"] / gk_ref[e], 1),
+            ])  # fmt: skip
+    # targets
+    gk_join = summ.get(("groupkit cooperative", "tuned", "join"), {})
+    natives = [summ[k]["p50"] for k in summ if k[2] == "join" and k[0].startswith("native")
+               and summ[k]["p50"] == summ[k]["p50"]]  # fmt: skip
+    fastest = min(natives, default=float("nan"))
+    coop_stayed = [summ[k]["ps_stayed_max"] for k in summ
+                   if k[0] == "groupkit cooperative"]  # fmt: skip
+    targets = {
+        "gk_coop_join_p50_ms": round(gk_join.get("p50", float("nan")) * ms, 1),
+        "gk_coop_join_p50_le_100ms": gk_join.get("p50", 9) <= 0.1,
+        "fastest_native_join_p50_ms": round(fastest * ms, 1),
+        "speedup_vs_fastest_native": round(fastest / gk_join.get("p50", float("nan")), 1),
+        "speedup_ge_10x": fastest / gk_join.get("p50", float("nan")) >= 10,
+        "gk_coop_unowned_ps_stayed_max": max(coop_stayed, default=float("nan")),
+        "gk_coop_stayed_never_unowned": bool(coop_stayed) and max(coop_stayed) == 0,
+    }
+    cpu_notes = ", ".join(f"{r['contender']} [{r['setting']}] {r['idle_cpu_per_member'] * 100:.1f}%"
+                          for r in runs)  # fmt: skip
+    notes = [
+        f"{args.members} members, {args.partitions} partitions, {args.trials} trials "
+        f"(kill with default 45 s sessions: {args.default_kill_trials}); producer: one record "
+        "per partition every 10 ms.",
+        "p50/p95: event → every partition owned and consuming again. owned: → every partition "
+        "owned. unowned p·s: partition-seconds without an owner, for partitions that moved vs "
+        "stayed with their owner. rec/s dip: lowest 100 ms bin until stable vs the second "
+        "before. Ratios against groupkit cooperative (tuned) in the same run.",
+        f"Targets: {targets}",
+        f"Idle CPU per member (share of one core): {cpu_notes}",
+        f"Versions: {versions()}; load before {load_before}, after {load()}; "
+        f"{seconds:.0f} s.",
+    ]
+    out = write_results("rebalance", columns, rows, title="Rebalance latency and unavailability: "
+                        "groupkit vs the broker's protocols (same broker, same run)",
+                        results_dir=args.results_dir, notes=notes,
+                        extra={"runs": runs, "targets": targets, "versions": versions(),
+                               "load_before": load_before, "load_after": load(),
+                               "seconds": seconds, "args": vars(args)})  # fmt: skip
+    labels = [f"{r['contender']} [{r['setting']}]" for r in runs]
+    bar_chart(
+        out / "rebalance.png", list(EVENTS),
+        {lab: [summ[(r["contender"], r["setting"], e)]["p50"] * ms for e in EVENTS]
+         for lab, r in zip(labels, runs, strict=True)},
+        "ms from event to every partition owned and consuming (log)",
+        title="Rebalance: p50 (bar) and p95 (whisker), "
+              f"{args.members} members, {args.partitions} partitions",
+        errors={lab: [summ[(r["contender"], r["setting"], e)]["p95"] * ms for e in EVENTS]
+                for lab, r in zip(labels, runs, strict=True)},
+        log=True, hline=(100.0, "100 ms target (join)"),
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

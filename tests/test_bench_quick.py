@@ -1,0 +1,51 @@
+"""The benches' ``--quick`` modes run, exit 0 and write their results, so the benches never rot.
+
+Each bench runs as a subprocess, as ``make bench`` runs it, against one broker started here with
+the lowered group minimums the benches' tuned settings need (1 s sessions), writing its results
+to a temporary folder instead of ``bench/results/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from groupkit.devbroker import LocalBroker
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.rebalance import broker_properties  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    b = LocalBroker(tmp_path_factory.mktemp("bench-broker"),
+                    extra_properties=broker_properties(1000, 100))  # fmt: skip
+    boot = b.start()
+    try:
+        yield boot
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover"])
+def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, f"bench/{bench}.py", "--quick", "--bootstrap", bench_broker,
+         "--results-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / f"{bench}.json").read_text())
+    assert doc["rows"], doc
+    assert doc["machine"]["cores"]
+    assert (tmp_path / f"{bench}.md").read_text().startswith("# ")
+    assert (tmp_path / f"{bench}.png").stat().st_size > 1000
