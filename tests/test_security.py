@@ -47,10 +47,12 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
-from groupkit.runtime.admin import create_topic
+from groupkit.runtime.admin import connect_admin, create_topic
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group
+from groupkit.runtime.lag import committed_offsets
+from groupkit.types import TopicPartition
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
 
@@ -81,8 +83,13 @@ def root(sasl: LocalBroker) -> AdminClient:
     return AdminClient(sasl.client_config("admin"))
 
 
-def allow(admin: AdminClient, user: str, grants: list[tuple[ResourceType, str, AclOperation]],
-          ) -> None:  # fmt: skip
+def allow(sasl: LocalBroker, admin: AdminClient, user: str,
+          grants: list[tuple[ResourceType, str, AclOperation]]) -> None:  # fmt: skip
+    """Create ACLs, then wait until the broker applies them.
+
+    ``create_acls`` returns once the controller has them; the broker's authorizer learns them
+    from the metadata log a moment later (longer on a busy machine). So wait until ``user``
+    sees each granted topic that exists and may read each granted group."""
     bindings = [
         AclBinding(rt, name, ResourcePatternType.LITERAL, f"User:{user}", "*", op,
                    AclPermissionType.ALLOW)
@@ -90,6 +97,24 @@ def allow(admin: AdminClient, user: str, grants: list[tuple[ResourceType, str, A
     ]  # fmt: skip
     for f in admin.create_acls(bindings).values():
         f.result(timeout=30)
+    existing = admin.list_topics(timeout=10).topics
+    as_user = connect_admin(sasl.client_config(user))
+    readable = [n for rt, n, _ in grants if rt == ResourceType.TOPIC and n in existing]
+
+    def applied() -> bool:
+        for rt, name, _op in grants:
+            if rt == ResourceType.TOPIC and name in existing:
+                t = as_user.list_topics(topic=name, timeout=5).topics.get(name)
+                if t is None or t.error is not None:
+                    return False
+            elif rt == ResourceType.GROUP and readable:
+                try:  # (not AdminClient.list_consumer_group_offsets: see lag.committed_offsets)
+                    committed_offsets(as_user, name, [TopicPartition(readable[0], 0)], 5)
+                except BrokerError:
+                    return False
+        return True
+
+    wait_for(applied, 30, f"the broker to apply {user}'s ACLs", step=0.1)
 
 
 def member_acls(data: str, control: str, group: str, write_control: bool = True,
@@ -192,7 +217,7 @@ def test_a_group_works_with_credentials_and_acls(
 ) -> None:
     data, group = names["data"], names["group"]
     create_topic(root, data, 4)
-    allow(root, "alice", member_acls(data, names["control"], group))
+    allow(sasl, root, "alice", member_acls(data, names["control"], group))
     conf = conf_for(sasl, "alice", names)
     a, b = GroupConsumer(conf), GroupConsumer(conf)
     consumers += [a, b]
@@ -222,20 +247,20 @@ def test_a_group_works_with_credentials_and_acls(
     assert desc["generation"] == a.generation
 
 
+# No timed assertions (the suite's rule): "not a hang" is that the call returns an error at all,
+# bounded by connect_admin's own 10 s and, for poll, by the 20 s loop below.
+
+
 def test_no_credentials_fail_clearly(sasl: LocalBroker) -> None:
-    t0 = time.monotonic()
     with pytest.raises(BrokerError, match=r"cannot reach Kafka at .*security\.protocol"):
         GroupConsumer({"bootstrap.servers": sasl.bootstrap, "group.id": "g"})
-    assert time.monotonic() - t0 < 15
 
 
 def test_wrong_password_fails_clearly(sasl: LocalBroker) -> None:
-    t0 = time.monotonic()
     with pytest.raises(BrokerError, match=r"authentication to Kafka at .* failed: .*"
                        r"Invalid username or password.*sasl\.password"):  # fmt: skip
         GroupConsumer({**sasl.client_config("alice"), "sasl.password": "guess",
                        "group.id": "g"})  # fmt: skip
-    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.parametrize(
@@ -261,7 +286,7 @@ def test_a_member_without_write_on_the_control_topic_fails_clearly(
     if user == "bob":
         output = unique_name("out")
         grants.append((ResourceType.TOPIC, output, AclOperation.WRITE))
-    allow(root, user, grants)
+    allow(sasl, root, user, grants)
     c = GroupConsumer(conf_for(sasl, user, names))
     consumers.append(c)
     c.subscribe([data])
@@ -269,7 +294,6 @@ def test_a_member_without_write_on_the_control_topic_fails_clearly(
     with pytest.raises(GroupkitError, match=expect):
         while time.monotonic() - t0 < 20:
             c.poll(0.1)
-    assert time.monotonic() - t0 < 10
     assert c.assignment() == []
 
 
@@ -279,7 +303,7 @@ def test_a_member_without_read_on_its_group_is_told_by_poll(
     data = names["data"]
     create_topic(root, data, 2)
     produce(sasl, data, 10, 2)
-    allow(root, "dave", member_acls(data, names["control"], names["group"], read_group=False))
+    allow(sasl, root, "dave", member_acls(data, names["control"], names["group"], read_group=False))
     c = GroupConsumer(conf_for(sasl, "dave", names))
     consumers.append(c)
     c.subscribe([data])
@@ -303,9 +327,9 @@ def test_forged_control_records_are_rejected_in_a_signed_group(
 ) -> None:
     data, control, group = names["data"], names["control"], names["group"]
     create_topic(root, data, 4)
-    allow(root, "alice", member_acls(data, control, group))
+    allow(sasl, root, "alice", member_acls(data, control, group))
     # mallory may write the control topic: only the key stands in her way
-    allow(root, "mallory", [(ResourceType.TOPIC, control, AclOperation.WRITE),
+    allow(sasl, root, "mallory", [(ResourceType.TOPIC, control, AclOperation.WRITE),
                             (ResourceType.TOPIC, control, AclOperation.READ)])  # fmt: skip
     conf = conf_for(sasl, "alice", names, **{"groupkit.signing.key": KEY})
     a, b = GroupConsumer(conf), GroupConsumer(conf)
