@@ -128,7 +128,7 @@ def write_report(res: JobResult, title: str = "groupkit replay") -> Path:
         "",
         "Score: the mean over a group's snapshots of its **largest member lag** (records), "
         "with each assignor keeping its own previous assignment. `actual` is what the group "
-        "really ran. Lower is better; ties go to fewer partitions moved.",
+        "really ran. Lower is better; ties go to fewer partitions moved, then to the name.",
         "",
     ]
     if table is not None and best is not None:
