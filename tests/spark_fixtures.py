@@ -15,7 +15,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="the spark extra is not installed")
     from groupkit.pipeline.spark import spark_session
 
     session = spark_session(

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyspark  # noqa: F401 - the spark extra is part of make test
 import pytest
 
 from groupkit.assignors import assignor_names
@@ -19,8 +20,6 @@ from groupkit.pipeline.replay import ACTUAL, replay_group, replay_values
 from groupkit.pipeline.synthetic import synthetic_history
 from groupkit.runtime.telemetry import LagSnapshot, MemberInfo, TopicOffsets, decode
 from tests.spark_fixtures import spark  # noqa: F401  (the session fixture)
-
-pytest.importorskip("pyspark", reason="the spark extra is not installed")
 
 HEAVY, LIGHT = 1_000, 10
 

@@ -150,7 +150,9 @@ class GroupConsumer:
         topics = sorted(set(topics))
         if not topics:
             raise ConfigError("subscribe needs at least one topic")
-        md = self._admin.list_topics(timeout=10)
+        # Asked of the data consumer, so it knows the topics before its first assign (no
+        # ~500 ms metadata wait for a new owner's first record).
+        md = self._data.list_topics(timeout=10)
         missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
         if missing:
             raise ConfigError(

@@ -79,6 +79,9 @@ class ControlReader:
                 }
             )
         )
+        # Warm the consumer's metadata first: assigned a topic it knows nothing of, librdkafka
+        # waits ~500 ms before its first fetch (measured in bench/rebalance.py).
+        self._consumer.list_topics(topic, timeout=10)
         self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
         self.position = 0  # the offset of the next record to read
 
