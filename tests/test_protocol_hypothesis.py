@@ -138,5 +138,10 @@ GroupSchedule.TestCase.settings = settings(
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    # A fixed seed in CI, so a run is reproducible. GROUPKIT_PROTOCOL_RANDOM=1 explores new
+    # schedules: one such run (session 1) found a double ownership in the simulator's quiet
+    # period (cooperative, lag assignor, slow readers, a pause and a restarted member id),
+    # still open; see the closing note of that session.
+    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
 )
 TestGroupSchedule = GroupSchedule.TestCase
