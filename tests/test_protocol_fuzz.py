@@ -36,6 +36,7 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.state import GroupState
+from tests.test_protocol_records import mutations
 
 # ------------------------------------------------------------------ allocation bombs
 
@@ -160,10 +161,7 @@ def test_fuzz_signed_values_only_verify_untouched(
     rec: tuple[bytes, bytes], flips: list[tuple[int, int]], cut: int
 ) -> None:
     rk, rv = rec
-    b = bytearray(rv)
-    for pos, byte in flips:
-        b[pos % len(b)] = byte
-    for value in (bytes(b), bytes(b)[: cut % (len(b) + 1)]):
+    for value in mutations(rv, flips, cut):
         try:
             decode(rk, value, SIGNER)
         except RecordRejected as e:

@@ -213,6 +213,14 @@ def test_fuzz_random_bytes(key: bytes, value: bytes | None) -> None:
         assert e.reason
 
 
+def mutations(raw: bytes, flips: list[tuple[int, int]], cut: int) -> tuple[bytes, bytes]:
+    """``raw`` with bytes overwritten at ``flips`` (positions wrap), whole and truncated."""
+    b = bytearray(raw)
+    for pos, byte in flips:
+        b[pos % len(b)] = byte
+    return bytes(b), bytes(b)[: cut % (len(b) + 1)]
+
+
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(VALID),
@@ -223,10 +231,7 @@ def test_fuzz_mutated_records(
     rec: tuple[bytes, bytes], flips: list[tuple[int, int]], cut: int
 ) -> None:
     rk, rv = rec
-    b = bytearray(rv)
-    for pos, byte in flips:
-        b[pos % len(b)] = byte
-    for value in (bytes(b), bytes(b)[: cut % (len(b) + 1)]):
+    for value in mutations(rv, flips, cut):
         try:
             decode(rk, value)
         except RecordRejected as e:
