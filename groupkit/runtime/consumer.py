@@ -22,14 +22,36 @@ Which thread does what:
 - ``poll`` also fences: before it returns any message it checks, by the monotonic clock, that
   the member's own latest record was seen in the log within ``session.timeout.ms``; if not, the
   member's partitions are lost (``on_lost``, no commit) before anyone else can be granted them.
+
+The hot path (``poll``/``consume`` while nothing changes) does no work per message and takes no
+lock, without weakening any of the above:
+
+- Fencing uses a cached deadline: the session lapses at ``send time of the newest own record
+  seen in the log + session.timeout``; that send time only grows (a member's records carry a
+  growing ``seq``), so a deadline read under the lock is never later than the true one. The
+  lock is taken again only once the cached deadline has passed (about once per session).
+- ``_service`` (hand-offs, abandonment, a failed control loop, auto-commit) runs at once when
+  there is a hand-off, a failure or an abandonment, else at least every 10 ms.
+- Ownership needs no per-message filter: ``assign``/``incremental_unassign`` return only after
+  librdkafka has stopped the removed partitions' fetchers by bumping their version barrier
+  (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
+  older version (``rd_kafka_op_version_outdated``); assignment changes only happen on this
+  thread. So a fetch started after the last unassign returns only owned partitions, and the
+  filter runs only when partitions were lost *after* the fetch started (the fence after it).
+- Offsets are stored by librdkafka's own ``enable.auto.offset.store`` (when the user left it
+  on): it stores ``offset + 1`` of each message as ``poll``/``consume`` returns it, i.e. of
+  exactly the records handed to us. The only records not handed on to the user are those of
+  partitions lost after the fetch, and unassigning a partition resets its stored offset
+  (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for them.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -38,7 +60,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from groupkit.errors import ConfigError, FencedError, GroupkitError
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.config import GroupConfig
+from groupkit.runtime.config import GroupConfig, _parse
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.types import TopicPartition
@@ -51,18 +73,55 @@ _SERVICE_EVERY_S = 0.01
 
 Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
 
+_monotonic = time.monotonic
+_msg_error = Message.error
+_msg_topic = Message.topic
+_msg_partition = Message.partition
+
 
 def _ktps(parts: Iterable[TopicPartition]) -> list[KTopicPartition]:
     return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
 
 
 def _counts(msgs: list[Message]) -> list[tuple[tuple[str, int], int]]:
-    counts: dict[tuple[str, int], int] = {}
-    for m in msgs:
-        if m.error() is None:
-            tp = _msg_tp(m)
-            counts[tp] = counts.get(tp, 0) + 1
-    return list(counts.items())
+    """(partition, records) pairs of a batch; error events are not records."""
+    if any(map(_msg_error, msgs)):
+        msgs = [m for m in msgs if m.error() is None]
+    keys: Any = zip(map(_msg_topic, msgs), map(_msg_partition, msgs), strict=True)
+    return list(Counter[tuple[str, int]](keys).items())
+
+
+class _LazyCounts(Sequence[tuple[tuple[str, int], int]]):
+    """:func:`_counts` of a batch, counted only if an observer looks at it."""
+
+    __slots__ = ("_items", "_msgs")
+
+    def __init__(self, msgs: list[Message]) -> None:
+        self._msgs = msgs
+        self._items: list[tuple[tuple[str, int], int]] | None = None
+
+    def _get(self) -> list[tuple[tuple[str, int], int]]:
+        if self._items is None:
+            self._items = _counts(self._msgs)
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[tuple[str, int], int]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[tuple[str, int], int]]: ...
+    def __getitem__(
+        self, i: int | slice
+    ) -> tuple[tuple[str, int], int] | list[tuple[tuple[str, int], int]]:
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[tuple[tuple[str, int], int]]:
+        return iter(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
 
 
 def _msg_tp(msg: Message) -> TopicPartition:
@@ -89,10 +148,15 @@ class GroupConsumer:
             from groupkit.runtime.telemetry import TelemetryPublisher
 
             self.observers.add(TelemetryPublisher(self._cfg, self._admin))
-        # Offsets are stored only for records handed to the user (see _store).
-        self._auto_store = bool(self._cfg.data_consumer.get("enable.auto.offset.store", True))
+        # librdkafka stores the offset of each record as poll/consume hands it over; those are
+        # the records handed to the user (see the module docstring).
+        self._auto_store = bool(_parse("enable.auto.offset.store",
+                                       self._cfg.data_consumer.get("enable.auto.offset.store",
+                                                                   True), "bool"))  # fmt: skip
         try:
-            self._data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": False})
+            self._data = Consumer(
+                {**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store}
+            )
         except KafkaException as e:
             raise ConfigError(f"the data consumer refused its settings: {e}") from e
         self._coordinator: Coordinator | None = None
@@ -101,6 +165,15 @@ class GroupConsumer:
         self._on_revoke: Callback | None = None
         self._on_lost: Callback | None = None
         self._owned: set[TopicPartition] = set()  # what the data consumer has assigned
+        #: bumped by every unassign: a fetch that started before a bump may hold records of
+        #: partitions no longer owned (see _consume)
+        self._unassigns = 0
+        #: an unassign failed: the data consumer may still fetch partitions we do not own
+        self._unassign_failed = False
+        #: monotonic seconds before which our session cannot have lapsed (see _fence)
+        self._fence_until = 0.0
+        #: monotonic seconds at which _service is due even with nothing to do
+        self._next_service = 0.0
         self._wake = threading.Event()
         self._last_poll = time.monotonic()
         self._last_commit = time.monotonic()
@@ -168,6 +241,7 @@ class GroupConsumer:
         self._join()
 
     def _join(self) -> None:
+        self._fence_until = 0.0  # a new member: nothing of ours is confirmed yet
         self._coordinator = Coordinator(
             self._cfg,
             self._topics,
@@ -185,6 +259,30 @@ class GroupConsumer:
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message of an owned partition, or ``None`` after ``timeout`` seconds."""
+        now = _monotonic()
+        c = self._coordinator
+        if (
+            c is not None
+            and now < self._next_service
+            and self._owned
+            and not (c.handoffs or c.abandoned)
+        ):
+            # The fast path: nothing for _service to do (see _consume), one fetch.
+            self._last_poll = now
+            unassigns = self._unassigns
+            wait = _SERVICE_EVERY_S
+            if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
+                wait = timeout
+            msg = self._data.poll(wait)
+            if msg is not None:
+                if _monotonic() < self._fence_until or self._hand_out([msg], unassigns):
+                    if self.observers._observers:  # bool(self.observers) without its call
+                        self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
+                    return msg
+            elif wait == timeout:
+                return None
+            if timeout is not None and timeout >= 0:
+                timeout = max(0.0, timeout - (_monotonic() - now))
         msgs = self._consume(1, timeout)
         return msgs[0] if msgs else None
 
@@ -192,56 +290,82 @@ class GroupConsumer:
         return self._consume(num_messages, timeout)
 
     def _consume(self, n: int, timeout: float | None) -> list[Message]:
-        self._ensure_open()
-        self._last_poll = time.monotonic()
-        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        if self._closed:
+            raise GroupkitError("the consumer is closed")
+        now = _monotonic()
+        deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
-            self._service()
-            remaining = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
+            self._last_poll = now  # a blocking poll is polling (as librdkafka counts it)
+            c = self._coordinator
+            if c is None or now >= self._next_service or c.handoffs or c.abandoned:
+                # Hand-offs and an abandonment at once; a failed control loop, auto-commit
+                # and the fence without records within 10 ms.
+                self._service()
+                self._next_service = self._service_due(now)
+            remaining = 0.1 if deadline is None else max(0.0, deadline - now)
+            wait = remaining if remaining < _SERVICE_EVERY_S else _SERVICE_EVERY_S
             msgs: list[Message] = []
+            unassigns = self._unassigns
             if self._owned:
-                msgs = self._data.consume(n, min(remaining, _SERVICE_EVERY_S))
+                msgs = self._data.consume(n, wait)
             else:
-                self._wake.wait(min(remaining, _SERVICE_EVERY_S))
+                self._wake.wait(wait)
                 self._wake.clear()
+            now = _monotonic()
             if msgs:
-                # A process frozen inside consume() wakes up here: fence before handing out
-                # anything. Hand-offs wait for the next call, so a revocation never commits
-                # past records the user has not been given.
-                self._fence()
-                out = [m for m in msgs if m.error() is not None or _msg_tp(m) in self._owned]
-                if out:
-                    self._store(out)
+                if now >= self._fence_until or self._unassign_failed:
+                    self._hand_out(msgs, unassigns)
+                if msgs:
                     if self.observers:
-                        self.observers.consumed(self.member_id or "", _counts(out))
-                    return out
-            if deadline is not None and time.monotonic() >= deadline:
+                        self.observers.consumed(self.member_id or "", _LazyCounts(msgs))
+                    return msgs
+            if deadline is not None and now >= deadline:
                 return []
 
-    def _store(self, msgs: list[Message]) -> None:
-        """Store the offsets of records given to the user (librdkafka's auto-store is off)."""
-        if not self._auto_store:
-            return
-        nxt: dict[tuple[str, int], int] = {}
-        for m in msgs:
-            off = m.offset()
-            if m.error() is None and off is not None:
-                tp = _msg_tp(m)
-                nxt[tp] = max(nxt.get(tp, 0), off + 1)
-        if nxt:
-            self._data.store_offsets(
-                offsets=[KTopicPartition(t, p, o) for (t, p), o in nxt.items()]
-            )
+    def _service_due(self, now: float) -> float:
+        """When ``_service`` must run next at the latest: now, while the fast path is unsafe."""
+        if self._coordinator is None or self._closed or self._unassign_failed:
+            return 0.0
+        return now + _SERVICE_EVERY_S
+
+    def _hand_out(self, msgs: list[Message], unassigns: int) -> bool:
+        """Fence, then keep in ``msgs`` only what may be handed out; false if nothing may.
+
+        A process frozen inside the fetch wakes up here: fence before handing out anything.
+        Hand-offs wait for the next call, so a revocation never commits past records the
+        user has not been given. What was unassigned since the fetch started (``unassigns``
+        moved) is dropped; librdkafka dropped its stored offsets when it was unassigned.
+        """
+        self._fence()
+        if self._unassigns != unassigns or self._unassign_failed:
+            owned = self._owned
+            msgs[:] = [
+                m for m in msgs if m.error() is not None or (m.topic(), m.partition()) in owned
+            ]
+        return bool(msgs)
 
     def _fence(self) -> None:
-        """Lose everything, uncommitted, once our own heartbeat is older than the session."""
+        """Lose everything, uncommitted, once our own heartbeat is older than the session.
+
+        Cheap unless the cached deadline has passed: the session lapses ``session.timeout``
+        after the send of the newest own record seen in the log, and that send time never
+        moves back (``Member``'s records have growing ``seq``; an older one is not confirmed
+        again), so the deadline computed here is never later than the true one; a newer
+        heartbeat only moves the true one later, which the next look under the lock finds.
+        """
         c = self._coordinator
-        if c is None or not self._owned:
+        if c is None or not self._owned or _monotonic() < self._fence_until:
             return
+        session = self._cfg.session_timeout_ms
         with c.lock:
-            age = c.member.session_age_ms(monotonic_ms())
-        if age is None or age >= self._cfg.session_timeout_ms:
+            now_ms = monotonic_ms()
+            age = c.member.session_age_ms(now_ms)
+        if age is None or age >= session:
+            self._fence_until = 0.0
             self._lose(frozenset(self._owned), "session_lapsed")
+        else:
+            # monotonic_ms() floors monotonic_ns(); -1 ms keeps the float deadline early.
+            self._fence_until = (now_ms - age + session - 1) / 1000
 
     def _service(self) -> None:
         """Fence, carry out hand-offs, auto-commit: everything ``poll`` owes the group."""
@@ -258,11 +382,12 @@ class GroupConsumer:
             self._join()
             return
         self._fence()
-        with c.lock:
-            handoffs = list(c.handoffs)
-            c.handoffs.clear()
-        for h in handoffs:
-            self._apply(h)
+        if c.handoffs:
+            with c.lock:
+                handoffs = list(c.handoffs)
+                c.handoffs.clear()
+            for h in handoffs:
+                self._apply(h)
         if (
             self._cfg.enable_auto_commit
             and self._owned
@@ -314,10 +439,17 @@ class GroupConsumer:
 
     def _unassign(self, parts: Partitions) -> None:
         self._owned -= parts
-        if self._cfg.protocol == "cooperative":
-            self._data.incremental_unassign(_ktps(parts))
-        else:
-            self._data.assign(_ktps(self._owned))
+        self._unassigns += 1
+        try:
+            if self._cfg.protocol == "cooperative":
+                self._data.incremental_unassign(_ktps(parts))
+            else:
+                self._data.assign(_ktps(self._owned))
+        except BaseException:
+            # From now on every fetch is filtered by ownership (the fast path is off).
+            self._unassign_failed = True
+            self._next_service = 0.0
+            raise
 
     # ------------------------------------------------------------------ offsets
 
@@ -476,6 +608,7 @@ class GroupConsumer:
             self._leave()
         finally:
             self._closed = True
+            self._next_service = 0.0  # poll's fast path is off: the next call raises
             self._data.close()
 
     def _ensure_open(self) -> None:
