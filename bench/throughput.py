@@ -31,7 +31,6 @@ import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
-from bench import _gkpatch
 from bench._common import bar_chart, median, write_results
 from bench._harness import broker, create_topic, load, versions
 from groupkit import GroupConsumer
@@ -40,8 +39,6 @@ MODES = ("poll", "consume")
 WHO = {
     "plain": "plain Consumer.assign()",
     "groupkit": "GroupConsumer",
-    # not the shipped runtime: GroupConsumer with the poll fast path of bench/_gkpatch.py
-    "groupkit+fixes": "GroupConsumer +fastpoll (proposed)",
 }
 
 
@@ -102,17 +99,7 @@ def run_plain(boot: str, topic: str, partitions: int, n: int, mode: str) -> tupl
         c.close()
 
 
-def run_gk(boot: str, topic: str, n: int, mode: str, fast: bool = False) -> tuple[float, float]:
-    original = GroupConsumer._consume
-    if fast:
-        GroupConsumer._consume = _gkpatch._fast_consume  # type: ignore[method-assign]
-    try:
-        return _run_gk(boot, topic, n, mode)
-    finally:
-        GroupConsumer._consume = original  # type: ignore[method-assign]
-
-
-def _run_gk(boot: str, topic: str, n: int, mode: str) -> tuple[float, float]:
+def run_gk(boot: str, topic: str, n: int, mode: str) -> tuple[float, float]:
     c = GroupConsumer({**conf(boot), "groupkit.control.topic": "__gk_bench_throughput",
                        "session.timeout.ms": 10000, "heartbeat.interval.ms": 1000})  # fmt: skip
     c.subscribe([topic])
@@ -148,7 +135,7 @@ def main() -> None:
                     if who == "plain":
                         out = run_plain(boot, topic, args.partitions, args.records, mode)
                     else:
-                        out = run_gk(boot, topic, args.records, mode, who == "groupkit+fixes")
+                        out = run_gk(boot, topic, args.records, mode)
                     res.setdefault((who, mode), []).append(out)
                     print(f"  run {r + 1}/{args.runs} {mode:8s} {who:15s} "
                           f"{args.records / out[0]:>10,.0f} records/s", flush=True)  # fmt: skip
@@ -167,9 +154,6 @@ def main() -> None:
     targets = {f"ratio_{mode}": round(rates[("groupkit", mode)] / rates[("plain", mode)], 3)
                for mode in MODES}  # fmt: skip
     targets["ratio_ge_0.95"] = all(v >= 0.95 for v in targets.values())
-    for mode in MODES:
-        targets[f"ratio_{mode}_with_proposed_fixes"] = round(
-            rates[("groupkit+fixes", mode)] / rates[("plain", mode)], 3)
     notes = [
         f"{args.records:,} records of 100 bytes, {args.partitions} partitions, {args.runs} runs "
         "each (median), alternating, one process; timed from the first record to the last.",
