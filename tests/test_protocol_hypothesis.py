@@ -27,9 +27,12 @@ from groupkit.protocol.sim import GroupSim
 IDS = ["m0", "m1", "m2", "m3", "m4"]
 TOPICS = ["t0", "t1"]
 EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1000"))
-#: generations a quiet group may still need: one rebalance, its follow-ups while revocations
-#: trickle in, and one more if a lagging or paused member comes back
-MAX_QUIET_GENERATIONS = 8
+#: generations a quiet group may still need per running member: slow readers and paused
+#: members arrive (catch up, resume) and drop out (lagging, expired) one at a time, each a
+#: rebalance and a follow-up once the revocations it asks for are acknowledged
+QUIET_GENERATIONS_PER_MEMBER = 4
+#: plus the group's first assignment or a rebalance already under way, and its follow-ups
+QUIET_GENERATIONS_BASE = 4
 
 
 class GroupSchedule(RuleBasedStateMachine):
@@ -99,6 +102,17 @@ class GroupSchedule(RuleBasedStateMachine):
         else:
             self.sim.inject(data.draw(st.binary(max_size=12)), data.draw(st.binary(max_size=12)))
 
+    @rule(n=st.integers(10, 60))
+    def backlog(self, n: int) -> None:
+        """A burst of foreign records: slow readers fall behind, maybe past their session."""
+        for _ in range(n):
+            self.sim.inject(b"junk", b"junk")
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data(), rate=st.sampled_from([None, 1, 4, 8]))
+    def read_speed(self, data: st.DataObject, rate: int | None) -> None:
+        self.sim.members[data.draw(st.sampled_from(self._alive()))].read_rate = rate
+
     @rule(data=st.data(), topic=st.sampled_from(TOPICS))
     def skew_lag(self, data: st.DataObject, topic: str) -> None:
         from groupkit.types import TopicPartition
@@ -121,11 +135,15 @@ class GroupSchedule(RuleBasedStateMachine):
         sim = self.sim
         if not sim.running():
             return
+        for sm in sim.members.values():  # paused ones too: they run again in the quiet period
+            if sm.read_rate == 1:  # too slow to ever keep up with the heartbeats (see
+                sm.read_rate = 4  # test_member_that_never_catches_up_is_left_out...)
         # quiet period: nothing changes any more; slow readers stay slow
         first = sim.view().generation
         sim.settle(max_ticks=1_500)
         last = sim.view().generation
-        assert last - first <= MAX_QUIET_GENERATIONS, (last - first, sim.describe())
+        bound = QUIET_GENERATIONS_BASE + QUIET_GENERATIONS_PER_MEMBER * len(sim.running())
+        assert last - first <= bound, (last - first, sim.describe())
         # (3) every subscribed partition owned by exactly one live subscriber
         owners = sim.owners()
         assert set(owners) == sim.expected_partitions()
@@ -139,9 +157,9 @@ GroupSchedule.TestCase.settings = settings(
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
     # A fixed seed in CI, so a run is reproducible. GROUPKIT_PROTOCOL_RANDOM=1 explores new
-    # schedules: one such run (session 1) found a double ownership in the simulator's quiet
-    # period (cooperative, lag assignor, slow readers, a pause and a restarted member id),
-    # still open; see the closing note of that session.
+    # schedules. One such run found a double ownership: a slow reader that fenced itself
+    # acknowledged a generation without taking its grants, and took them later, after they
+    # had moved (test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced).
     derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
 )
 TestGroupSchedule = GroupSchedule.TestCase

@@ -15,6 +15,7 @@ from groupkit.protocol.records import (
     AssignmentKey,
     HmacSigner,
     MemberKey,
+    MemberRecord,
     assignment_record,
     covered_member,
     decode,
@@ -58,6 +59,20 @@ def test_member_record_round_trip() -> None:
     rk, rv = encode(k, v)
     assert decode(rk, rv) == (k, v)
     assert k == MemberKey("g", "m1") and v.topics == ("t0", "t1")
+
+
+def test_seen_generation_is_optional_and_never_below_acked() -> None:
+    _, v = member_record("g", "m", incarnation="i", seq=1, topics=["t"], acked_generation=4)
+    assert v.seen_generation == 4  # a member has seen at least what it acknowledged
+    k, v = member_record("g", "m", incarnation="i", seq=1, topics=["t"], acked_generation=4,
+                         seen_generation=6)  # fmt: skip
+    assert decode(*encode(k, v)) == (k, v) and v.seen_generation == 6
+    # records written before the field existed decode as having seen what they acked
+    _, old = decode(MKEY, _value({**GOOD_MEMBER, "acked_gen": 5}))
+    assert isinstance(old, MemberRecord) and old.seen_generation == 5
+    with pytest.raises(ValueError):
+        member_record("g", "m", incarnation="i", seq=1, topics=["t"], acked_generation=4,
+                      seen_generation=3)  # fmt: skip
 
 
 def test_assignment_record_round_trip_and_tombstone() -> None:
@@ -158,6 +173,8 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, _value({**GOOD_MEMBER, "owned": {"t": ["x"]}}), "wrong_type"),
         (MKEY, _value({**GOOD_MEMBER, "owned": []}), "wrong_type"),
         (MKEY, _value({**GOOD_MEMBER, "client": {"a": 1}}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "acked_gen": 3, "seen_gen": 2}), "bad_value"),
+        (MKEY, _value({**GOOD_MEMBER, "seen_gen": -1}), "bad_value"),
         (AKEY, _value({"gen": 1}), "missing_field"),
     ],
 )

@@ -274,9 +274,15 @@ class Member:
                 self._fire("covered")
         elif self.state == ACTIVE:
             self._fire("uncovered")
+        fresh = group.generation != self.acked
         added, revoked = diff(self.owned, target)
-        if not healthy:
-            added = EMPTY  # never take anything while our session is in doubt
+        if not (healthy and fresh):
+            # Never take anything while our session is in doubt, and take a generation's grants
+            # only in the poll that acknowledges it: once our record says "acked g" the log stops
+            # reserving g's grants for us (GroupState.may_hold), so a grant of g not taken then
+            # may already belong to someone else. What we lost meanwhile the leader re-plans
+            # (Planner.rebalance_reason: partitions_lost).
+            added = EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
             owned = (self.owned - revoked) | added | kept
@@ -286,7 +292,7 @@ class Member:
                 events.append(f"generation {group.generation}")
         if covered:
             self.generation = group.generation
-        if group.generation != self.acked and (healthy or not self.owned):
+        if fresh and healthy:  # acknowledged together with taking its grants, never apart
             self.acked = group.generation
             self._dirty = True
 
@@ -327,6 +333,7 @@ class Member:
             owned=self.owned,
             owned_generation=self.generation if self.owned else 0,
             acked_generation=min(self.acked, group.generation),
+            seen_generation=group.generation,
             joined_at=self._joined_at,
             rack=self.rack,
             capacity=self.capacity,

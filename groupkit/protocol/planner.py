@@ -159,6 +159,11 @@ class Planner:
             # same id and incarnation, but the log expired it and it came back: a new
             # membership that the current generation does not cover
             return "membership_changed"
+        for i, m in active.items():
+            # A member that acknowledged this generation took all it grants (member.py); if its
+            # record no longer claims them, it fenced itself while the log still had it live.
+            if m.acked_generation >= cur.generation and cur.members[i].assigned - m.claims:
+                return "partitions_lost"
         if dict(cur.partition_counts) != _counts(active, partition_counts):
             return "partition_count_changed"
         if cur.protocol != self.protocol:

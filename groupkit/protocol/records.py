@@ -114,6 +114,9 @@ class MemberRecord:
     rack: str | None
     capacity: float | None
     client: tuple[tuple[str, str], ...]
+    #: the newest generation the member had replayed when it wrote this record; it never
+    #: applies an older one, so the log stops reserving older grants for it (state.may_hold)
+    seen_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +174,15 @@ def member_record(
     rack: str | None = None,
     capacity: float | None = None,
     client: Mapping[str, str] | None = None,
+    seen_generation: int | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns)."""
     _check_id("group", group)
     _check_id("member_id", member_id)
     _check_id("incarnation", incarnation)
+    seen = acked_generation if seen_generation is None else seen_generation
+    if seen < acked_generation:
+        raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
     return MemberKey(group, member_id), MemberRecord(
         incarnation=incarnation,
         seq=seq,
@@ -187,6 +194,7 @@ def member_record(
         rack=rack,
         capacity=capacity,
         client=tuple(sorted((client or {}).items())),
+        seen_generation=seen,
     )
 
 
@@ -343,6 +351,7 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         "owned": encode_partitions(v.owned),
         "owned_gen": v.owned_generation,
         "acked_gen": v.acked_generation,
+        "seen_gen": v.seen_generation,
         "joined_at": v.joined_at,
         "rack": v.rack,
         "capacity": v.capacity,
@@ -587,17 +596,23 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     if joined_at is not None and joined_at < 0:
         raise RecordRejected("bad_value", "joined_at < 0")
     capacity = _opt(doc, "capacity", (int, float))
+    acked = _nat(doc, "acked_gen")
+    # optional: records written before the field existed have seen what they acked
+    seen = _nat(doc, "seen_gen") if "seen_gen" in doc else acked
+    if seen < acked:
+        raise RecordRejected("bad_value", f"seen_gen {seen} < acked_gen {acked}")
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
         topics=_topics(doc, "topics"),
         owned=decode_partitions(_get(doc, "owned", dict), "owned", _Budget()),
         owned_generation=_nat(doc, "owned_gen"),
-        acked_generation=_nat(doc, "acked_gen"),
+        acked_generation=acked,
         joined_at=joined_at,
         rack=_opt(doc, "rack", str),
         capacity=None if capacity is None else float(capacity),
         client=tuple(sorted(client.items())),
+        seen_generation=seen,
     )
 
 

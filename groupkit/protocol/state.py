@@ -21,7 +21,8 @@ What one ``replay`` does:
      until the old incarnation would have expired, since that process may still be running).
      Otherwise the record updates the membership; it may only claim what the member owned or was
      granted (``unowned_claim``), its sequence must grow (``stale_member_record``), its acked
-     generation must not go back (``acked_regressed``) or ahead (``future_generation``).
+     generation must not go back (``acked_regressed``), and the generation it says it has seen
+     (never below the acked one) must not be ahead of the log's (``future_generation``).
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
@@ -103,6 +104,8 @@ class MemberState:
     claims: Partitions
     owned_generation: int
     acked_generation: int
+    #: the newest generation its latest record says it had replayed (>= acked_generation)
+    seen_generation: int
     #: broker time of the first record of this membership
     joined_at: int
     #: broker time of its latest record
@@ -192,13 +195,15 @@ class GroupState:
 
         That is its claims plus whatever a generation it has not acknowledged yet assigns it:
         a member applies the newest assignment it has replayed, so until its record shows a
-        newer acknowledgement it may still be about to take a grant of an older generation.
+        newer acknowledgement it may still be about to take a grant of an older generation,
+        but never of one older than the newest generation its record says it has seen.
         """
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
         out = m.claims
-        for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
+        first = max(m.acked_generation + 1, m.seen_generation, m.since_generation)
+        for g in range(first, self.generation + 1):
             a = self._history.get(g)
             if a is None:
                 continue
@@ -309,8 +314,8 @@ class GroupState:
                 raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
             if v.acked_generation < old.acked_generation:
                 raise RecordRejected("acked_regressed", f"{v.acked_generation}")
-            if v.acked_generation > self.generation:
-                raise RecordRejected("future_generation", f"{v.acked_generation}")
+            if v.seen_generation > self.generation:  # seen >= acked (records.py)
+                raise RecordRejected("future_generation", f"{v.seen_generation}")
             extra = v.owned - self.may_hold(mid)
             if extra:
                 raise RecordRejected("unowned_claim", f"{len(extra)} partitions never granted")
@@ -321,14 +326,14 @@ class GroupState:
                 joined_at = v.joined_at
             self.members[mid] = MemberState(
                 mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, joined_at, ts, old.since_generation, v.rack, v.capacity,
-                v.client,
+                v.acked_generation, v.seen_generation, joined_at, ts, old.since_generation,
+                v.rack, v.capacity, v.client,
             )  # fmt: skip
             if joined_at != old.joined_at and self.leader == mid:
                 self._elect()
             return Replayed(offset, "member", k)
-        if v.acked_generation > self.generation and old is not None:
-            raise RecordRejected("future_generation", f"{v.acked_generation}")
+        if v.seen_generation > self.generation and old is not None:
+            raise RecordRejected("future_generation", f"{v.seen_generation}")
         continuation = old is None and v.joined_at is not None and v.joined_at <= ts
         if old is not None and live:
             # A new incarnation of a live member: the old process may still run, so what it
@@ -340,14 +345,15 @@ class GroupState:
             assert v.joined_at is not None
             m = MemberState(
                 mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, v.joined_at, ts, 0, v.rack, v.capacity, v.client,
+                v.acked_generation, v.seen_generation, v.joined_at, ts, 0, v.rack, v.capacity,
+                v.client,
             )  # fmt: skip
         else:
             # A new membership owns nothing: any claim in the record is void, because a
             # process whose membership the log expired has fenced itself (member.py).
             m = MemberState(
-                mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation, ts, ts,
-                self.generation + 1, v.rack, v.capacity, v.client,
+                mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
+                v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity, v.client,
             )  # fmt: skip
         self.members[mid] = m
         if self.leader is None or not self.is_live(self.leader) or self.leader == mid:
