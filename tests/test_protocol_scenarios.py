@@ -6,6 +6,8 @@ Members ``a``, ``b``, ``c`` join in that order, so ``a`` leads; the assignor is 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from groupkit.protocol.sim import GroupSim
@@ -265,3 +267,20 @@ def test_restart_with_new_incarnation_is_a_new_membership(protocol: str) -> None
     assert sim.clock - b_joined >= sim.session_timeout_ms
     assert sorted(parts(sim.members[m].member.owned) for m in "ab") == ["t0-0 t0-1", "t0-2 t0-3"]
     assert summaries(sim, g)[-1][1] == "complete"
+
+
+@pytest.mark.parametrize("assignor", ["sticky", "cooperative-sticky", "balanced"])
+def test_eager_join_stays_sticky_across_revoke_all(assignor: str) -> None:
+    # Phase 2 runs after everyone revoked everything; the assignor must still see who owned
+    # what (from the revoke record), or a sticky assignor reshuffles the whole group.
+    sim = GroupSim({"t0": 12}, protocol="eager", assignor=assignor)
+    for m in "abc":
+        sim.join(m)
+        sim.settle()
+    before = {p: ms[0] for p, ms in sim.owners().items()}
+    sim.join("d")
+    sim.settle()
+    after = {p: ms[0] for p, ms in sim.owners().items()}
+    moved = sum(before[p] != after[p] for p in after)
+    assert sorted(n for n in Counter(after.values()).values()) == [3, 3, 3, 3]
+    assert moved == 3, f"{moved} of 12 partitions moved; only d's 3 had to"

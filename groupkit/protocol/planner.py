@@ -244,14 +244,11 @@ class Planner:
         # topics without partitions are left out: the assignors would skip them anyway
         subs = {
             i: MemberSubscription(
-                [t for t in m.topics if counts.get(t, 0) > 0],
-                m.claims,
-                m.owned_generation or None,
-                m.rack,
-                m.capacity,
+                [t for t in m.topics if counts.get(t, 0) > 0], *_previous(state, i, m),
+                m.rack, m.capacity,
             )
             for i, m in active.items()
-        }
+        }  # fmt: skip
         plan = self.assignor.assign(counts, subs, lags)
         adj = adjust_cooperative(plan, holders)
         covered = {i: CoveredMember(m.incarnation, m.topics, EMPTY, EMPTY, EMPTY)
@@ -317,6 +314,21 @@ class Planner:
             members=members,
         )
         return Decision(WRITE, reason, rec, key)
+
+
+def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, int | None]:
+    """What the assignor should see as the member's ``(owned, generation)``.
+
+    Its claims, except in eager phase 2: after revoke-all nobody claims anything, and a sticky
+    assignor would start from scratch. The revoke record says what each member gave up, so
+    that is what it owned (only advice for stickiness: phase 2 runs once nobody holds it).
+    """
+    cur = state.assignment
+    if cur is not None and cur.phase == PHASE_REVOKE and not m.claims:
+        c = cur.members.get(mid)
+        if c is not None and c.incarnation == m.incarnation and c.revoke:
+            return c.revoke, cur.generation - 1 or None
+    return m.claims, m.owned_generation or None
 
 
 def _holders(state: GroupState) -> dict[str, Partitions]:
