@@ -270,17 +270,18 @@ class GroupConsumer:
             # The fast path: nothing for _service to do (see _consume), one fetch.
             self._last_poll = now
             unassigns = self._unassigns
-            wait = _SERVICE_EVERY_S
             if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
-                wait = timeout
-            msg = self._data.poll(wait)
-            if msg is not None:
-                if _monotonic() < self._fence_until or self._hand_out([msg], unassigns):
-                    if self.observers._observers:  # bool(self.observers) without its call
-                        self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
-                    return msg
-            elif wait == timeout:
-                return None
+                msg = self._data.poll(timeout)
+                if msg is None:
+                    return None
+            else:
+                msg = self._data.poll(_SERVICE_EVERY_S)
+            if msg is not None and (
+                _monotonic() < self._fence_until or self._hand_out([msg], unassigns)
+            ):
+                if self.observers._observers:  # bool(self.observers) without its call
+                    self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
+                return msg
             if timeout is not None and timeout >= 0:
                 timeout = max(0.0, timeout - (_monotonic() - now))
         msgs = self._consume(1, timeout)
