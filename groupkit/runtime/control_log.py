@@ -79,13 +79,21 @@ class ControlReader:
                 }
             )
         )
+        self.position = 0  # the offset of the next record to read
+        self._open = False
+
+    def _assign(self) -> None:
+        """Start reading, on first use (so constructing a reader never blocks on the broker)."""
+        if self._open:
+            return
         # Warm the consumer's metadata first: assigned a topic it knows nothing of, librdkafka
         # waits ~500 ms before its first fetch (measured in bench/rebalance.py).
-        self._consumer.list_topics(topic, timeout=10)
-        self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        self.position = 0  # the offset of the next record to read
+        self._consumer.list_topics(self.topic, timeout=10)
+        self._consumer.assign([TopicPartition(self.topic, self.partition, OFFSET_BEGINNING)])
+        self._open = True
 
     def high_watermark(self, timeout: float = 10.0) -> int:
+        self._assign()
         try:
             _low, high = self._consumer.get_watermark_offsets(
                 TopicPartition(self.topic, self.partition), timeout=timeout
@@ -100,6 +108,7 @@ class ControlReader:
         Returns as soon as one record is there: ``consume(n, timeout)`` alone would wait for
         ``n`` records or the whole timeout, adding its timeout to every hop of a rebalance.
         """
+        self._assign()
         first = self._consumer.poll(timeout)
         if first is None:
             return []
@@ -149,6 +158,18 @@ class ControlWriter:
     def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
+        #: set by the first refusal no retry cures; raised by :meth:`service`
+        self.failure: BrokerError | None = None
+        user_error_cb = cfg.connection.get("error_cb")
+
+        def on_error(err: KafkaError) -> None:
+            # A producer that went fatal (e.g. no ACL for its producer id) before our first
+            # write: produce() then says only "Fatal error"; keep the reason to report.
+            if err.fatal() and self.failure is None:
+                self.failure = self._refused(err)
+            if user_error_cb is not None:
+                user_error_cb(err)
+
         self._producer = Producer(
             cfg.client_config(
                 **{
@@ -157,12 +178,23 @@ class ControlWriter:
                     "linger.ms": 0,
                     "socket.nagle.disable": True,
                     "message.max.bytes": 8 * 1024 * 1024,
+                    "error_cb": on_error,
                 }
             )
         )
-        #: set by the first refusal no retry cures; raised by :meth:`service`
-        self.failure: BrokerError | None = None
 
+    def warm(self, timeout: float = 10.0) -> None:
+        """Learn the topic's metadata before the first write.
+
+        A cold idempotent producer delivered its first record 0.5-1 s after ``produce``
+        (librdkafka 2.16, loopback broker); after this call (~60 ms) it takes a few ms. The
+        first record is a member's join, so this is most of a join's latency.
+        """
+        try:
+            self._producer.list_topics(self.topic, timeout=timeout)
+        except KafkaException as e:
+            raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
+        self.service(0)  # a refusal that came with the connection is raised here
     def _refused(self, err: KafkaError) -> BrokerError:
         return BrokerError(
             f"cannot write to control topic {self.topic!r}: {err.str()}; the principal needs "
@@ -170,8 +202,18 @@ class ControlWriter:
             "needs no cluster ACL)"
         )
 
-    def write(self, key: bytes, value: bytes | None, on_delivery: DeliveryCallback) -> None:
-        """Queue one record; ``on_delivery(error, offset)`` runs from :meth:`service`."""
+    def write(
+        self,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: DeliveryCallback,
+        service: bool = True,
+    ) -> None:
+        """Queue one record; ``on_delivery(error, offset)`` runs from :meth:`service`.
+
+        ``service=False`` only queues (thread-safe): callbacks then run in the owner's next
+        :meth:`service`, on the owner's thread.
+        """
 
         def done(err: KafkaError | None, msg: Message) -> None:
             if err is not None and self.failure is None and _denied(err):
@@ -189,8 +231,12 @@ class ControlWriter:
                 self.topic, key=key, value=value, partition=self.partition, on_delivery=done
             )
         except KafkaException as e:
+            self._producer.poll(0)  # serve the error callback that says why
+            if self.failure is not None:
+                raise self.failure from e
             raise BrokerError(f"cannot write to the control topic: {e}") from e
-        self.service(0)
+        if service:
+            self.service(0)
 
     def service(self, timeout: float = 0.0) -> None:
         """Run delivery callbacks that are due; raise a refusal no retry can cure."""

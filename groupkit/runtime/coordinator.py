@@ -3,14 +3,17 @@
 The thread owns the control-topic reader and writer and the protocol objects. Each turn:
 
 1. Read what the control partition has (at start-up: everything up to the high watermark
-   before acting, so a member never acts on a partial view) and ``replay`` every record into
-   the :class:`~groupkit.protocol.state.GroupState`; rejections are counted by reason and
-   logged, never applied.
+   before acting, so a newcomer is planned into the group only once it can follow it: joining
+   before, it would have partitions revoked for it that it cannot take until it has read the
+   history, and be dropped as lagging if that takes a rebalance timeout) and ``replay`` every
+   record into the :class:`~groupkit.protocol.state.GroupState`; rejections are counted by
+   reason and logged, never applied.
 2. Ask the :class:`~groupkit.protocol.member.Member` what to do. Partitions to assign, revoke or
    mark lost are handed to the thread that calls ``GroupConsumer.poll`` (callbacks and commits
    run there, as in confluent-kafka); records are produced at once, except that a record which
    no longer claims a revoked partition is only produced after ``poll`` has committed and
-   stopped it (the member keeps claiming it until then; see ``Member.revoked``).
+   stopped it (the member keeps claiming it until then; see ``Member.revoked``), and then at
+   once, from :meth:`Coordinator.released`, not at the next turn.
 3. If this member leads, ask the :class:`~groupkit.protocol.planner.Planner` for the next
    generation (fetching lags first for a lag-aware assignor), produce it, and plan again only
    once that record has been replayed.
@@ -34,6 +37,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError
 from groupkit.protocol import GroupState, Member, Planner
+from groupkit.protocol.member import Actions
 from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision
 from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
 from groupkit.runtime.config import GroupConfig
@@ -48,6 +52,26 @@ _log = structlog.get_logger("groupkit.runtime")
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+class _Background:
+    """Run ``fn`` on a daemon thread; :meth:`result` waits for it and re-raises its error."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except BaseException as e:  # handed to result()
+            self._error = e
+
+    def result(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 @dataclass(frozen=True)
@@ -169,9 +193,12 @@ class Coordinator:
 
     def _run(self) -> None:
         try:
+            # The writer's warm-up (~60 ms) runs while we read the history, not after it.
+            warm = _Background(self.writer.warm)
             hw = self.reader.high_watermark()
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
+            warm.result()
             self._caught_up.set()
             while not self._stop.is_set():
                 self.turn(self.reader.poll(0.02))
@@ -216,17 +243,7 @@ class Coordinator:
             if self.member.state == "left":
                 return
             self._check_poll_interval()
-            acts = self.member.poll(self.state, now)
-            new_revoke = acts.revoke - self._revoking
-            if acts.lost or new_revoke or acts.assign:
-                self._revoking |= new_revoke
-                self._revoking -= acts.lost
-                self.handoffs.append(Handoff(acts.lost, new_revoke, acts.assign, acts.generation))
-                for e in acts.events:
-                    _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
-                              what=e, generation=acts.generation)  # fmt: skip
-            for w in acts.writes:
-                self._write(w.raw_key, w.raw_value)
+            acts = self._act(now)
             leader = (
                 self.state.leader == self.member_id
                 and self.state.members[self.member_id].incarnation == self.incarnation
@@ -258,11 +275,37 @@ class Coordinator:
                          member=self.member_id, seconds_since_poll=round(age, 3))  # fmt: skip
             self.member.leave()
 
+    def _act(self, now: int, service: bool = True) -> Actions:
+        """The member's step (under ``self.lock``): queue hand-offs, produce its records."""
+        acts = self.member.poll(self.state, now)
+        new_revoke = acts.revoke - self._revoking
+        if acts.lost or new_revoke or acts.assign:
+            self._revoking |= new_revoke
+            self._revoking -= acts.lost
+            self.handoffs.append(Handoff(acts.lost, new_revoke, acts.assign, acts.generation))
+            for e in acts.events:
+                _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
+                          what=e, generation=acts.generation)  # fmt: skip
+        for w in acts.writes:
+            self._write(w.raw_key, w.raw_value, service=service)
+        return acts
+
     def released(self, partitions: Partitions) -> None:
-        """Called by the ``poll`` thread once revoked partitions are committed and stopped."""
+        """Called by the ``poll`` thread once revoked partitions are committed and stopped.
+
+        The record that no longer claims them is produced right here: the leader grants them
+        to their next owner as soon as it reads it, so waiting for the control thread's next
+        turn would only add to the time they are without an owner.
+        """
         with self.lock:
             self._revoking -= partitions
             self.member.revoked(partitions)
+            if self.member.state == "left":
+                return
+            # Delivery callbacks stay on the control thread (its next writer.service).
+            acts = self._act(monotonic_ms(), service=False)
+        if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
+            self._on_handoff()
 
     def _lead(self) -> None:
         counts = self._partition_counts()
@@ -362,7 +405,9 @@ class Coordinator:
                 _log.warning("metadata.unavailable", error=str(e))
         return {t: self._counts.get(t, 0) for t in topics}
 
-    def _write(self, key: bytes, value: bytes | None, assignment: bool = False) -> None:
+    def _write(
+        self, key: bytes, value: bytes | None, assignment: bool = False, service: bool = True
+    ) -> None:
         def delivered(err: KafkaError | None, offset: int) -> None:
             if err is not None:
                 self.stats.write_errors += 1
@@ -376,4 +421,4 @@ class Coordinator:
             if assignment and self._awaiting == -1:
                 self._awaiting = offset if self.reader.position <= offset else None
 
-        self.writer.write(key, value, delivered)
+        self.writer.write(key, value, delivered, service=service)
