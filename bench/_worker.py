@@ -101,7 +101,11 @@ def main() -> None:
     ap.add_argument("--gk-patch", default="",
                     help="comma-separated proposed runtime changes (bench/_gkpatch.py)")
     args = ap.parse_args()
-    if not os.environ.get("GK_BENCH_LOGS"):
+    if os.environ.get("GK_BENCH_LOGS"):  # JSON lines with ms timestamps, to trace each hop
+        from groupkit.log import configure
+
+        configure(json=True, level="debug")
+    else:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     audit = Audit(args.audit)
     waiting: set[int] = set()  # assigned partitions not yet seen consuming
