@@ -267,9 +267,11 @@ class GroupConsumer:
             and self._owned
             and not (c.handoffs or c.abandoned)
         ):
-            # The fast path: nothing for _service to do (see _consume), one fetch.
+            # The fast path: nothing for _service to do (see _consume), one fetch. Unlike a
+            # batch, Consumer.poll returns a record as it dequeues it, after any callback it
+            # served, so an unassign in a callback drops it in librdkafka: only the fence
+            # below can make it unowned, and _hand_out counts unassigns from here.
             self._last_poll = now
-            unassigns = self._unassigns
             if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
                 msg = self._data.poll(timeout)
                 if msg is None:
@@ -277,7 +279,7 @@ class GroupConsumer:
             else:
                 msg = self._data.poll(_SERVICE_EVERY_S)
             if msg is not None and (
-                _monotonic() < self._fence_until or self._hand_out([msg], unassigns)
+                _monotonic() < self._fence_until or self._hand_out([msg], self._unassigns)
             ):
                 if self.observers._observers:  # bool(self.observers) without its call
                     self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
@@ -314,7 +316,13 @@ class GroupConsumer:
                 self._wake.clear()
             now = _monotonic()
             if msgs:
-                if now >= self._fence_until or self._unassign_failed:
+                # (A batch may hold records dequeued before a callback in the same fetch
+                # unassigned their partition: the count is taken before the fetch.)
+                if (
+                    now >= self._fence_until
+                    or self._unassigns != unassigns
+                    or self._unassign_failed
+                ):
                     self._hand_out(msgs, unassigns)
                 if msgs:
                     if self.observers:
