@@ -137,13 +137,27 @@ class Chaos:
     def stable(self, after: str, since: float | None = None) -> float:
         """Wait until every partition is owned once and consumed again after ``since``."""
         t = time.monotonic() if since is None else since
-        took = wait_for(
-            lambda: self.group.consuming_since(self.parts, t),
-            self.session_s + self.margin_s,
-            f"the group to own and consume everything: {self.group.describe()}",
-        )
+        try:
+            took = wait_for(lambda: self.group.consuming_since(self.parts, t),
+                            self.session_s + self.margin_s,
+                            "the group to own and consume everything")  # fmt: skip
+        except AssertionError as e:
+            # Described now, at the deadline (not as the wait began, when after a broker
+            # restart every member has just lost everything).
+            raise AssertionError(f"{e}: {self.group.describe()}; {self.stale(t)}") from None
         self.log(f"[chaos] stable {took:.2f}s after {after}: {self.group.describe()}")
         return took
+
+    def stale(self, since: float) -> str:
+        """Per running worker: owned partitions without a record processed since ``since``."""
+        out = []
+        for w in self.running():
+            mine = w.owned()
+            fresh = {tuple(f["tp"]) for f in w.facts() if f["e"] == "msg" and f["t"] > since}
+            idle = sorted(mine - fresh)
+            if idle:
+                out.append(f"{w.name} owns but has not consumed {idle}")
+        return "; ".join(out) or "every owned partition consumed"
 
     def running(self) -> list[Worker]:
         return self.group.live()
@@ -177,7 +191,8 @@ class Chaos:
             # Long enough that the log expires it and the others take its partitions.
             wait_for(lambda: self.group.is_stable(self.parts), self.session_s + self.margin_s,
                      "the others to take over the zombie's partitions")  # fmt: skip
-            z.resume()
+            resumed_at = z.resume()
+            self.log(f"[chaos] zombie {z.name} frozen {paused_at:.3f} .. {resumed_at:.3f}")
             wait_for(lambda: set(z.events("lost")) >= frozen or not z.alive, self.margin_s,
                      "the zombie to report its partitions lost")  # fmt: skip
             self.report.zombie_late_records += late_records(z, frozen, paused_at)

@@ -8,7 +8,13 @@ written before it):
   logged inside the callbacks, i.e. while the poll thread does nothing else;
 - ``{"e": "msg", "tp": [...], "o": offset, "t": ...}``: a processed record;
 - ``{"e": "state", "member": id, "generation": n, "leader": bool, "t": ...}`` when it changes;
-- ``{"e": "commit_refused", ...}``, ``{"e": "closed"}``.
+- ``{"e": "commit_refused", ...}``, ``{"e": "closed"}``;
+- ``{"e": "failed", "error": ...}`` when ``consume`` raised (the control loop failed): the worker
+  closes and exits with status 3, so the harness sees it dead instead of silently idle;
+- with ``GK_TRACE_BATCHES=1``: ``{"e": "batch", "n": ..., "age_ms": ..., "fence_until": ...}``
+  before each batch's records (the member's session age as the batch was handed out).
+
+groupkit's own log events go to stdout (the harness's ``NAME.out``) as JSON lines.
 
 Commands on stdin, one per line: ``subscribe t1,t2`` and ``close``.
 ``time.monotonic`` is the machine's CLOCK_MONOTONIC, comparable across processes here.
@@ -17,7 +23,9 @@ Commands on stdin, one per line: ``subscribe t1,t2`` and ``close``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -26,6 +34,8 @@ from typing import Any
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.errors import GroupkitError
+from groupkit.log import configure as configure_logs
 from groupkit.protocol import GroupState
 from groupkit.runtime.hooks import GroupObserver
 
@@ -72,7 +82,11 @@ def main() -> None:
         help="delay every control-loop turn: a member that reads its log slowly",
     )
     args = ap.parse_args()
+    # groupkit's own events (JSON lines with UTC timestamps) go to the worker's .out file.
+    configure_logs(json=True, level="info", stream=sys.stdout)
     audit = Audit(args.audit)
+    # GK_TRACE_BATCHES=1: audit each batch with the member's session age (diagnosis).
+    trace_batches = os.environ.get("GK_TRACE_BATCHES") == "1"
     conf = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
@@ -124,7 +138,22 @@ def main() -> None:
             if cmd.startswith("subscribe "):
                 consumer.subscribe(cmd.split(" ", 1)[1].split(","), on_assign=on_assign,
                                    on_revoke=on_revoke, on_lost=on_lost)  # fmt: skip
-        for msg in consumer.consume(100, 0.05):
+        try:
+            batch = consumer.consume(100, 0.05)
+        except GroupkitError as e:  # the control loop failed: say so, release, exit
+            audit.write(e="failed", error=str(e))
+            with contextlib.suppress(GroupkitError):
+                consumer.close()
+            sys.exit(3)
+        if batch and trace_batches:
+            c = consumer.coordinator
+            age = None
+            if c is not None:
+                with c.lock:
+                    age = c.member.session_age_ms(time.monotonic_ns() // 1_000_000)
+            audit.write(e="batch", n=len(batch), age_ms=age,
+                        fence_until=consumer._fence_until)  # fmt: skip
+        for msg in batch:
             if msg.error() is not None:
                 audit.write(e="error", error=str(msg.error()))
                 continue
