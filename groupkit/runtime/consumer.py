@@ -589,6 +589,8 @@ class GroupConsumer:
         c = self._coordinator
         if c is None:
             return
+        if c.failure is not None:
+            self._abandon(c)
         self._service()
         # Revoke everything on this thread (commit first), then say goodbye through the log.
         owned = frozenset(self._owned)
@@ -608,6 +610,21 @@ class GroupConsumer:
         c.writer.flush(5)
         c.reader.close()
         self._coordinator = None
+
+    def _abandon(self, c: Coordinator) -> None:
+        """Leave after the control loop failed: nothing can go through the log any more.
+
+        What we own is lost (``on_lost``, no commit: the group may have moved on without us),
+        the control clients are closed, and the failure is raised, as every ``poll`` did.
+        """
+        self._coordinator = None
+        try:
+            self._lose(frozenset(self._owned), "control_loop_failed")
+        finally:
+            c.stop()
+            c.writer.flush(1)
+            c.reader.close()
+        raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
 
     def close(self) -> None:
         """Leave the group (revoke, commit, tombstone) and close the clients."""

@@ -7,18 +7,29 @@ decoding and every decision belong to the protocol layer, which replays what thi
 The writer is an idempotent producer (``acks=all``, no linger): a record is either in the log
 once, in the order written, or its delivery callback reports the error.
 
-A refusal that no retry can cure (the principal may not read or write the control topic, or the
-producer hit a fatal error) is raised as a :class:`~groupkit.errors.BrokerError` naming the ACL
-to grant, so the control loop fails, and ``GroupConsumer.poll`` says why, instead of waiting
-for an assignment that can never come.
+A refusal that no retry can cure (the principal may not read or write the control topic) is
+raised as a :class:`~groupkit.errors.BrokerError` naming the ACL to grant, so the control loop
+fails, and ``GroupConsumer.poll`` says why, instead of waiting for an assignment that can never
+come.
+
+Any other fatal error of the idempotent producer (its producer id, epoch or sequence state no
+longer matches the broker's, e.g. after a broker restart) is not a refusal: the writer replaces
+its producer at the next :meth:`ControlWriter.service` and carries on. Records still queued in
+the old one are reported failed to their delivery callbacks; nothing is lost to the protocol,
+because every member record is the member's whole state (its next one supersedes it) and a
+failed assignment record makes the leader plan again. Only a producer that keeps failing fatally
+without delivering anything in between (``_MAX_REPLACEMENTS`` times) fails the control loop.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_NOT_AVAILABLE,
@@ -33,6 +44,8 @@ from confluent_kafka import (
 from groupkit.errors import BrokerError
 from groupkit.runtime.config import GroupConfig
 
+_log = structlog.get_logger("groupkit.runtime")
+
 #: Errors no retry cures: the principal lacks an ACL. (An authentication failure is not here:
 #: librdkafka retries it, e.g. across a credential rotation; ``GroupConsumer()`` reports it.)
 _DENIED = frozenset(
@@ -44,8 +57,14 @@ _DENIED = frozenset(
 )
 
 
+#: Fatal producer errors in a row, with no record delivered in between, after which the writer
+#: stops replacing its producer and fails (e.g. a broker that cannot do idempotence at all).
+_MAX_REPLACEMENTS = 5
+
+
 def _denied(err: KafkaError | None) -> bool:
-    return err is not None and (err.fatal() or err.code() in _DENIED)
+    """A refusal no retry cures: the principal lacks an ACL (fatal or not)."""
+    return err is not None and err.code() in _DENIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,25 +172,42 @@ DeliveryCallback = Callable[[KafkaError | None, int], None]
 
 
 class ControlWriter:
-    """Produces control records to one partition, idempotently and in order."""
+    """Produces control records to one partition, idempotently and in order.
+
+    Owned by one thread (the control loop), which calls :meth:`service`; :meth:`write` with
+    ``service=False`` may also be called from another thread.
+    """
 
     def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
+        self._cfg = cfg
         #: set by the first refusal no retry cures; raised by :meth:`service`
         self.failure: BrokerError | None = None
-        user_error_cb = cfg.connection.get("error_cb")
+        #: how many times a fatal error made the writer replace its producer
+        self.replacements = 0
+        self._fatal_in_a_row = 0
+        #: the fatal error of the current producer that is not a refusal: replace it
+        self._broken: KafkaError | None = None
+        #: delivery callbacks of records no producer took, run by the next :meth:`service`
+        self._failed: list[tuple[DeliveryCallback, KafkaError]] = []
+        self._lock = threading.Lock()  # the producer, _broken and _failed
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Producer:
+        user_error_cb = self._cfg.connection.get("error_cb")
+        producer: Producer | None = None
 
         def on_error(err: KafkaError) -> None:
             # A producer that went fatal (e.g. no ACL for its producer id) before our first
             # write: produce() then says only "Fatal error"; keep the reason to report.
-            if err.fatal() and self.failure is None:
-                self.failure = self._refused(err)
+            if err.fatal() and producer is self._producer:  # not a replaced one's late news
+                self._fatal(err)
             if user_error_cb is not None:
                 user_error_cb(err)
 
-        self._producer = Producer(
-            cfg.client_config(
+        producer = Producer(
+            self._cfg.client_config(
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
@@ -182,6 +218,16 @@ class ControlWriter:
                 }
             )
         )
+        return producer
+
+    def _fatal(self, err: KafkaError) -> None:
+        """Note a fatal error: a refusal fails the writer, anything else replaces the producer."""
+        if self.failure is not None:
+            return
+        if _denied(err):
+            self.failure = self._refused(err)
+        elif self._broken is None:
+            self._broken = err
 
     def warm(self, timeout: float = 10.0) -> None:
         """Learn the topic's metadata before the first write.
@@ -195,6 +241,7 @@ class ControlWriter:
         except KafkaException as e:
             raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
         self.service(0)  # a refusal that came with the connection is raised here
+
     def _refused(self, err: KafkaError) -> BrokerError:
         return BrokerError(
             f"cannot write to control topic {self.topic!r}: {err.str()}; the principal needs "
@@ -215,41 +262,89 @@ class ControlWriter:
         :meth:`service`, on the owner's thread.
         """
 
+        producer: Producer  # the one this record went to (bound below, under the lock)
+
         def done(err: KafkaError | None, msg: Message) -> None:
-            if err is not None and self.failure is None and _denied(err):
-                self.failure = self._refused(err)
+            if err is None:
+                self._fatal_in_a_row = 0
+            elif _denied(err) or (err.fatal() and producer is self._producer):
+                self._fatal(err)  # (a replaced producer's fatal news is old news)
             off = msg.offset()
             on_delivery(err, int(off) if off is not None and err is None else -1)
 
-        try:
-            self._producer.produce(
-                self.topic, key=key, value=value, partition=self.partition, on_delivery=done
-            )
-        except BufferError:
-            self._producer.poll(0.1)
-            self._producer.produce(
-                self.topic, key=key, value=value, partition=self.partition, on_delivery=done
-            )
-        except KafkaException as e:
-            self._producer.poll(0)  # serve the error callback that says why
-            if self.failure is not None:
-                raise self.failure from e
-            raise BrokerError(f"cannot write to the control topic: {e}") from e
+        with self._lock:
+            producer = self._producer
+            try:
+                try:
+                    producer.produce(self.topic, key=key, value=value, partition=self.partition,
+                                     on_delivery=done)  # fmt: skip
+                except BufferError:
+                    producer.poll(0.1)
+                    producer.produce(self.topic, key=key, value=value, partition=self.partition,
+                                     on_delivery=done)  # fmt: skip
+            except KafkaException as e:
+                try:
+                    producer.poll(0)  # serve the error callback that says why
+                except KafkaException as why:  # ... or be told by poll itself
+                    if isinstance(why.args[0] if why.args else None, KafkaError):
+                        self._fatal(why.args[0])
+                if self.failure is not None:
+                    raise self.failure from e
+                err: Any = e.args[0] if e.args else None
+                if not isinstance(err, KafkaError) or not err.fatal():
+                    raise BrokerError(f"cannot write to the control topic: {e}") from e
+                # The producer is fatal: this record fails like the ones it had queued; the
+                # next service() replaces the producer (the next record supersedes this one).
+                self._fatal(err)
+                self._failed.append((on_delivery, err))
+                if self.failure is not None:
+                    raise self.failure from e
         if service:
             self.service(0)
 
     def service(self, timeout: float = 0.0) -> None:
-        """Run delivery callbacks that are due; raise a refusal no retry can cure."""
+        """Run delivery callbacks that are due; raise a refusal no retry can cure; replace a
+        producer that hit any other fatal error."""
         try:
             self._producer.poll(timeout)
         except KafkaException as e:  # a fatal producer error, e.g. no idempotence PID
             err: Any = e.args[0] if e.args else None
-            if self.failure is None and isinstance(err, KafkaError):
-                self.failure = self._refused(err)
-            if self.failure is None:
+            if isinstance(err, KafkaError):
+                self._fatal(err)
+            elif self.failure is None:
                 raise BrokerError(f"control topic writer failed: {e}") from e
         if self.failure is not None:
             raise self.failure
+        with self._lock:
+            failed, self._failed = self._failed, []
+        for on_delivery, err in failed:
+            on_delivery(err, -1)
+        if self._broken is not None:
+            self._replace()
+
+    def _replace(self) -> None:
+        """Swap the fatal producer for a new one; its queued records fail to their callbacks."""
+        with self._lock:
+            old, err = self._producer, self._broken
+            assert err is not None
+            self._fatal_in_a_row += 1
+            if self._fatal_in_a_row > _MAX_REPLACEMENTS:
+                self.failure = BrokerError(
+                    f"control topic writer failed: {_MAX_REPLACEMENTS} producers in a row hit a "
+                    f"fatal error before delivering a record; the last: {err.str()}"
+                )
+                raise self.failure
+            _log.warning("control_writer.replaced", topic=self.topic, error=err.str(),
+                         code=err.name(), in_a_row=self._fatal_in_a_row)  # fmt: skip
+            self._producer = self._new_producer()
+            self._broken = None
+            self.replacements += 1
+        # Outside the lock: the purged records' callbacks (they run here, on the owner's
+        # thread) may queue new records on the new producer.
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        old.flush(2.0)  # serves every purged record's callback (an assignment's unblocks planning)
+        if self._fatal_in_a_row > 1:
+            time.sleep(min(1.0, 0.1 * 2**self._fatal_in_a_row))  # a fatal loop: back off
 
     def flush(self, timeout: float) -> int:
         """Wait for queued records; returns how many are still in flight."""
