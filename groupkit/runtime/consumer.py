@@ -443,8 +443,15 @@ class GroupConsumer:
             return
         _log.warning("partitions.lost", member=self.member_id, reason=why, partitions=len(parts))
         self._unassign(parts)
-        if self._on_lost is not None:
-            self._on_lost(self, _ktps(parts))
+        try:
+            if self._on_lost is not None:
+                self._on_lost(self, _ktps(parts))
+        finally:
+            # Stopped here, so no longer claimed in the log either (a no-op when the control
+            # loop's own fence took them; not when this thread's fence was first).
+            c = self._coordinator
+            if c is not None:
+                c.lost(parts)
 
     def _unassign(self, parts: Partitions) -> None:
         self._owned -= parts

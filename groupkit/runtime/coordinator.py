@@ -307,6 +307,28 @@ class Coordinator:
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
 
+    def lost(self, partitions: Partitions) -> None:
+        """Called by the ``poll`` thread once it stopped ``partitions`` as lost (no commit).
+
+        Usually the member's own fence took them first and this does nothing. But ``poll``
+        fences by itself too (its session deadline passed before this thread's next turn), and
+        if that turn then confirms a newer heartbeat, the member never fences: it would go on
+        claiming, record after record, partitions nobody processes, and the leader, whose
+        target for it already matches that claim, would never grant them again. So the claim
+        is dropped here, and the record that says so is produced at once (the leader then
+        re-plans them: ``partitions_lost``).
+        """
+        with self.lock:
+            self._revoking -= partitions
+            if not self.member.owned & partitions or self.member.state == "left":
+                return
+            _log.warning("member.unclaimed_lost", group=self.cfg.group_id, member=self.member_id,
+                         partitions=len(self.member.owned & partitions))  # fmt: skip
+            self.member.revoked(partitions)
+            acts = self._act(monotonic_ms(), service=False)
+        if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
+            self._on_handoff()
+
     def _lead(self) -> None:
         counts = self._partition_counts()
         with self.lock:

@@ -1,0 +1,65 @@
+"""Partitions that ``poll``'s own fence took must not stay claimed by the member.
+
+``poll`` fences by itself (``GroupConsumer._fence``: its cached session deadline passed) as
+well as through the control loop's ``Member``. Under load the poll thread can get there first;
+if the control loop's next turn then confirms a newer heartbeat, the member never fences
+itself. Before the fix its records went on claiming the partitions ``poll`` had dropped, the
+leader's target for it already matched that claim, and nobody processed them again (seen in
+the chaos soak: a slow member lost two partitions at start-up and they stayed unowned).
+Here the poll thread's fence is made to fire first by calling what it calls, on a real broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from groupkit import GroupConsumer
+from groupkit.types import TopicPartition
+from tests.conftest import unique_name
+from tests.groupharness import wait_for
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[GroupConsumer]]:
+    made: list[GroupConsumer] = []
+    yield made
+    for c in made:
+        c.close()
+
+
+def test_partitions_lost_by_polls_fence_are_granted_again(
+    bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    topic = topic_factory(partitions=4)
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("g"),
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+    c = GroupConsumer(conf)
+    consumers.append(c)
+    c.subscribe([topic])
+
+    def owns(n: int) -> Callable[[], bool]:
+        def step() -> bool:
+            c.poll(0.01)
+            return len(c.assignment()) == n
+
+        return step
+
+    wait_for(owns(4), 30, "the member to own all 4 partitions", step=0)
+    generation = c.generation
+    lost = frozenset(TopicPartition(topic, p) for p in (0, 1))
+    c._lose(lost, "session_lapsed")  # what poll's fence does when it is first
+    assert sorted(tp.partition for tp in c.assignment()) == [2, 3]
+    coordinator = c.coordinator
+    assert coordinator is not None
+    with coordinator.lock:
+        assert not coordinator.member.owned & lost  # no longer claimed
+    wait_for(owns(4), 30, "the lost partitions to be granted again", step=0)
+    assert c.generation > generation
