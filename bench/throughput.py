@@ -158,6 +158,13 @@ def main() -> None:
         f"{args.records:,} records of 100 bytes, {args.partitions} partitions, {args.runs} runs "
         "each (median), alternating, one process; timed from the first record to the last.",
         f"Targets: {targets}",
+        # The broker serves a run at one of two rates (~200k or ~350k records/s here, for
+        # either consumer), so a median can mix them: each run's ratio to the plain run just
+        # before it shows the cost of GroupConsumer itself.
+        "Per-run ratios to the plain run before it: " + "; ".join(
+            f"{mode} " + ", ".join(f"{p / g:.2f}" for (p, _), (g, _) in
+                                   zip(res[("plain", mode)], res[("groupkit", mode)], strict=True))
+            for mode in MODES) + ".",
         f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
     ]
     out = write_results(
