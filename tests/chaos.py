@@ -66,9 +66,19 @@ class ChaosReport:
         )
 
 
-def late_records(z: Worker, frozen: set[TP], paused_at: float) -> list[str]:
-    """Records of ``frozen`` partitions the zombie processed after its freeze began without
-    having been granted them again: each one is a fencing failure."""
+def late_records(
+    z: Worker, frozen: set[TP], paused_at: float, paused_wall: float = float("-inf")
+) -> list[str]:
+    """Records of ``frozen`` partitions the zombie was handed after its freeze began without
+    having been granted them again: each one is a fencing failure.
+
+    A record *processed* after the freeze may still have been handed out before it (SIGSTOP
+    can land between ``consume`` returning a batch and the worker auditing it; no fence can
+    take back what was already handed out, which is why a zombie's commits are refused
+    instead). A record *produced* after the freeze began (its create time, ``ts``, is later
+    than ``paused_wall``) can only have been fetched after the zombie resumed: the fence must
+    have stopped it. So only those count (a fact without ``ts`` counts too; without
+    ``paused_wall`` every record processed after the freeze counts)."""
     bad = []
     regranted: dict[TP, float] = {}
     for f in z.facts():
@@ -77,8 +87,12 @@ def late_records(z: Worker, frozen: set[TP], paused_at: float) -> list[str]:
             continue
         if f["e"] == "assign":
             regranted.setdefault(tp, f["t"])
-        elif f["e"] == "msg" and f["t"] < regranted.get(tp, float("inf")):
-            bad.append(f"{z.name} processed {tp}@{f['o']} after freezing")
+        elif (
+            f["e"] == "msg"
+            and f["t"] < regranted.get(tp, float("inf"))
+            and f.get("ts", float("inf")) > paused_wall * 1000
+        ):
+            bad.append(f"{z.name} processed {tp}@{f['o']}, produced after its freeze")
     return bad
 
 
@@ -188,6 +202,7 @@ class Chaos:
             self.dup_allowed |= z.owned()
             frozen = z.owned()
             paused_at = z.pause()
+            paused_wall = time.time()  # records created after this exist only after the freeze
             # Long enough that the log expires it and the others take its partitions.
             wait_for(lambda: self.group.is_stable(self.parts), self.session_s + self.margin_s,
                      "the others to take over the zombie's partitions")  # fmt: skip
@@ -195,7 +210,7 @@ class Chaos:
             self.log(f"[chaos] zombie {z.name} frozen {paused_at:.3f} .. {resumed_at:.3f}")
             wait_for(lambda: set(z.events("lost")) >= frozen or not z.alive, self.margin_s,
                      "the zombie to report its partitions lost")  # fmt: skip
-            self.report.zombie_late_records += late_records(z, frozen, paused_at)
+            self.report.zombie_late_records += late_records(z, frozen, paused_at, paused_wall)
         elif fault == "kill_leader_mid_rebalance":
             wait_for(lambda: self.leader() is not None, self.margin_s, "a leader")
             lead = self.leader()

@@ -6,7 +6,8 @@ written before it):
 
 - ``{"e": "assign" | "revoke" | "lost", "tp": [topic, partition], "t": monotonic}``: ownership,
   logged inside the callbacks, i.e. while the poll thread does nothing else;
-- ``{"e": "msg", "tp": [...], "o": offset, "t": ...}``: a processed record;
+- ``{"e": "msg", "tp": [...], "o": offset, "ts": create_time_ms, "t": ...}``: a processed
+  record (``ts`` is the producer's timestamp, epoch ms);
 - ``{"e": "state", "member": id, "generation": n, "leader": bool, "t": ...}`` when it changes;
 - ``{"e": "commit_refused", ...}``, ``{"e": "closed"}``;
 - ``{"e": "failed", "error": ...}`` when ``consume`` raised (the control loop failed): the worker
@@ -99,6 +100,8 @@ def main() -> None:
         "groupkit.control.topic": args.control_topic,
         **json.loads(args.extra),
     }
+    if os.environ.get("GK_DATA_DEBUG"):  # e.g. "cgrp,fetch": librdkafka debug of the data consumer
+        conf["debug"] = os.environ["GK_DATA_DEBUG"]
 
     def tps(parts: list[KTP]) -> list[list[Any]]:
         return [[p.topic, p.partition] for p in parts]
@@ -157,7 +160,8 @@ def main() -> None:
             if msg.error() is not None:
                 audit.write(e="error", error=str(msg.error()))
                 continue
-            audit.write(e="msg", tp=[msg.topic(), msg.partition()], o=msg.offset())
+            audit.write(e="msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
+                        ts=msg.timestamp()[1])  # fmt: skip
         state = (consumer.member_id, consumer.generation, consumer.is_leader)
         if state != last_state:
             last_state = state
