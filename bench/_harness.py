@@ -144,7 +144,6 @@ class Group:
     session_ms: int = 0
     heartbeat_ms: int = 0
     control_topic: str = "__groupkit"
-    gk_patch: str = ""
     members: dict[str, Member] = field(default_factory=dict)
     _n: int = 0
 
@@ -157,7 +156,7 @@ class Group:
             "--bootstrap", self.bootstrap, "--group", self.group, "--topic", self.topic,
             "--audit", str(audit), "--protocol", self.protocol,
             "--session-ms", str(self.session_ms), "--heartbeat-ms", str(self.heartbeat_ms),
-            "--control-topic", self.control_topic, "--gk-patch", self.gk_patch,
+            "--control-topic", self.control_topic,
         ]  # fmt: skip
         out = open(self.workdir / f"{self.group}-{name}.out", "w")  # noqa: SIM115 - the child's
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=out,

@@ -98,8 +98,6 @@ def main() -> None:
     ap.add_argument("--heartbeat-ms", type=int, default=0)
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
-    ap.add_argument("--gk-patch", default="",
-                    help="comma-separated proposed runtime changes (bench/_gkpatch.py)")
     args = ap.parse_args()
     if os.environ.get("GK_BENCH_LOGS"):  # JSON lines with ms timestamps, to trace each hop
         from groupkit.log import configure
@@ -136,11 +134,6 @@ def main() -> None:
     consumer: Any
     if args.kind == "gk":
         from groupkit import GroupConsumer
-
-        if args.gk_patch:
-            from bench._gkpatch import apply
-
-            apply(set(args.gk_patch.split(",")))
 
         consumer = GroupConsumer(gk_config(args))
     else:

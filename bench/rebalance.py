@@ -52,15 +52,13 @@ from confluent_kafka.admin import (
 from bench._common import bar_chart, median, write_results
 from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
 
-# name -> (kind, protocol, proposed runtime changes applied by bench/_gkpatch.py)
-CONTENDERS: dict[str, tuple[str, str, str]] = {
-    "native range": ("native", "range", ""),
-    "native coop-sticky": ("native", "cooperative-sticky", ""),
-    "native KIP-848": ("native", "consumer", ""),
-    "groupkit eager": ("gk", "eager", ""),
-    "groupkit cooperative": ("gk", "cooperative", ""),
-    # not the shipped runtime: what the changes proposed in bench/_gkpatch.py would buy
-    "groupkit coop +fixes": ("gk", "cooperative", "warm,early"),
+# name -> (kind, protocol)
+CONTENDERS: dict[str, tuple[str, str]] = {
+    "native range": ("native", "range"),
+    "native coop-sticky": ("native", "cooperative-sticky"),
+    "native KIP-848": ("native", "consumer"),
+    "groupkit eager": ("gk", "eager"),
+    "groupkit cooperative": ("gk", "cooperative"),
 }
 QUICK_CONTENDERS = "native coop-sticky,groupkit cooperative"
 EVENTS = ("join", "leave", "kill")
@@ -109,11 +107,11 @@ def set_group_timeouts(bootstrap: str, group: str, session_ms: int, heartbeat_ms
 def run_contender(
     boot: str, topic: str, workdir: Path, name: str, setting: str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    kind, protocol, patch = CONTENDERS[name]
+    kind, protocol = CONTENDERS[name]
     session, heartbeat = settings_for(kind, protocol, setting, args)
     gid = f"bench-{kind}-{protocol}-{setting}-{uuid.uuid4().hex[:6]}"
     group = Group(boot, gid, topic, args.partitions, workdir, kind, protocol, session, heartbeat,
-                  control_topic=f"__gk_{gid}", gk_patch=patch)  # fmt: skip
+                  control_topic=f"__gk_{gid}")  # fmt: skip
     if protocol == "consumer" and session:
         set_group_timeouts(boot, gid, session, heartbeat)
     # Default sessions make a kill cost ~45 s a trial: fewer trials there (said in the results).
@@ -249,8 +247,6 @@ def main() -> None:
             try:
                 for setting in settings:
                     for name in contenders:
-                        if CONTENDERS[name][2] and setting != "tuned":
-                            continue  # the proposed fixes change latency, not timeouts
                         print(f"{name} [{setting}] ...", flush=True)
                         runs.append(run_contender(boot, topic, work, name, setting, args))
             finally:
