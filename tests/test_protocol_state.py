@@ -244,6 +244,25 @@ def test_member_that_never_catches_up_is_left_out_and_holds_nothing() -> None:
     assert st.is_live("b") and st.is_lagging("b") and not st.may_hold("b")
 
 
+def test_confirmed_send_time_never_moves_back() -> None:
+    # The runtime caches its fence deadline from session_age_ms(); a state that has replayed
+    # only an older record of ours (a second, lagging GroupState) must not make the member
+    # look younger than it is.
+    sim = GroupSim({"t0": 2}, session_timeout_ms=3_000, heartbeat_interval_ms=300)
+    sim.join("a")
+    sim.tick(2)  # our first record is in the log, and confirmed
+    lagging = sim.new_state()
+    for r in sim.log.records:
+        lagging.replay(r.offset, r.key, r.value, r.timestamp)
+    sim.tick(20)
+    member = sim.members["a"].member
+    age = member.session_age_ms(sim.clock)
+    assert age is not None and age < 3_000
+    assert lagging.members["a"].seq < sim.view().members["a"].seq  # an older record of ours
+    member.poll(lagging, sim.clock)
+    assert member.session_age_ms(sim.clock) == age
+
+
 def test_member_state_table() -> None:
     m = Member("g", "m", "i", ["t"], session_timeout_ms=1000, heartbeat_interval_ms=100)
     st = GroupState("g", 1000)

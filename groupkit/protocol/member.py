@@ -206,7 +206,11 @@ class Member:
         self._fire("leave")
 
     def session_age_ms(self, now_ms: int) -> int | None:
-        """Monotonic ms since the send of the newest own record seen in the log."""
+        """Monotonic ms since the send of the newest own record seen in the log.
+
+        That send time never moves back, so ``now - age + session.timeout`` is a deadline the
+        session cannot lapse before: a caller may cache it until then.
+        """
         return None if self._confirmed_at is None else now_ms - self._confirmed_at
 
     def check_commit(self, partitions: Iterable[tuple[str, int]], now_ms: int) -> None:
@@ -237,7 +241,9 @@ class Member:
         if mine and me is not None:
             # Step 2 of the fencing argument: confirm the newest own record we see.
             sent = self._sent.get(me.seq)
-            if sent is not None:
+            # Never moves back (the runtime caches the fence deadline on that promise), even
+            # if it is handed a state that has only replayed an older record of ours.
+            if sent is not None and (self._confirmed_at is None or sent >= self._confirmed_at):
                 self._confirmed_at = sent
                 for s in [s for s in self._sent if s < me.seq]:
                     del self._sent[s]
