@@ -154,9 +154,7 @@ class GroupConsumer:
                                        self._cfg.data_consumer.get("enable.auto.offset.store",
                                                                    True), "bool"))  # fmt: skip
         try:
-            self._data = Consumer(
-                {**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store}
-            )
+            self._data = self._new_data_consumer()
         except KafkaException as e:
             raise ConfigError(f"the data consumer refused its settings: {e}") from e
         self._coordinator: Coordinator | None = None
@@ -438,11 +436,42 @@ class GroupConsumer:
         self.observers.handoff(self._coordinator.member_id, h.generation, h.assign, h.revoke,
                                h.lost, time.monotonic() - t0)  # fmt: skip
 
+    def _new_data_consumer(self) -> Consumer:
+        return Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store})
+
+    def _renew_data_consumer(self) -> None:
+        """Swap in a fresh data consumer once the member has lost everything.
+
+        librdkafka (2.16) does not look up the committed offsets of newly assigned partitions
+        while commits of its handle are outstanding, and async commits queued while no group
+        coordinator was reachable (the broker restarting) kept one handle waiting for good: the
+        chaos soak saw a member own its new partitions after a broker restart and never fetch
+        them. Owning nothing now, and refused any commit as a fenced member, this member gives
+        the old handle nothing more to do: it is closed in the background.
+        """
+        old = self._data
+        try:
+            self._data = self._new_data_consumer()
+        except KafkaException as e:  # keep the old one: better stuck than gone
+            _log.warning("data_consumer.renew_failed", member=self.member_id, error=str(e))
+            return
+        self._unassigns += 1  # a fetch under way on the old handle hands out nothing
+
+        def close_old() -> None:
+            try:
+                old.close()
+            except Exception as e:  # closing a handle we no longer use: nothing to do
+                _log.debug("data_consumer.close_failed", error=str(e))
+
+        threading.Thread(target=close_old, name="groupkit-close-data", daemon=True).start()
+
     def _lose(self, parts: Partitions, why: str) -> None:
         if not parts:
             return
         _log.warning("partitions.lost", member=self.member_id, reason=why, partitions=len(parts))
         self._unassign(parts)
+        if not self._owned and not self._closed:
+            self._renew_data_consumer()
         try:
             if self._on_lost is not None:
                 self._on_lost(self, _ktps(parts))
