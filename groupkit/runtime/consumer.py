@@ -367,10 +367,18 @@ class GroupConsumer:
         with c.lock:
             now_ms = monotonic_ms()
             age = c.member.session_age_ms(now_ms)
+            # What the member itself no longer owns, it lost (a revoked partition stays owned
+            # until released): the control thread fenced it, and may since have confirmed a
+            # newer heartbeat, so the age alone says nothing of it. Seen in the soak: a process
+            # thawed after a freeze past its session, the control thread fenced and heartbeat
+            # first, and poll handed out records of the lost partitions before the hand-off.
+            gone = frozenset(self._owned - c.member.owned)
         if age is None or age >= session:
             self._fence_until = 0.0
             self._lose(frozenset(self._owned), "session_lapsed")
         else:
+            if gone:
+                self._lose(gone, "fenced")
             # monotonic_ms() floors monotonic_ns(); -1 ms keeps the float deadline early.
             self._fence_until = (now_ms - age + session - 1) / 1000
 
