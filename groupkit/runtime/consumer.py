@@ -58,7 +58,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.errors import ConfigError, FencedError, GroupkitError
-from groupkit.protocol.records import Partitions
+from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig, _parse
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
@@ -441,8 +441,9 @@ class GroupConsumer:
                 self._owned |= add
                 if self._on_assign is not None:
                     self._on_assign(self, _ktps(add))
+        # (losses are reported by _lose, wherever they happen: poll's own fence may be first)
         self.observers.handoff(self._coordinator.member_id, h.generation, h.assign, h.revoke,
-                               h.lost, time.monotonic() - t0)  # fmt: skip
+                               EMPTY, time.monotonic() - t0)  # fmt: skip
 
     def _new_data_consumer(self) -> Consumer:
         return Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store})
@@ -477,6 +478,9 @@ class GroupConsumer:
         if not parts:
             return
         _log.warning("partitions.lost", member=self.member_id, reason=why, partitions=len(parts))
+        c = self._coordinator
+        if c is not None:
+            self.observers.handoff(c.member_id, c.member.generation, EMPTY, EMPTY, parts, 0.0)
         self._unassign(parts)
         if not self._owned and not self._closed:
             self._renew_data_consumer()
