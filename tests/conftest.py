@@ -14,8 +14,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from groupkit import GroupConsumer
 
 
 @dataclass
@@ -142,3 +145,24 @@ def topic_factory(admin: object) -> Iterator[Callable[..., str]]:
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+# Shared by the GroupConsumer tests (a module may still define its own of the same name).
+@pytest.fixture
+def conf(bootstrap: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("g"),
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+        "auto.offset.reset": "earliest",
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[GroupConsumer]]:
+    made: list[GroupConsumer] = []
+    yield made
+    for c in made:
+        c.close()

@@ -16,7 +16,7 @@ now relies on instead:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -52,26 +52,6 @@ def records(msgs: list[Message]) -> list[Message]:
 
 def tp(m: Message) -> TP:
     return (m.topic() or "", m.partition() or 0)
-
-
-@pytest.fixture
-def conf(bootstrap: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": unique_name("g"),
-        "session.timeout.ms": 3000,
-        "heartbeat.interval.ms": 300,
-        "auto.offset.reset": "earliest",
-        "groupkit.control.topic": unique_name("ctl"),
-    }
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[GroupConsumer]]:
-    made: list[GroupConsumer] = []
-    yield made
-    for c in made:
-        c.close()
 
 
 # ---------------------------------------------------------------------- librdkafka, as relied on

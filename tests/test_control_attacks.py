@@ -16,7 +16,7 @@ import json
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,14 +48,6 @@ class Rejections(GroupObserver):
 
     def record_rejected(self, state: GroupState, reason: str, detail: str) -> None:
         self.seen[reason] += 1
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[GroupConsumer]]:
-    made: list[GroupConsumer] = []
-    yield made
-    for c in made:
-        c.close()
 
 
 def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,26 +25,6 @@ from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
-
-
-@pytest.fixture
-def conf(bootstrap: str) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "group.id": unique_name("g"),
-        "session.timeout.ms": 3000,
-        "heartbeat.interval.ms": 300,
-        "auto.offset.reset": "earliest",
-        "groupkit.control.topic": unique_name("ctl"),
-    }
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[GroupConsumer]]:
-    made: list[GroupConsumer] = []
-    yield made
-    for c in made:
-        c.close()
 
 
 def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str) -> None:

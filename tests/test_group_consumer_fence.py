@@ -11,23 +11,13 @@ Here the poll thread's fence is made to fire first by calling what it calls, on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from groupkit import GroupConsumer
 from groupkit.types import TopicPartition
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[GroupConsumer]]:
-    made: list[GroupConsumer] = []
-    yield made
-    for c in made:
-        c.close()
 
 
 def test_partitions_lost_by_polls_fence_are_granted_again(
