@@ -302,7 +302,7 @@ def test_a_member_without_write_on_the_control_topic_fails_clearly(
     assert c.assignment() == []
 
 
-def test_a_member_without_read_on_its_group_is_told_by_poll(
+def test_a_member_without_read_on_its_group_is_told_by_poll_then_starts_once_allowed(
     sasl: LocalBroker, root: AdminClient, names: dict[str, str], consumers: list[GroupConsumer]
 ) -> None:
     data = names["data"]
@@ -322,6 +322,13 @@ def test_a_member_without_read_on_its_group_is_told_by_poll(
     assert len(c.assignment()) == 2  # the group itself works: it needs no group ACL
     # (a synchronous commit now waits about a minute for the coordinator, then fails with
     # _WAIT_COORD: librdkafka's behaviour, not tested here for its length)
+
+    # Once allowed, the member starts where the group's offsets say (FindCoordinator was
+    # refused, so no look-up was sent yet: nothing is stranded, nothing to re-assign).
+    allow(sasl, root, "dave", [(ResourceType.GROUP, names["group"], AclOperation.READ)])
+    got: list[Any] = []
+    _pump([c], lambda: len({(m.partition(), m.offset()) for m in got if m.error() is None})
+          == 10, 60, "all 10 records once the group ACL exists", got)  # fmt: skip
 
 
 # ------------------------------------------------------------------ HMAC signing

@@ -43,6 +43,12 @@ lock, without weakening any of the above:
   exactly the records handed to us. The only records not handed on to the user are those of
   partitions lost after the fetch, and unassigning a partition resets its stored offset
   (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for them.
+- A failed look-up of committed offsets is not retried by librdkafka (2.16): a request-level
+  error (the coordinator still loading after a broker restart) leaves the newly assigned
+  partitions "queried" for good, and every later assignment of the handle waits behind them
+  (``rd_kafka_assignment_handle_OffsetFetch``, ``rd_kafka_assignment_serve_pending``). So for a
+  while after each assignment the messages are scanned for that error, and the partitions that
+  have not started are assigned again, with a growing back-off (see ``_refetch_offsets``).
 """
 
 from __future__ import annotations
@@ -70,6 +76,16 @@ _log = structlog.get_logger("groupkit.consumer")
 #: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
 #: thread (revoke, assign) waits at most this long for it.
 _SERVICE_EVERY_S = 0.01
+
+#: How long after an assignment ``poll`` looks for librdkafka's "Failed to fetch committed
+#: offset(s)" errors (at least; twice the session when that is longer): a look-up waits for a
+#: coordinator, and a request that was sent times out after ``socket.timeout.ms`` (60 s).
+_OFFSETS_WATCH_S = 90.0
+#: First and longest wait before partitions whose committed offsets could not be fetched are
+#: assigned again (doubling in between; an authorization error may last until an ACL is added).
+_REFETCH_BACKOFF_S = (0.5, 10.0)
+#: The text librdkafka gives both its request- and partition-level look-up failures.
+_OFFSET_FETCH_FAILED = "Failed to fetch committed offset"
 
 Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
 
@@ -172,6 +188,11 @@ class GroupConsumer:
         self._fence_until = 0.0
         #: monotonic seconds at which _service is due even with nothing to do
         self._next_service = 0.0
+        #: monotonic seconds until which messages are scanned for failed offset look-ups
+        self._offsets_watch_until = 0.0
+        #: when to assign again what could not start for want of its committed offset
+        self._refetch_at: float | None = None
+        self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._wake = threading.Event()
         self._last_poll = time.monotonic()
         self._last_commit = time.monotonic()
@@ -276,6 +297,8 @@ class GroupConsumer:
                     return None
             else:
                 msg = self._data.poll(_SERVICE_EVERY_S)
+            if msg is not None and now < self._offsets_watch_until:
+                self._watch_offset_errors((msg,))
             if msg is not None and (
                 _monotonic() < self._fence_until or self._hand_out([msg], self._unassigns)
             ):
@@ -313,6 +336,8 @@ class GroupConsumer:
                 self._wake.wait(wait)
                 self._wake.clear()
             now = _monotonic()
+            if msgs and now < self._offsets_watch_until:
+                self._watch_offset_errors(msgs)
             if msgs:
                 # (A batch may hold records dequeued before a callback in the same fetch
                 # unassigned their partition: the count is taken before the fetch.)
@@ -403,6 +428,8 @@ class GroupConsumer:
                 c.handoffs.clear()
             for h in handoffs:
                 self._apply(h)
+        if self._refetch_at is not None and _monotonic() >= self._refetch_at:
+            self._refetch_offsets()
         if (
             self._cfg.enable_auto_commit
             and self._owned
@@ -439,11 +466,59 @@ class GroupConsumer:
                     self._owned |= add
                     self._data.assign(_ktps(self._owned))
                 self._owned |= add
+                self._watch_offsets()
                 if self._on_assign is not None:
                     self._on_assign(self, _ktps(add))
         # (losses are reported by _lose, wherever they happen: poll's own fence may be first)
         self.observers.handoff(self._coordinator.member_id, h.generation, h.assign, h.revoke,
                                EMPTY, time.monotonic() - t0)  # fmt: skip
+
+    def _watch_offsets(self, assigned: bool = True) -> None:
+        """Scan messages for failed offset look-ups for a while (after an assignment, which
+        also starts the back-off afresh unless a re-fetch is already due)."""
+        window = max(_OFFSETS_WATCH_S, 2 * self._cfg.session_timeout_ms / 1000)
+        self._offsets_watch_until = _monotonic() + window
+        if assigned and self._refetch_at is None:
+            self._refetch_backoff = _REFETCH_BACKOFF_S[0]
+
+    def _watch_offset_errors(self, msgs: Iterable[Message]) -> None:
+        """Schedule ``_refetch_offsets`` when librdkafka says a look-up failed for good."""
+        for m in msgs:
+            err = _msg_error(m)
+            if err is None or not err.str().startswith(_OFFSET_FETCH_FAILED):
+                continue
+            if self._refetch_at is None:
+                self._refetch_at = _monotonic() + self._refetch_backoff
+                _log.warning("offsets.fetch_failed", member=self.member_id, error=err.str(),
+                             retry_in_s=self._refetch_backoff)  # fmt: skip
+
+    def _refetch_offsets(self) -> None:
+        """Assign again what cannot start for want of its committed offset.
+
+        That is every owned partition without a position, i.e. with nothing handed out since
+        it was assigned (librdkafka does not say which ones a request-level error stranded; a
+        partition-level error names one, which has no position either). One that merely had
+        no records yet starts again from its committed offset, where it was; one that has a
+        position is never touched, so nothing is read twice. Unassigning takes them off
+        librdkafka's "queried" list, which also unblocks the look-ups of later assignments.
+        """
+        self._refetch_at = None
+        stuck: set[TopicPartition] = set()
+        if self._owned:
+            for p in self._data.position(_ktps(sorted(self._owned))):
+                if p.offset is None or p.offset < 0:
+                    stuck.add(TopicPartition(p.topic, p.partition))
+        _log.warning("offsets.refetch", member=self.member_id, partitions=len(stuck))
+        if stuck:
+            parts = _ktps(sorted(stuck))
+            try:
+                self._data.incremental_unassign(parts)
+                self._data.incremental_assign(parts)
+            except KafkaException as e:
+                _log.warning("offsets.refetch_failed", member=self.member_id, error=str(e))
+                self._refetch_at = _monotonic() + self._refetch_backoff
+        self._refetch_backoff = min(self._refetch_backoff * 2, _REFETCH_BACKOFF_S[1])
+        self._watch_offsets(assigned=False)
 
     def _new_data_consumer(self) -> Consumer:
         return Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store})
