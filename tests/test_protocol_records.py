@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import records
 from groupkit.protocol.records import (
     AssignmentKey,
     HmacSigner,
@@ -275,3 +276,58 @@ def test_fuzz_structured_json(doc: object) -> None:
 def test_key_length_prefix() -> None:
     k = encode(*member_tombstone("grp", "m"))[0]
     assert k[:4] == struct.pack(">BBH", 1, ord("M"), 3)
+
+
+# ------------------------------------------------------------------ the decoded-record memo
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**40), st.integers(0, 2**40),
+    st.lists(st.tuples(st.sampled_from(["t0", "t1"]), st.integers(0, 50)), max_size=8),
+    st.one_of(st.none(), st.integers(0, 2**40)), st.integers(0, 5), st.integers(0, 3),
+)  # fmt: skip
+def test_a_heartbeat_decoded_from_the_memo_equals_a_full_decode(
+    seq1: int, seq2: int, owned: list[tuple[str, int]], joined_at: int | None, acked: int,
+    ahead: int,
+) -> None:  # fmt: skip
+    def record(seq: int) -> tuple[MemberKey, MemberRecord]:
+        k, v = member_record("g", "m1", incarnation="i1", seq=seq, topics=["t0", "t1"],
+                             owned=owned, acked_generation=acked, seen_generation=acked + ahead,
+                             joined_at=joined_at, client={"host": "h"})  # fmt: skip
+        return k, v  # type: ignore[return-value]
+
+    records._member_memo.clear()
+    first, second = record(seq1), record(seq2)
+    assert decode(*encode(*first)) == first  # a full decode, kept
+    assert decode(*encode(*second)) == second  # from the memo when only seq differs
+    records._member_memo.clear()
+    assert decode(*encode(*second)) == second
+
+
+@pytest.mark.parametrize(
+    ("seq", "expect"),
+    [
+        (b"01", "bad_bytes"),  # JSON has no leading zeros
+        (b"-1", "bad_value"),
+        (b"1.5", "wrong_type"),
+        (b"1e3", "wrong_type"),
+        (b'1,"seq":7', 7),  # a repeated key: JSON keeps the last, and so must we
+        (b"12", 12),
+    ],
+)
+def test_the_memo_reads_seq_as_json_does(seq: bytes, expect: object) -> None:
+    doc = json.dumps(GOOD_MEMBER, separators=(",", ":"), sort_keys=True).encode()
+    template = doc.replace(b'"seq":1', b'"seq":%s')
+    records._member_memo.clear()
+    decode(MKEY, bytes([1, 0]) + template % b"1")  # now in the memo
+    for memo in (True, False):
+        if not memo:
+            records._member_memo.clear()
+        raw = bytes([1, 0]) + template % seq
+        if isinstance(expect, int):
+            assert decode(MKEY, raw)[1].seq == expect  # type: ignore[union-attr]
+        else:
+            with pytest.raises(RecordRejected) as e:
+                decode(MKEY, raw)
+            assert e.value.reason == expect
