@@ -73,3 +73,34 @@ def test_a_failed_offset_lookup_reassigns_only_what_has_not_started(
     wait_for(pump(lambda: len(got) == 15), 30, "5 more records of each partition", step=0)
     assert sorted(got) == [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
     assert set(got.values()) == {1}, "a record was handed out twice"
+
+
+def test_the_users_on_commit_hears_each_auto_commit(
+    bootstrap: str,
+    topic_factory: Callable[..., str],
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+) -> None:
+    """``on_commit`` is the user's, as on a ``Consumer`` (groupkit also counts the commits in
+    flight through it, to keep auto-commit at one at a time)."""
+    topic = topic_factory(partitions=2)
+    _produce(bootstrap, topic, {0: 3, 1: 4})
+    heard: list[tuple[Any, list[tuple[int, int]]]] = []
+
+    def on_commit(err: Any, partitions: list[Any]) -> None:
+        heard.append((err, sorted((tp.partition, tp.offset) for tp in partitions)))
+
+    c = GroupConsumer({**conf, "auto.commit.interval.ms": 100, "on_commit": on_commit})
+    consumers.append(c)
+    c.subscribe([topic])
+    got = 0
+
+    def step() -> bool:
+        nonlocal got
+        m = c.poll(0.01)
+        got += m is not None and m.error() is None
+        return got == 7 and any(parts == [(0, 3), (1, 4)] for _, parts in heard)
+
+    wait_for(step, 30, "a commit of all 7 records reported to on_commit", step=0)
+    assert all(err is None for err, _ in heard), heard
+    assert len(c._commits.sent) <= 1  # never more than one auto-commit waiting

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -140,6 +140,30 @@ class _LazyCounts(Sequence[tuple[tuple[str, int], int]]):
         return repr(self._get())
 
 
+class _AsyncCommits:
+    """The asynchronous commits of one data consumer handle still waiting for their result.
+
+    librdkafka queues an async commit while no group coordinator is known and looks up no
+    committed offsets for newly assigned partitions until every commit is done
+    (``rd_kafka_assignment_serve_pending``): auto-commit keeps at most one in flight, so an
+    outage leaves one queued commit behind rather than one per interval. Its ``done`` is the
+    handle's ``on_commit`` and calls the user's (librdkafka reports only async commits there).
+    """
+
+    def __init__(self, user_cb: Callable[..., Any] | None) -> None:
+        self._user_cb = user_cb
+        self.sent: deque[float] = deque()  # monotonic send times, oldest first
+
+    def done(self, err: Any, partitions: Any) -> None:
+        if self.sent:
+            self.sent.popleft()
+        if self._user_cb is not None:
+            self._user_cb(err, partitions)
+
+    def waiting_since(self) -> float | None:
+        return self.sent[0] if self.sent else None
+
+
 def _msg_tp(msg: Message) -> TopicPartition:
     partition = msg.partition()
     return TopicPartition(msg.topic() or "", -1 if partition is None else partition)
@@ -169,6 +193,7 @@ class GroupConsumer:
         self._auto_store = bool(_parse("enable.auto.offset.store",
                                        self._cfg.data_consumer.get("enable.auto.offset.store",
                                                                    True), "bool"))  # fmt: skip
+        self._commits = _AsyncCommits(None)  # replaced with each data consumer handle
         try:
             self._data = self._new_data_consumer()
         except KafkaException as e:
@@ -430,12 +455,18 @@ class GroupConsumer:
                 self._apply(h)
         if self._refetch_at is not None and _monotonic() >= self._refetch_at:
             self._refetch_offsets()
+        now = time.monotonic()
+        interval = self._cfg.auto_commit_interval_ms / 1000
+        waiting = self._commits.waiting_since()
+        overdue = max(10 * interval, self._cfg.session_timeout_ms / 1000)
         if (
             self._cfg.enable_auto_commit
             and self._owned
-            and time.monotonic() - self._last_commit >= self._cfg.auto_commit_interval_ms / 1000
+            and now - self._last_commit >= interval
+            # at most one in flight (see _AsyncCommits), unless its answer is long overdue
+            and (waiting is None or now - waiting >= overdue)
         ):
-            self._last_commit = time.monotonic()
+            self._last_commit = now
             try:
                 self.commit(asynchronous=True)
             except (FencedError, KafkaException) as e:
@@ -521,7 +552,12 @@ class GroupConsumer:
         self._watch_offsets(assigned=False)
 
     def _new_data_consumer(self) -> Consumer:
-        return Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store})
+        """A data consumer handle, and a fresh record of its async commits."""
+        commits = _AsyncCommits(self._cfg.user_config.get("on_commit"))
+        data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store,
+                         "on_commit": commits.done})  # fmt: skip
+        self._commits = commits
+        return data
 
     def _renew_data_consumer(self) -> None:
         """Swap in a fresh data consumer once the member has lost everything.
@@ -600,16 +636,24 @@ class GroupConsumer:
         else:
             parts = sorted(self._owned)
         self._check_commit(parts)
+        if message is None and offsets is None and not parts:
+            return None
         # confluent-kafka's overloads want a literal ``asynchronous``; ours is a plain bool.
         commit: Any = self._data.commit
-        if message is not None:
-            result = commit(message=message, asynchronous=asynchronous)
-        elif offsets is not None:
-            result = commit(offsets=list(offsets), asynchronous=asynchronous)
-        else:
-            if not parts:
-                return None
-            result = commit(asynchronous=asynchronous)
+        commits = self._commits  # of the handle committing, whatever replaces it meanwhile
+        if asynchronous:  # counted before: its answer may be served on another thread at once
+            commits.sent.append(time.monotonic())
+        try:
+            if message is not None:
+                result = commit(message=message, asynchronous=asynchronous)
+            elif offsets is not None:
+                result = commit(offsets=list(offsets), asynchronous=asynchronous)
+            else:
+                result = commit(asynchronous=asynchronous)
+        except BaseException:
+            if asynchronous and commits.sent:
+                commits.sent.pop()  # refused at once: librdkafka will not answer it
+            raise
         return None if asynchronous else list(result or [])
 
     def _check_commit(self, parts: Iterable[TopicPartition]) -> None:
