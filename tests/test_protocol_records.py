@@ -331,3 +331,70 @@ def test_the_memo_reads_seq_as_json_does(seq: bytes, expect: object) -> None:
             with pytest.raises(RecordRejected) as e:
                 decode(MKEY, raw)
             assert e.value.reason == expect
+
+
+# ------------------------------------------------------------------ prev_ts
+
+
+def test_prev_ts_round_trips_and_a_record_without_it_is_legacy() -> None:
+    for prev, joined in ((None, None), (None, 5), (7, 5), (5, 5), (0, 0)):
+        k, v = member_record("g", "m1", incarnation="i1", seq=3, topics=["t0"], joined_at=joined,
+                             prev_ts=prev, since_generation=4)  # fmt: skip
+        assert not v.legacy and v.prev_ts == prev and v.since_generation == 4
+        assert decode(*encode(k, v)) == (k, v)
+    # a record of a member that predates the field still decodes, as a legacy one
+    _, old = decode(MKEY, _value(GOOD_MEMBER))
+    assert isinstance(old, MemberRecord)
+    assert old.legacy and old.prev_ts is None and old.since_generation == 0
+    k, v = member_record("g", "m1", incarnation="i1", seq=3, topics=["t0"])
+    assert v.legacy and b"prev_ts" not in (encode(k, v)[1] or b"")
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"prev_ts": 5, "since_gen": 0}, "bad_value"),  # continues, but joined_at unknown
+        ({"prev_ts": 5, "since_gen": 0, "joined_at": 6}, "bad_value"),  # joined after it
+        ({"prev_ts": -1, "since_gen": 0, "joined_at": 0}, "bad_value"),
+        ({"prev_ts": "5", "since_gen": 0, "joined_at": 0}, "wrong_type"),
+        ({"prev_ts": None}, "missing_field"),  # since_gen comes with it
+        ({"prev_ts": 5, "since_gen": -1, "joined_at": 0}, "bad_value"),
+    ],
+)
+def test_bad_prev_ts_is_rejected(fields: dict[str, object], reason: str) -> None:
+    for memo in (False, True):
+        records._member_memo.clear()
+        if memo:  # the same record but for seq and prev_ts, decoded first
+            decode(MKEY, _value({**GOOD_MEMBER, "prev_ts": 9, "since_gen": 0, "joined_at": 9}))
+        with pytest.raises(RecordRejected) as e:
+            decode(MKEY, _value({**GOOD_MEMBER, **fields}))
+        assert e.value.reason == reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(0, 2**40), st.integers(0, 2**40),
+    st.one_of(st.none(), st.integers(0, 2**40)), st.one_of(st.none(), st.integers(0, 2**40)),
+    st.integers(0, 2**40), st.integers(0, 5),
+)  # fmt: skip
+def test_a_heartbeat_with_prev_ts_decoded_from_the_memo_equals_a_full_decode(
+    seq1: int, seq2: int, prev1: int | None, prev2: int | None, joined_at: int, since: int
+) -> None:  # fmt: skip
+    def record(seq: int, prev: int | None) -> tuple[MemberKey, MemberRecord]:
+        k, v = member_record("g", "m1", incarnation="i1", seq=seq, topics=["t0"],
+                             joined_at=joined_at if prev is None else min(joined_at, prev),
+                             prev_ts=prev, since_generation=since)  # fmt: skip
+        return k, v  # type: ignore[return-value]
+
+    records._member_memo.clear()
+    first, second = record(seq1, prev1), record(seq2, prev2)
+    assert decode(*encode(*first)) == first  # a full decode, kept
+    assert decode(*encode(*second)) == second  # from the memo when only seq, prev_ts differ
+    records._member_memo.clear()
+    assert decode(*encode(*second)) == second
+    # the memo is used for a heartbeat that differs only in seq and prev_ts
+    records._member_memo.clear()
+    decode(*encode(*record(seq1, joined_at + 1)))
+    hb = record(seq2, joined_at + 2)
+    assert len(records._member_memo) == 1
+    assert decode(*encode(*hb)) == hb and len(records._member_memo) == 1

@@ -118,6 +118,16 @@ class MemberRecord:
     #: the newest generation the member had replayed when it wrote this record; it never
     #: applies an older one, so the log stops reserving older grants for it (state.may_hold)
     seen_generation: int = 0
+    #: broker time of the own record the member's session runs from (its fence basis, see
+    #: member.py), or ``None``: it has none, or it has lapsed. Decides, for every reader alike,
+    #: whether this record continues the membership (state.py); ``joined_at`` and
+    #: ``since_generation`` then echo the log's view of the membership as of that record.
+    prev_ts: int | None = None
+    #: the first generation that covers the membership, echoed with ``prev_ts``
+    since_generation: int = 0
+    #: written by a member that predates ``prev_ts`` (the field is absent): the replay decides
+    #: new membership or continuation the old way, by what the reader has seen of the member
+    legacy: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +186,24 @@ def member_record(
     capacity: float | None = None,
     client: Mapping[str, str] | None = None,
     seen_generation: int | None = None,
+    prev_ts: int | Literal["legacy"] | None = "legacy",
+    since_generation: int = 0,
 ) -> tuple[MemberKey, MemberRecord]:
-    """The key and value of a member record (join, heartbeat, or any change of what it owns)."""
+    """The key and value of a member record (join, heartbeat, or any change of what it owns).
+
+    ``prev_ts`` (with ``joined_at`` and ``since_generation``): see :class:`MemberRecord`; the
+    default writes a record in the format of members that predate it.
+    """
     _check_id("group", group)
     _check_id("member_id", member_id)
     _check_id("incarnation", incarnation)
     seen = acked_generation if seen_generation is None else seen_generation
     if seen < acked_generation:
         raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
+    legacy = prev_ts == "legacy"
+    prev = None if isinstance(prev_ts, str) else prev_ts
+    if prev is not None and (joined_at is None or joined_at > prev):
+        raise ValueError(f"prev_ts {prev} needs joined_at <= prev_ts, got {joined_at}")
     return MemberKey(group, member_id), MemberRecord(
         incarnation=incarnation,
         seq=seq,
@@ -196,6 +216,9 @@ def member_record(
         capacity=capacity,
         client=tuple(sorted((client or {}).items())),
         seen_generation=seen,
+        prev_ts=prev,
+        since_generation=0 if legacy else since_generation,
+        legacy=legacy,
     )
 
 
@@ -345,7 +368,7 @@ def encode_partitions(parts: Iterable[tuple[str, int]]) -> dict[str, list[Any]]:
 
 
 def _member_doc(v: MemberRecord) -> dict[str, Any]:
-    return {
+    doc = {
         "inc": v.incarnation,
         "seq": v.seq,
         "topics": list(v.topics),
@@ -358,6 +381,10 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         "capacity": v.capacity,
         "client": dict(v.client),
     }
+    if not v.legacy:
+        doc["prev_ts"] = v.prev_ts
+        doc["since_gen"] = v.since_generation
+    return doc
 
 
 def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
@@ -392,14 +419,18 @@ MAX_PAYLOAD = 8 * 1024 * 1024  # decompressed JSON bytes: refuses zlib bombs
 MAX_CONTAINERS = 1 << 20  # JSON objects + arrays in one payload: refuses allocation bombs
 MAX_PARTITIONS = 1 << 20  # partitions in one record, over all its fields: refuses range bombs
 
-#: Heartbeats repeat the member's previous record but for ``seq``, and a member that starts
-#: replays every one of them still in the log (an uncompacted segment holds all). Decoded member
-#: records are kept by their payload with the digits of ``seq`` cut out, so a repeat costs a
-#: regex search instead of a JSON parse and its checks. Sound because exactly one ``"seq":``
-#: may appear (inside a JSON string a bare quote cannot precede ``seq``; one escaped would make
+#: Heartbeats repeat the member's previous record but for ``seq`` and ``prev_ts``, and a member
+#: that starts replays every one of them still in the log (an uncompacted segment holds all).
+#: Decoded member records are kept by their payload with the digits of ``seq`` (and of
+#: ``prev_ts``, when it is a number) cut out, so a repeat costs a regex search instead of a JSON
+#: parse and its checks. Sound because exactly one ``"seq":`` (and at most one ``"prev_ts":``)
+#: may appear (inside a JSON string a bare quote cannot precede the name; one escaped would make
 #: a second occurrence, which skips the memo), and the number matched is what ``json`` reads:
-#: no leading zero, no fraction or exponent. Only records that decoded whole are kept.
+#: no leading zero, no fraction or exponent. A ``prev_ts`` that is not such a number (``null``)
+#: stays in the memo key as it is. Only records that decoded whole are kept.
 _SEQ = re.compile(rb'"seq":(0|[1-9][0-9]*)(?=[,}])')
+_PREV = re.compile(rb'"prev_ts":(0|[1-9][0-9]*)(?=[,}])')
+_NULL_PREV = re.compile(rb'"prev_ts":null(?=[,}])')
 _MEMO_MAX = 4096
 _member_memo: dict[bytes, MemberRecord] = {}
 _key_memo: dict[bytes, RecordKey] = {}
@@ -505,18 +536,32 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     memo_key = None
     if isinstance(key, MemberKey):
         m = _SEQ.search(payload)
+        p = _PREV.search(payload)
+        i = payload.find(b'"prev_ts":')
         if (
             m is not None
-            and payload.find(b'"seq":', m.end()) < 0
-            and payload.rfind(b'"seq":', 0, m.start()) < 0
-        ):
-            memo_key = payload[: m.start(1)] + payload[m.end(1) :]
+            and _once(payload, b'"seq":', m.start(), m.end())
+            and (
+                i < 0  # a legacy record
+                or (p is not None and _once(payload, b'"prev_ts":', p.start(), p.end()))
+                or (_NULL_PREV.match(payload, i) is not None
+                    and _once(payload, b'"prev_ts":', i, i + 10))
+            )
+        ):  # fmt: skip
+            cuts = sorted([m.span(1)] + ([p.span(1)] if p is not None else []))
+            ends = [0] + [e for _, e in cuts]
+            starts = [a for a, _ in cuts] + [len(payload)]
+            memo_key = b"".join(payload[a:b] for a, b in zip(ends, starts, strict=True))
             known = _member_memo.get(memo_key)
             if known is not None:
                 k = known  # (dataclasses.replace costs more than the rest of a hit)
+                prev = int(p.group(1)) if p is not None else None
+                if prev is not None and (k.joined_at is None or k.joined_at > prev):
+                    raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at <= it")
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
-                                    k.capacity, k.client, k.seen_generation)  # fmt: skip
+                                    k.capacity, k.client, k.seen_generation, prev,
+                                    k.since_generation, k.legacy)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -533,6 +578,11 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             _member_memo[memo_key] = record
         return record
     return _assignment_from(doc)
+
+
+def _once(payload: bytes, name: bytes, start: int, end: int) -> bool:
+    """Whether the occurrence of ``name`` at ``start`` (matched up to ``end``) is the only one."""
+    return payload.find(name, end) < 0 and payload.rfind(name, 0, start) < 0
 
 
 def _get(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
@@ -647,6 +697,12 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     seen = _nat(doc, "seen_gen") if "seen_gen" in doc else acked
     if seen < acked:
         raise RecordRejected("bad_value", f"seen_gen {seen} < acked_gen {acked}")
+    # optional: records of members that predate them have neither (see MemberRecord.legacy)
+    legacy = "prev_ts" not in doc
+    prev = None if legacy else _opt(doc, "prev_ts", int)
+    if prev is not None and (prev < 0 or joined_at is None or joined_at > prev):
+        raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at <= it")
+    since = 0 if legacy else _nat(doc, "since_gen")
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
@@ -659,6 +715,9 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         capacity=None if capacity is None else float(capacity),
         client=tuple(sorted(client.items())),
         seen_generation=seen,
+        prev_ts=prev,
+        since_generation=since,
+        legacy=legacy,
     )
 
 
