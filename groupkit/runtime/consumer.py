@@ -690,6 +690,7 @@ class GroupConsumer:
         offsets: list[KTopicPartition] | None,
         release: Partitions,
         wait: float | None = None,
+        leave: bool = False,
     ) -> None:
         """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
 
@@ -698,6 +699,7 @@ class GroupConsumer:
         serving the partitions that stay. Until the commit succeeds the member's record keeps
         claiming the partitions, so nobody is granted them with offsets still uncommitted. If
         the member's session lapses meanwhile, they are lost anyway and the commit stops.
+        ``leave``: the member is closing; its last record goes with its tombstone.
         """
         c = self._coordinator
         assert c is not None
@@ -724,7 +726,7 @@ class GroupConsumer:
                     time.sleep(0.2)  # the coordinator is moving; try again shortly
                 except RuntimeError:
                     return  # the consumer was closed under us
-            c.released(release)
+            c.released(release, leave=leave)
 
         t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
         t.start()
@@ -766,10 +768,12 @@ class GroupConsumer:
             if self._on_revoke is not None:
                 self._on_revoke(self, _ktps(owned))
             self._unassign(owned)
-            self._commit_then_release(owned, offsets, owned, wait=10.0)
+            # Released and left in one step (Coordinator.released), unless the commit is slow.
+            self._commit_then_release(owned, offsets, owned, wait=10.0, leave=True)
         with c.lock:
-            c.member.leave()
-        # One more turn of the loop writes the empty record and the tombstone.
+            if c.member.state not in ("leaving", "left"):
+                c.member.leave()
+        # Written with the release above; else one more turn of the loop writes them.
         deadline = time.monotonic() + 5
         while c.member.state != "left" and time.monotonic() < deadline:
             time.sleep(0.01)  # the control thread's next turn (every 20 ms) takes the leave

@@ -290,16 +290,24 @@ class Coordinator:
             self._write(w.raw_key, w.raw_value, service=service)
         return acts
 
-    def released(self, partitions: Partitions) -> None:
+    def released(self, partitions: Partitions, leave: bool = False) -> None:
         """Called by the ``poll`` thread once revoked partitions are committed and stopped.
 
         The record that no longer claims them is produced right here: the leader grants them
         to their next owner as soon as it reads it, so waiting for the control thread's next
         turn would only add to the time they are without an owner.
+
+        ``leave``: the member is closing, and this record is its last, produced together with
+        its tombstone. Apart, a leader reading the record first sees a member that acknowledged
+        its generation yet claims less than it grants (``partitions_lost``) and grants them to
+        it again; the tombstone then has to hold those grants, which it never took, until its
+        session would have expired (test_clean_close_rebalances_at_once caught it).
         """
         with self.lock:
             self._revoking -= partitions
             self.member.revoked(partitions)
+            if leave and self.member.state not in ("leaving", "left"):
+                self.member.leave()
             if self.member.state == "left":
                 return
             # Delivery callbacks stay on the control thread (its next writer.service).
