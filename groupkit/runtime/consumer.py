@@ -776,7 +776,7 @@ class GroupConsumer:
         # Written with the release above; else one more turn of the loop writes them.
         deadline = time.monotonic() + 5
         while c.member.state != "left" and time.monotonic() < deadline:
-            time.sleep(0.01)  # the control thread's next turn (every 20 ms) takes the leave
+            time.sleep(0.01)  # the control thread's next turn takes the leave
         c.stop()
         c.writer.flush(5)
         c.reader.close()
