@@ -18,16 +18,30 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
 
 1. The member remembers the monotonic time at which it sent each of its records (by ``seq``).
 2. When its replay shows its own record ``seq = n``, record ``n`` is *confirmed*; its send time
-   ``s`` is before the broker's append time ``T``, so ``s <= T``.
-3. The log expires the member at log time ``T + session.timeout`` at the earliest, and only
-   then may the leader grant its partitions to another member.
-4. The member fences itself at its own time ``s + session.timeout``, which is no later than
-   ``T + session.timeout``: it has stopped before the grant can exist. A process frozen longer
+   ``s`` is before the broker's append time ``T``, so ``s <= T``. Each record it writes names, as
+   ``prev_ts``, the ``T`` of its newest confirmed record (and echoes ``joined_at`` and
+   ``since_generation`` as the log had them after it), or nothing once its session has lapsed.
+3. The log frees the member's partitions only (a) when it expires the member, at log time
+   ``T + session.timeout`` at the earliest, or (b) when a record of it starts a new membership:
+   one without ``prev_ts``, or appended a session or more after its ``prev_ts`` (state.py).
+   Only then may the leader grant them to another member.
+4. The member fences itself at its own time ``s + session.timeout``, where ``s`` is the send time
+   of its newest confirmed record, except that while a record written with an older
+   ``prev_ts`` is still on its way, ``s`` is the send time of that older record (and while one
+   without ``prev_ts`` is, the member counts as lapsed). Either way ``s + session.timeout`` is no
+   later than the log time at which (a) or (b) can happen: it has stopped before the grant can
+   exist. ``s`` never moves back, so the runtime may cache the deadline. A process frozen longer
    than that (a zombie) is fenced by the first :meth:`Member.poll` after it resumes, before it
    processes anything; ``check_commit`` refuses its commits.
-5. After fencing it writes a fresh record; the log treats a record that arrives after the
-   member's expiry as a *new* membership that owns nothing, so it only gets partitions again
-   through a new generation.
+5. After fencing it writes a fresh record without ``prev_ts``: a *new* membership that owns
+   nothing, so it only gets partitions again through a new generation. It writes no other until
+   it has read that one back (or a session has passed), since each would restart the membership
+   again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``).
+   A member that has just joined goes the same way: its first record has no ``prev_ts``.
+
+Why ``prev_ts``: whether a record continues the membership must not depend on which of the
+member's earlier records a reader has seen, because a reader that starts from the compacted
+topic has seen only some (state.py, compaction rule 2).
 
 Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raises
 :class:`ProtocolError`):
@@ -106,6 +120,17 @@ def diff(
 
 
 @dataclass(frozen=True, slots=True)
+class _Basis:
+    """One own record as the member's replay saw it: what a later record's ``prev_ts`` names."""
+
+    seq: int
+    sent: int  # monotonic send time
+    ts: int  # broker time
+    joined_at: int  # the membership as the log had it after this record
+    since: int
+
+
+@dataclass(frozen=True, slots=True)
 class Write:
     """A record to produce: decoded (for logs and tests) and encoded (for the producer)."""
 
@@ -175,10 +200,15 @@ class Member:
         #: the newest generation this member has processed
         self.acked = 0
         self._seq = 0
-        self._sent: dict[int, int] = {}  # seq -> monotonic send time
-        self._confirmed_at: int | None = None  # send time of the newest confirmed record
+        #: seq -> (monotonic send time, the basis it was written with) of unconfirmed records
+        self._sent: dict[int, tuple[int, _Basis | None]] = {}
+        self._newest: _Basis | None = None  # the newest confirmed own record
+        #: send time of the fence basis: the session runs from there (see _refence)
+        self._confirmed_at: int | None = None
         self._last_send: int | None = None
         self._joined_at: int | None = None
+        #: the newest record sent said "no prev_ts"; when that changes, write at once
+        self._unready_sent: int | None = None
         self._dirty = True  # something the log should hear about at once
 
     # ------------------------------------------------------------------ inputs
@@ -206,10 +236,14 @@ class Member:
         self._fire("leave")
 
     def session_age_ms(self, now_ms: int) -> int | None:
-        """Monotonic ms since the send of the newest own record seen in the log.
+        """Monotonic ms since the send of the own record the session runs from (``None``:
+        lapsed, or nothing of ours read back yet).
 
-        That send time never moves back, so ``now - age + session.timeout`` is a deadline the
-        session cannot lapse before: a caller may cache it until then.
+        That is the newest own record seen in the log, or an older one while a record written
+        in its time is still on its way (:meth:`_refence`). That send time never moves back
+        (it only becomes ``None`` once the session has lapsed), so ``now - age +
+        session.timeout`` is a deadline the session cannot lapse before: a caller may cache it
+        until then.
         """
         return None if self._confirmed_at is None else now_ms - self._confirmed_at
 
@@ -239,14 +273,17 @@ class Member:
         me = group.members.get(self.member_id)
         mine = me is not None and me.incarnation == self.incarnation
         if mine and me is not None:
-            # Step 2 of the fencing argument: confirm the newest own record we see.
+            # Step 2 of the fencing argument: confirm the newest own record we see. Never
+            # an older one (the runtime caches the fence deadline on that), even if handed a
+            # state that has only replayed an older record of ours.
             sent = self._sent.get(me.seq)
-            # Never moves back (the runtime caches the fence deadline on that promise), even
-            # if it is handed a state that has only replayed an older record of ours.
-            if sent is not None and (self._confirmed_at is None or sent >= self._confirmed_at):
-                self._confirmed_at = sent
-                for s in [s for s in self._sent if s < me.seq]:
+            if sent is not None and (self._newest is None or me.seq > self._newest.seq):
+                self._newest = _Basis(
+                    me.seq, sent[0], me.last_seen, me.joined_at, me.since_generation
+                )
+                for s in [s for s in self._sent if s <= me.seq]:
                     del self._sent[s]
+                self._refence()
             if self._joined_at is None:
                 self._joined_at = me.joined_at
         age = self.session_age_ms(now_ms)
@@ -271,6 +308,8 @@ class Member:
             self._joined_at = me.joined_at
 
         healthy = mine and not lapsed and group.is_live(self.member_id)
+        if self._unready_sent is not None and not lapsed:
+            self._dirty = True  # our record can say prev_ts now: the leader waits for that
         covered = healthy and group.covers(self.member_id) and self.state != LEAVING
         target = EMPTY
         if covered:
@@ -304,13 +343,22 @@ class Member:
 
         writes: list[Write] = []
         due = self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
+        # A record without prev_ts starts a new membership (state.py), so while one is on its
+        # way another would only restart it again: wait until we read it back (the next record
+        # then says prev_ts, and goes out at once), or resend once a session has passed.
+        # Records are whole: what changed meanwhile goes out with the next one.
+        hold_back = (
+            lapsed
+            and self._unready_sent is not None
+            and now_ms - self._unready_sent < self.session_timeout_ms
+        )
         if self.state == LEAVING:
             writes.append(self._record(now_ms, group))
             key, none = member_tombstone(self.group, self.member_id)
             rk, rv = encode(key, none)
             writes.append(Write(key, None, rk, rv))
             self._fire("left")
-        elif self._dirty or due or self.state in (UNJOINED, FENCED):
+        elif not hold_back and (self._dirty or due or self.state in (UNJOINED, FENCED)):
             writes.append(self._record(now_ms, group))
             self._fire("send_record")
         return Actions(
@@ -325,9 +373,32 @@ class Member:
 
     # ------------------------------------------------------------------ helpers
 
+    def _refence(self) -> None:
+        """Recompute the fence basis: the send time the session runs from.
+
+        Normally the newest confirmed record's. But a record still on its way was written with
+        the basis of its time (its ``prev_ts``), and the log restarts our membership if it is
+        appended a session or more after that basis (state.py): until we read it back, the
+        session runs from the oldest such basis, and from nowhere (lapsed) if one had none.
+        So the log never voids what we own before our own clock has fenced us. This time never
+        moves back: confirming drops the oldest records on their way and moves the newest
+        confirmed forward, and a new record's basis is the newest confirmed, or none, which
+        is only written once lapsed (when every deadline cached from it has passed).
+        """
+        bases = [b for _, b in self._sent.values()]
+        if self._newest is None or any(b is None for b in bases):
+            self._confirmed_at = None
+        else:
+            self._confirmed_at = min(b.sent for b in [self._newest, *bases] if b is not None)
+
     def _record(self, now_ms: int, group: GroupState) -> Write:
         self._seq += 1
-        self._sent[self._seq] = now_ms
+        age = self.session_age_ms(now_ms)
+        # prev_ts: the newest own record we have read back, unless our session has lapsed
+        basis = self._newest if age is not None and age < self.session_timeout_ms else None
+        self._sent[self._seq] = (now_ms, basis)
+        self._refence()
+        self._unready_sent = now_ms if basis is None else None
         self._last_send = now_ms
         self._dirty = False
         key, value = member_record(
@@ -340,7 +411,9 @@ class Member:
             owned_generation=self.generation if self.owned else 0,
             acked_generation=min(self.acked, group.generation),
             seen_generation=group.generation,
-            joined_at=self._joined_at,
+            joined_at=self._joined_at if basis is None else basis.joined_at,
+            prev_ts=None if basis is None else basis.ts,
+            since_generation=0 if basis is None else basis.since,
             rack=self.rack,
             capacity=self.capacity,
             client=self.client,

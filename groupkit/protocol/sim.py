@@ -47,12 +47,30 @@ class ControlLog:
         self.records.append(LogRecord(off, key, value, self.clock))
         return off
 
-    def compacted(self) -> list[LogRecord]:
-        """What compaction leaves: the newest record of each key, tombstones dropped."""
+    def compacted(
+        self, clean_to: int | None = None, tombstones_before: int | None = None
+    ) -> list[LogRecord]:
+        """What compaction leaves once the cleaner has reached offset ``clean_to``.
+
+        Below ``clean_to`` (default: the whole log) only the newest record of each key stays;
+        from ``clean_to`` on, every record stays. A tombstone below ``clean_to`` that is the
+        newest of its key stays until ``delete.retention.ms`` has passed: it is dropped if its
+        timestamp is before ``tombstones_before`` (default: every such tombstone is dropped).
+        """
+        end = len(self.records) if clean_to is None else max(0, min(clean_to, len(self.records)))
         last: dict[bytes | None, LogRecord] = {}
-        for r in self.records:
+        for r in self.records[:end]:
             last[r.key] = r
-        return sorted((r for r in last.values() if r.value is not None), key=lambda r: r.offset)
+        kept = sorted(
+            (
+                r
+                for r in last.values()
+                if r.value is not None
+                or (tombstones_before is not None and r.timestamp >= tombstones_before)
+            ),
+            key=lambda r: r.offset,
+        )
+        return kept + self.records[end:]
 
 
 @dataclass(slots=True)
@@ -121,9 +139,18 @@ class GroupSim:
         )
 
     def join(
-        self, member_id: str, topics: Iterable[str] | None = None, read_rate: int | None = None
+        self,
+        member_id: str,
+        topics: Iterable[str] | None = None,
+        read_rate: int | None = None,
+        *,
+        compacted: bool = False,
     ) -> SimMember:
-        """Start a process (a new incarnation) with this member id."""
+        """Start a process (a new incarnation) with this member id.
+
+        ``compacted``: it starts by reading the log as compaction would leave it now
+        (:meth:`ControlLog.compacted`), then follows the log from its end.
+        """
         self._incarnations += 1
         m = Member(
             self.group,
@@ -137,8 +164,12 @@ class GroupSim:
         old = self.members.get(member_id)
         if old is not None and not old.crashed:
             raise ValueError(f"{member_id} is running; crash or leave it first")
-        shared = self.shared_state and read_rate is None
+        shared = self.shared_state and read_rate is None and not compacted
         sm = SimMember(m, self._view if shared else self.new_state(), read_rate)
+        if compacted:
+            for r in self.log.compacted():
+                sm.state.replay(r.offset, r.key, r.value, r.timestamp)
+            sm.pos = len(self.log.records)
         self.members[member_id] = sm
         return sm
 

@@ -10,19 +10,36 @@ What one ``replay`` does:
 1. Advance the log time to the record's broker timestamp (the newest one wins). Every record
    counts, even one that is then rejected: the broker wrote the timestamp, not the sender.
 2. If the leader is no longer live at that time, elect the live member with the smallest
-   ``(joined_at, member_id)``.
+   ``(joined_at, member_id)``. The leader is always that member: when a member record changes
+   one membership, that member takes the lead if it now sorts first (a newcomer's ``joined_at``
+   is the newest, so it can only tie), and the leader's own restart re-elects. So the leader is a
+   function of the live memberships, and readers that agree on those agree on it.
 3. Decode the record (a bad record is rejected with the decoder's reason). Records of other
    groups sharing the partition only move the clock.
 4. Apply it, or reject it with a short reason counted in :attr:`GroupState.rejections`:
 
-   - **member record**: a new incarnation, or a record of a member the log has already expired,
-     starts a *new membership* (``joined_at`` = this record's time; its owned partitions are void,
-     because the member must have fenced itself; the old incarnation's partitions stay *held*
-     until the old incarnation would have expired, since that process may still be running).
-     Otherwise the record updates the membership; it may only claim what the member owned or was
-     granted (``unowned_claim``), its sequence must grow (``stale_member_record``), its acked
-     generation must not go back (``acked_regressed``), and the generation it says it has seen
-     (never below the acked one) must not be ahead of the log's (``future_generation``).
+   - **member record**: it *continues* the membership or starts a *new* one, and the record
+     itself decides which, so that every reader decides alike, whatever compaction left it of
+     the member's earlier records. It continues if it names ``prev_ts``, the broker time of the
+     own record the member's session runs from (member.py), with ``ts - prev_ts <
+     session.timeout``, unless this reader knows a live membership of another incarnation or an
+     expired one of the same. A continuation takes ``joined_at`` and ``since_generation`` from
+     the record: the member echoes the log's view of its membership as of that ``prev_ts``
+     record. Anything else starts a *new membership*: ``joined_at`` = this record's time, the
+     first generation to cover it the next one, and its owned partitions void. Voiding is safe:
+     the member's own fence deadline ran from the send of the ``prev_ts`` record, no later than
+     ``prev_ts``, so it has fenced itself by now (a member without one owns nothing); and a new
+     incarnation's predecessor may still be running, so what it may hold stays *held* until it
+     would have expired. A record that continues the membership may only claim what the member
+     owned or was granted (``unowned_claim``), its sequence must grow (``stale_member_record``;
+     so must a same-incarnation restart's, or a copy of an old record could void the claims of a
+     running member), its acked generation must not go back (``acked_regressed``), and the
+     generation it says it has seen (never below the acked one) must not be ahead of the log's
+     (``future_generation``). A member whose latest record has no ``prev_ts`` (it has not read
+     its own records back: just joined, or lapsed) is *not ready* and counts as lagging, so the
+     leader does not plan for it. Records of members that predate ``prev_ts`` (``legacy``)
+     are decided the old way: a new incarnation or a member the reader has seen expire starts a
+     new membership, a live one continues, and a later ``joined_at`` echo is followed.
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
@@ -32,18 +49,31 @@ What one ``replay`` does:
      granting no partition that another live member may still hold (``unsafe_grant``). So even a
      buggy or forged leader cannot make two members own one partition.
 
-Compaction. A reader starting from a compacted topic has lost the first records of long-lived
-members and every assignment record but the newest. Three rules keep its replay agreeing with the
-replay of a member that saw everything:
+Compaction. A reader starting from a compacted topic has lost the earlier records of every key
+below the cleaner's point: the first records of long-lived members and every assignment record
+but the newest. Three rules keep its replay agreeing with the replay of a member that saw
+everything (``tests/test_protocol_compaction.py`` checks it after every step of random
+schedules, at random cleaning points):
 
 1. Generations may skip (only *newer* is required), because the ones between were compacted away.
-2. A member record first seen carrying a ``joined_at`` echo (the member learned it from its own
-   replay) continues a membership whose start was compacted away: the echo is used, the claims
-   are trusted, the member counts as covered by the current assignment, and it may take the lead
-   from a member that is not older.
+2. Whether a member record continues a membership is decided by the record (``prev_ts``, above),
+   not by what the reader saw before it, and a continuation carries the membership's
+   ``joined_at`` and ``since_generation``. So a member record first seen that continues a
+   membership whose start was compacted away yields what the full replay holds, and its claims
+   are trusted. (A legacy record first seen carrying a ``joined_at`` echo is trusted the same
+   way, counted as covered by the current assignment; agreement is not promised for those.)
 3. An assignment record from a leader the reader has never seen is accepted if that leader, by
    the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
    record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
+
+Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
+the full replay rejected (a copy of an old record, an assignment of a deposed leader),
+compaction kept it and dropped the one that counted. The protocol repairs that: the leader
+re-asserts a clobbered assignment (:attr:`GroupState.assignment_clobbered`), and the member's
+next heartbeat supersedes its record. Two processes running with one member id at once are not
+told apart by a reader that sees only the newest record of that id. And tombstones must outlive
+a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's default is a day): the
+hold a tombstone starts is unknown to a reader that never saw it.
 """
 
 from __future__ import annotations
@@ -115,6 +145,9 @@ class MemberState:
     rack: str | None
     capacity: float | None
     client: tuple[tuple[str, str], ...]
+    #: its latest record says it has read its own records back within its session
+    #: (``prev_ts``): only then may the leader plan for it (see :meth:`GroupState.is_lagging`)
+    ready: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +271,14 @@ class GroupState:
         return frozenset(pending - granted)
 
     def is_lagging(self, member_id: str) -> bool:
-        """Live, covered by a generation it has not acknowledged for ``rebalance.timeout``."""
+        """Live, but not keeping up: covered by a generation it has not acknowledged for
+        ``rebalance.timeout``, or its latest record says it has not read its own records back
+        within its session (no ``prev_ts``: just joined, or lapsed), so it could take nothing."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return False
+        if not m.ready:
+            return True
         for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
             a = self._history.get(g)
             if a is None:
@@ -308,7 +345,20 @@ class GroupState:
         mid = k.member_id
         old = self.members.get(mid)
         live = old is not None and self.is_live(mid)
-        if old is not None and live and old.incarnation == v.incarnation:
+        same = old is not None and old.incarnation == v.incarnation
+        if v.legacy:
+            # A member that predates prev_ts: decided by what this reader has seen of it.
+            continues = same and live
+            first_sight = old is None and v.joined_at is not None and v.joined_at <= ts
+        else:
+            # Decided by the record alone, so every reader decides alike (module docstring).
+            continues = (
+                v.prev_ts is not None
+                and ts - v.prev_ts < self.session_timeout_ms
+                and (old is None or (same and live))
+            )
+            first_sight = continues and old is None
+        if continues and old is not None:
             # The same membership continues.
             if v.seq <= old.seq:
                 raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
@@ -319,50 +369,63 @@ class GroupState:
             extra = v.owned - self.may_hold(mid)
             if extra:
                 raise RecordRejected("unowned_claim", f"{len(extra)} partitions never granted")
-            joined_at = old.joined_at
-            # A later echo means the member knows its membership restarted where this reader
-            # did not see it (a reader that started from a compacted topic): follow it.
-            if v.joined_at is not None and old.joined_at < v.joined_at <= ts:
+            joined_at, since = old.joined_at, old.since_generation
+            if not v.legacy:
+                # the member's own view of its membership, as of the record prev_ts names
+                assert v.joined_at is not None
+                joined_at, since = v.joined_at, v.since_generation
+            elif v.joined_at is not None and old.joined_at < v.joined_at <= ts:
+                # A later echo means the member knows its membership restarted where this
+                # reader did not see it (a reader that started from a compacted topic): follow.
                 joined_at = v.joined_at
-            self.members[mid] = MemberState(
-                mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, v.seen_generation, joined_at, ts, old.since_generation,
-                v.rack, v.capacity, v.client,
-            )  # fmt: skip
-            if joined_at != old.joined_at and self.leader == mid:
-                self._elect()
-            return Replayed(offset, "member", k)
-        if v.seen_generation > self.generation and old is not None:
-            raise RecordRejected("future_generation", f"{v.seen_generation}")
-        continuation = old is None and v.joined_at is not None and v.joined_at <= ts
-        if old is not None and live:
-            # A new incarnation of a live member: the old process may still run, so what it
-            # may hold stays held until the old incarnation would have expired.
-            self._hold(old)
-        if continuation:
-            # First sight of a member whose earlier records were compacted away (see the
-            # module docstring): trust its claims and its echoed joined_at.
-            assert v.joined_at is not None
             m = MemberState(
                 mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, v.seen_generation, v.joined_at, ts, 0, v.rack, v.capacity,
-                v.client,
+                v.acked_generation, v.seen_generation, joined_at, ts, since,
+                v.rack, v.capacity, v.client, v.legacy or v.prev_ts is not None,
             )  # fmt: skip
+            new_membership = False
         else:
-            # A new membership owns nothing: any claim in the record is void, because a
-            # process whose membership the log expired has fenced itself (member.py).
-            m = MemberState(
-                mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
-                v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity, v.client,
-            )  # fmt: skip
+            if v.seen_generation > self.generation and old is not None:
+                raise RecordRejected("future_generation", f"{v.seen_generation}")
+            if old is not None and same and live and v.seq <= old.seq:
+                # a copy of an old record must not void what the member owns now
+                raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
+            if old is not None and live and not same:
+                # A new incarnation of a live member: the old process may still run, so what it
+                # may hold stays held until the old incarnation would have expired.
+                self._hold(old)
+            if first_sight:
+                # First sight of a member whose earlier records were compacted away (see the
+                # module docstring): trust its claims and its echoed joined_at.
+                assert v.joined_at is not None
+                m = MemberState(
+                    mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
+                    v.acked_generation, v.seen_generation, v.joined_at, ts,
+                    0 if v.legacy else v.since_generation, v.rack, v.capacity, v.client,
+                    v.legacy or v.prev_ts is not None,
+                )  # fmt: skip
+            else:
+                # A new membership owns nothing: any claim in the record is void, because a
+                # process whose membership the log restarts has fenced itself (member.py).
+                m = MemberState(
+                    mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
+                    v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity,
+                    v.client, v.legacy or v.prev_ts is not None,
+                )  # fmt: skip
+            new_membership = not first_sight
         self.members[mid] = m
-        if self.leader is None or not self.is_live(self.leader) or self.leader == mid:
+        if self.leader is None or not self.is_live(self.leader):
             self._elect()
-        elif continuation:
+        elif self.leader == mid:
+            if old is None or m.joined_at != old.joined_at:
+                self._elect()
+        else:
+            # The leader is the live member with the smallest (joined_at, id): only this one
+            # member changed, so it either takes the lead or leaves it where it is.
             lead = self.members[self.leader]
             if (m.joined_at, mid) < (lead.joined_at, self.leader):
                 self.leader = mid
-        return Replayed(offset, "member", k, new_membership=not continuation)
+        return Replayed(offset, "member", k, new_membership=new_membership)
 
     def _hold(self, old: MemberState) -> None:
         held = self.may_hold(old.member_id)

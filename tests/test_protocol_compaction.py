@@ -1,0 +1,272 @@
+"""A reader that starts from a compacted control topic agrees with one that read everything.
+
+Kafka's cleaner, having reached offset ``C``, leaves below ``C`` only the newest record of each
+key (a tombstone stays until ``delete.retention.ms`` has passed) and every record from ``C`` on.
+A member that starts then replays that. The random schedules of
+``test_protocol_hypothesis`` run here, and after every tick a fresh :class:`GroupState` replays
+the log as compacted at a random cleaning point; it must agree with the replay of the whole log
+(at the same end offset) on:
+
+- the **leader**: it decides which assignment records are accepted from now on;
+- the **generation** and the **assignment record** itself: what every member takes and gives up;
+- the **live members**, and which of them the assignment **covers**: what the leader plans from
+  (``Planner.rebalance_reason``) and whether a member takes its grants (``Member.poll``).
+
+What need not agree: what was lost with the compacted records and matters no more. Holds and
+tombstones older than a session, rejection counters, and the assignment history the full reader
+keeps for members that have not acknowledged a generation yet (``may_hold``), which the
+compacted reader replaces by trusting the claims of the members it first sees.
+
+A cleaning point is *admissible* unless the newest record of one of the group's keys below it is
+one the full reader rejected: compaction then dropped the record that counted and kept one that
+did not, and no replay rule can bring it back. The protocol repairs that itself: the leader
+re-asserts a clobbered assignment (``GroupState.assignment_clobbered``), and a member's next
+heartbeat supersedes a rejected copy of its record. Such points are counted, not checked.
+
+Assumption: ``delete.retention.ms`` >= ``session.timeout.ms`` (Kafka's default is 24 hours), so
+a tombstone is dropped only after the hold it starts has run out.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, invariant
+
+from groupkit.protocol.records import MemberKey, decode_key
+from groupkit.protocol.sim import GroupSim, LogRecord
+from groupkit.protocol.state import GroupState
+from tests.test_protocol_hypothesis import GroupSchedule
+
+EXAMPLES = int(os.environ.get("GROUPKIT_COMPACTION_EXAMPLES", "150"))
+#: measuring mode (``GROUPKIT_COMPACTION_TALLY=1``): count disagreements in TALLY, do not fail
+TALLY_ONLY = os.environ.get("GROUPKIT_COMPACTION_TALLY") == "1"
+TALLY: Counter[str] = Counter()
+
+
+def agreed(st: GroupState) -> tuple[object, ...]:
+    """What a reader of the compacted log must agree on (see the module docstring)."""
+    live = st.live_members()
+    return (
+        st.leader,
+        st.generation,
+        st.assignment,
+        sorted(live),
+        sorted(m for m in live if st.covers(m)),
+    )
+
+
+def replay(sim: GroupSim, records: list[LogRecord]) -> GroupState:
+    st = sim.new_state()
+    for r in records:
+        st.replay(r.offset, r.key, r.value, r.timestamp)
+    return st
+
+
+class FullReader:
+    """The replay of the whole log, remembering which group keys' records it rejected."""
+
+    def __init__(self, sim: GroupSim) -> None:
+        self.sim = sim
+        self.state = sim.new_state()
+        self.rejected: set[int] = set()
+
+    def follow(self) -> GroupState:
+        for r in self.sim.log.records[self.state.offset + 1 :]:
+            res = self.state.replay(r.offset, r.key, r.value, r.timestamp)
+            if res.kind == "rejected" and res.key is not None and res.key.group == "g":
+                self.rejected.add(r.offset)
+        return self.state
+
+    def admissible(self, clean_to: int) -> bool:
+        last: dict[bytes | None, int] = {}
+        for r in self.sim.log.records[:clean_to]:
+            last[r.key] = r.offset
+        return not any(o in self.rejected for o in last.values())
+
+
+def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str | None:
+    """Compact at a random point; ``None`` if the fresh reader agrees, else what differs."""
+    st = full.follow()
+    end = st.offset
+    if end < 0:
+        return None
+    # cleaning points anywhere, and more of them near the head, where the cleaner usually is
+    clean_to = rng.choice([rng.randint(0, end), end - rng.randint(0, min(end, 30))])
+    if not full.admissible(clean_to):
+        TALLY["inadmissible"] += 1
+        return None
+    retention = sim.session_timeout_ms * rng.choice([1, 2, 5])
+    fresh = replay(sim, sim.log.compacted(clean_to, sim.clock - retention))
+    TALLY["checked"] += 1
+    if agreed(fresh) == agreed(st):
+        return None
+    diffs = [n for n, a, b in zip(("leader", "generation", "assignment", "live", "covered"),
+                                  agreed(fresh), agreed(st), strict=True) if a != b]  # fmt: skip
+    for d in diffs:
+        TALLY[d] += 1
+    TALLY["disagreements"] += 1
+    return (
+        f"compacted at {clean_to} of {end}: {diffs} differ; "
+        f"compacted: {agreed(fresh)[:2]}, full: {agreed(st)[:2]}"
+    )
+
+
+class CompactedSchedule(GroupSchedule):
+    """The schedules of ``test_protocol_hypothesis``, checked against compacted readers too."""
+
+    @initialize(seed=st.integers(0, 2**32 - 1))
+    def seed(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.full: FullReader | None = None
+
+    @invariant()
+    def check(self) -> None:
+        super().check()
+        if not hasattr(self, "rng") or not hasattr(self, "sim"):
+            return
+        if self.full is None or self.full.sim is not self.sim:
+            self.full = FullReader(self.sim)
+            self.deadlines: dict[tuple[str, str], int] = {}
+        self.check_deadlines()
+        TALLY["ticks"] += 1
+        err = check_compacted(self.sim, self.full, self.rng)
+        if not TALLY_ONLY:
+            assert err is None, err
+
+    def check_deadlines(self) -> None:
+        """The fence deadline the runtime caches (``session_age_ms``) never moves back, but
+        to "lapsed" once it has passed."""
+        sim = self.sim
+        for sm in sim.running():
+            m = sm.member
+            age = m.session_age_ms(sim.clock)
+            k = (m.member_id, m.incarnation)
+            was = self.deadlines.get(k)
+            if age is None:
+                assert was is None or sim.clock >= was, (k, was, sim.clock)
+                self.deadlines.pop(k, None)
+            else:
+                now = sim.clock - age + sim.session_timeout_ms
+                assert was is None or now >= was, (k, was, now)
+                self.deadlines[k] = now
+
+    def teardown(self) -> None:
+        """A quiet period, still checked after every tick (liveness is the other test's)."""
+        if hasattr(self, "sim"):
+            for _ in range(60):
+                self.sim.tick()
+                self.check()
+
+
+CompactedSchedule.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=40,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
+)
+TestCompactedSchedule = CompactedSchedule.TestCase
+
+
+# ------------------------------------------------------------------ the two causes, one by one
+
+
+def member_offsets(sim: GroupSim, member_id: str, since: int = 0) -> list[int]:
+    key = MemberKey(sim.group, member_id)
+    out = []
+    for r in sim.log.records[since:]:
+        try:
+            if decode_key(r.key) == key:
+                out.append(r.offset)
+        except Exception:
+            continue
+    return out
+
+
+def disagreements(sim: GroupSim, clean_to: list[int]) -> list[str]:
+    """Leader, generation, assignment of fresh replays of the log compacted at each point,
+    where they differ from the full replay's."""
+    full = sim.view()
+    want = (full.leader, full.generation, full.assignment)
+    out = []
+    for c in clean_to:
+        fresh = replay(sim, sim.log.compacted(c, sim.clock - sim.session_timeout_ms))
+        got = (fresh.leader, fresh.generation, fresh.assignment)
+        if got != want:
+            out.append(f"at {sim.clock} compacted at {c}: leader {got[0]} gen {got[1]}, "
+                       f"full: leader {want[0]} gen {want[1]}")  # fmt: skip
+    return out
+
+
+def paused_past_its_session() -> tuple[GroupSim, int]:
+    """b joined first and led; a pause past its session expired it, so a leads. b has just
+    resumed and written its first record; also returns the log's end when the pause began."""
+    sim = GroupSim({"t0": 4})
+    sim.join("b")
+    sim.settle()
+    sim.join("a")
+    sim.settle()
+    assert sim.view().leader == "b"
+    sim.pause("b", 3 * sim.session_timeout_ms)
+    start = len(sim.log.records)
+    while not member_offsets(sim, "b", start):
+        sim.tick()
+        assert not sim.violations()
+    assert sim.view().leader == "a"
+    return sim, start
+
+
+def test_a_member_back_from_a_pause_past_its_session_does_not_lead_a_compacted_replay() -> None:
+    # Cause (b): b's first records after the pause still echo its old joined_at (it has not
+    # replayed yet that the log expired it). The full replay starts a new membership there; a
+    # reader whose first sight of b is such a record (compacted just after it) took it for a
+    # continuation, gave b back its old joined_at and made it the leader.
+    sim, start = paused_past_its_session()
+    errs = disagreements(sim, [o + 1 for o in member_offsets(sim, "b", start)])
+    for _ in range(40):
+        sim.tick()
+        assert not sim.violations()
+        errs += disagreements(sim, [o + 1 for o in member_offsets(sim, "b", start)])
+    assert not errs, errs[:3]
+    assert sim.view().leader == "a"
+    sim.settle()
+
+
+def test_a_member_that_has_not_read_its_own_record_back_keeps_its_place() -> None:
+    # Cause (a): b reads slowly (a backlog), so its records carry no joined_at echo until it
+    # has read its first one back. A reader whose first sight of b was its second record
+    # started b's membership there, after a's, while the full replay has b joining first (and
+    # leading); b's echo, earlier than that, was never followed.
+    sim = GroupSim({"t0": 4}, session_timeout_ms=6_000, heartbeat_interval_ms=300)
+    for _ in range(20):
+        sim.inject(b"junk", b"junk")
+    sim.join("b", read_rate=1)
+    sim.tick()
+    sim.join("a")
+    errs: list[str] = []
+    for _ in range(60):
+        sim.tick()
+        assert not sim.violations()
+        errs += disagreements(sim, [o + 1 for o in member_offsets(sim, "b")])
+    assert not errs, errs[:3]
+    assert sim.view().leader == "b"
+    sim.members["b"].read_rate = None
+    sim.settle()
+
+
+def test_a_newcomer_that_starts_from_the_compacted_log_is_covered() -> None:
+    # The consequence: c starts while compaction has kept b's first record after its pause
+    # (the echo of its old joined_at) as b's newest. It must follow a, the real leader, and
+    # accept a's assignments, not reject them as ``not_leader``.
+    sim, _ = paused_past_its_session()
+    sim.join("c", compacted=True)
+    sim.settle()
+    c = sim.members["c"]
+    assert c.state.leader == "a" and not c.state.rejections["not_leader"]
+    assert c.state.covers("c") and c.member.owned
