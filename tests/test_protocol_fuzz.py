@@ -183,11 +183,15 @@ def a_member_record(draw: st.DrawFn) -> tuple[bytes, bytes | None]:
     mid = draw(st.sampled_from(MEMBERS))
     if draw(st.integers(0, 9)) == 0:
         return encode(*member_tombstone("g", mid))
+    joined_at = draw(st.one_of(st.none(), st.integers(0, 3000)))
+    prev = draw(st.one_of(st.just("legacy"), st.none(), st.integers(0, 4000)))
+    if isinstance(prev, int):  # a record with prev_ts says when the membership began
+        joined_at = prev if joined_at is None else min(joined_at, prev)
     k, v = member_record(
         "g", mid, incarnation=draw(st.sampled_from(["i1", "i2"])), seq=draw(st.integers(0, 6)),
         topics=draw(st.sampled_from([["t0"], ["t0", "t1"], []])), owned=draw(subsets),
         owned_generation=draw(st.integers(0, 4)), acked_generation=draw(st.integers(0, 4)),
-        joined_at=draw(st.one_of(st.none(), st.integers(0, 3000))),
+        joined_at=joined_at, prev_ts=prev, since_generation=draw(st.integers(0, 4)),
     )  # fmt: skip
     return encode(k, v)
 

@@ -28,6 +28,10 @@ Partitions are range-encoded per topic: ``{"t": [0, [5, 9], 12]}`` is partitions
 ``joined_at`` is the broker time of a member's first record. The replay derives it; a member
 never writes its own clock. It *echoes* the value it learned from its own replay so that a reader
 starting from a compacted topic (where that first record is gone) still orders leaders the same.
+``prev_ts`` is the broker time of the own record the member's session runs from (``null``: none,
+or lapsed); with it the replay decides from the record alone whether it continues a membership,
+which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Records of members that
+predate it lack both fields (:attr:`MemberRecord.legacy`) and still decode.
 
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
