@@ -312,3 +312,43 @@ def test_planner_asks_for_lags_only_when_it_runs_a_lag_assignor() -> None:
     st.replay(1, *d.encode(), 2)
     assert not p.needs_lags(st, {"t": 2})  # stable: no assignor run, no lags
     assert MemberSubscription(["t"]).topics == ("t",)
+
+
+def test_a_record_on_its_way_keeps_the_session_running_from_its_prev_ts() -> None:
+    # The log restarts a membership (voiding its claims) at a record appended a session or
+    # more after its prev_ts. So while such a record is on its way, the member must not count
+    # its session from a newer record it reads back meanwhile: it is fenced by its own clock
+    # no later than the log time at which that record could void its claims.
+    session = 1_000
+    m = Member("g", "m", "i", ["t"], session_timeout_ms=session, heartbeat_interval_ms=100)
+    st = GroupState("g", session)
+    offset = 0
+
+    def append(w: object, ts: int) -> None:
+        nonlocal offset
+        st.replay(offset, w.raw_key, w.raw_value, ts)  # type: ignore[attr-defined]
+        offset += 1
+
+    (w1,) = m.poll(st, 0).writes
+    assert w1.value is not None and w1.value.prev_ts is None  # nothing of ours read back yet
+    assert not m.poll(st, 5).writes  # and no second such record until we have
+    append(w1, 0)
+    (w2,) = m.poll(st, 10).writes  # read back: say prev_ts at once, the leader waits for it
+    assert w2.value is not None and w2.value.prev_ts == 0 and w2.value.joined_at == 0
+    append(w2, 10)
+    m.poll(st, 20)  # w2 confirmed: the session runs from its send, 10
+    assert m.session_age_ms(20) == 10
+    (w3,) = m.poll(st, 120).writes  # heartbeats written before w3 is read back: both name w2
+    (w4,) = m.poll(st, 230).writes
+    assert w3.value is not None and w4.value is not None
+    assert w3.value.prev_ts == w4.value.prev_ts == 10
+    append(w3, 120)
+    m.poll(st, 240)  # w3 read back; w4, which names w2, still on its way
+    assert m.session_age_ms(240) == 230, "the session still runs from w2's send"
+    assert m.session_age_ms(1010) == session  # lapsed, though w3 was read back at 240
+    (w5,) = m.poll(st, 1010).writes
+    assert w5.value is not None and w5.value.prev_ts is None  # says so: a new membership
+    # w4 arrives late: the log restarts the membership, when our own clock had fenced us
+    res = st.replay(offset, w4.raw_key, w4.raw_value, 1010)
+    offset += 1
+    assert res.new_membership and st.members["m"].joined_at == 1010
