@@ -28,7 +28,7 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
 4. The member fences itself at its own time ``s + session.timeout``, where ``s`` is the send time
    of its newest confirmed record, except that while a record written with an older
    ``prev_ts`` is still on its way, ``s`` is the send time of that older record (and while one
-   without ``prev_ts`` is, the member counts as lapsed). Either way ``s + session.timeout`` is no
+   without ``prev_ts`` is, the member stays lapsed). Either way ``s + session.timeout`` is no
    later than the log time at which (a) or (b) can happen: it has stopped before the grant can
    exist. ``s`` never moves back, so the runtime may cache the deadline. A process frozen longer
    than that (a zombie) is fenced by the first :meth:`Member.poll` after it resumes, before it
@@ -200,8 +200,9 @@ class Member:
         #: the newest generation this member has processed
         self.acked = 0
         self._seq = 0
-        #: seq -> (monotonic send time, the basis it was written with) of unconfirmed records
-        self._sent: dict[int, tuple[int, _Basis | None]] = {}
+        #: seq -> (monotonic send time, the basis it was written with, the latest send time the
+        #: session may run from until it is read back; see _refence) of unconfirmed records
+        self._sent: dict[int, tuple[int, _Basis | None, int | None]] = {}
         self._newest: _Basis | None = None  # the newest confirmed own record
         #: send time of the fence basis: the session runs from there (see _refence)
         self._confirmed_at: int | None = None
@@ -237,13 +238,12 @@ class Member:
 
     def session_age_ms(self, now_ms: int) -> int | None:
         """Monotonic ms since the send of the own record the session runs from (``None``:
-        lapsed, or nothing of ours read back yet).
+        nothing of ours read back yet).
 
         That is the newest own record seen in the log, or an older one while a record written
-        in its time is still on its way (:meth:`_refence`). That send time never moves back
-        (it only becomes ``None`` once the session has lapsed), so ``now - age +
-        session.timeout`` is a deadline the session cannot lapse before: a caller may cache it
-        until then.
+        in its time is still on its way (:meth:`_refence`). That send time never moves back, so
+        ``now - age + session.timeout`` is a deadline the session cannot lapse before: a caller
+        may cache it until then.
         """
         return None if self._confirmed_at is None else now_ms - self._confirmed_at
 
@@ -379,24 +379,25 @@ class Member:
         Normally the newest confirmed record's. But a record still on its way was written with
         the basis of its time (its ``prev_ts``), and the log restarts our membership if it is
         appended a session or more after that basis (state.py): until we read it back, the
-        session runs from the oldest such basis, and from nowhere (lapsed) if one had none.
-        So the log never voids what we own before our own clock has fenced us. This time never
-        moves back: confirming drops the oldest records on their way and moves the newest
-        confirmed forward, and a new record's basis is the newest confirmed, or none, which
-        is only written once lapsed (when every deadline cached from it has passed).
+        session runs from no later than that basis's send. A record without ``prev_ts`` is only
+        written once lapsed, and keeps us lapsed (the session runs from no later than where it
+        ran then) until we read it back. So the log never voids what we own before our own
+        clock has fenced us. This time never moves back: confirming drops the oldest records on
+        their way and moves the newest confirmed forward, and a new record's limit is never
+        earlier than the time in force when it is written.
         """
-        bases = [b for _, b in self._sent.values()]
-        if self._newest is None or any(b is None for b in bases):
+        limits = [limit for _, _, limit in self._sent.values()]
+        if self._newest is None or None in limits:
             self._confirmed_at = None
         else:
-            self._confirmed_at = min(b.sent for b in [self._newest, *bases] if b is not None)
+            self._confirmed_at = min([self._newest.sent, *(x for x in limits if x is not None)])
 
     def _record(self, now_ms: int, group: GroupState) -> Write:
         self._seq += 1
         age = self.session_age_ms(now_ms)
         # prev_ts: the newest own record we have read back, unless our session has lapsed
         basis = self._newest if age is not None and age < self.session_timeout_ms else None
-        self._sent[self._seq] = (now_ms, basis)
+        self._sent[self._seq] = (now_ms, basis, self._confirmed_at if basis is None else basis.sent)
         self._refence()
         self._unready_sent = now_ms if basis is None else None
         self._last_send = now_ms
