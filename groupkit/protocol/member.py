@@ -385,6 +385,12 @@ class Member:
         clock has fenced us. This time never moves back: confirming drops the oldest records on
         their way and moves the newest confirmed forward, and a new record's limit is never
         earlier than the time in force when it is written.
+
+        The cost: a record's basis is already one read-back delay old when it is written, and
+        it binds until that record is read back, so a member lapses once it reads its own
+        records back about half a session late (the newest confirmed record alone allowed a
+        whole session). Learning a record's append time from the producer's delivery report
+        would end its bind earlier; the runtime does not pass that in (yet).
         """
         limits = [limit for _, _, limit in self._sent.values()]
         if self._newest is None or None in limits:
