@@ -116,27 +116,32 @@ def main() -> None:
         session, heartbeat = (int(x) for x in key.split("/"))
         bound = (session + heartbeat) / 1000
         good = [t for t in trials if t.get("ok")]
+        # The target is the issue's: a new leader has a stable assignment (every partition
+        # owned by a live member). Consuming again adds the grant's hand-off and first fetch.
+        owned = [t["owned_s"] for t in good]
         st = [t["stable_s"] for t in good]
         nl = [t["new_leader_s"] for t in good]
-        within = sum(1 for s in st if s <= bound)
+        within = sum(1 for s in owned if s <= bound)
         ok = ok and within == len(trials)
-        rows.append([key, len(good), round(pct(nl, 0.5) * 1000), round(pct(st, 0.5) * 1000),
-                     round(pct(st, 0.95) * 1000), round(max(st, default=float("nan")) * 1000),
-                     round(bound * 1000), round(pct(st, 0.5) / bound, 2),
-                     f"{within}/{len(trials)}"])  # fmt: skip
-    targets = {"all_within_session_plus_heartbeat": ok}
+        rows.append([key, len(good), round(pct(nl, 0.5) * 1000), round(pct(owned, 0.5) * 1000),
+                     round(pct(owned, 0.95) * 1000), round(max(owned, default=float("nan")) * 1000),
+                     round(pct(st, 0.5) * 1000), round(bound * 1000),
+                     round(pct(owned, 0.5) / bound, 2), f"{within}/{len(trials)}"])  # fmt: skip
+    targets = {"all_assigned_within_session_plus_heartbeat": ok}
     notes = [
         f"groupkit {args.protocol}, {args.members} members, {args.partitions} partitions, "
         f"{args.trials} trials per setting; the leader is killed with SIGKILL.",
-        "stable: every partition owned by a live member and consuming again. Bound: session "
-        "timeout + one heartbeat interval.",
+        "assigned: every partition owned by a live member (the new leader's assignment is in "
+        "place); consuming: and each has handed out a record again. Bound: session timeout + "
+        "one heartbeat interval, against assigned.",
         f"Targets: {targets}",
         f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
     ]
     out = write_results(
         "failover",
-        ["session/hb ms", "trials", "new leader p50 ms", "stable p50 ms", "stable p95 ms",
-         "stable max ms", "bound ms", "p50 / bound", "within bound"], rows,
+        ["session/hb ms", "trials", "new leader p50 ms", "assigned p50 ms", "assigned p95 ms",
+         "assigned max ms", "consuming p50 ms", "bound ms", "p50 / bound", "within bound"],
+        rows,
         title="Leader failover: kill -9 the groupkit leader, time to a stable assignment",
         results_dir=args.results_dir, notes=notes,
         extra={"trials": res, "targets": targets, "versions": versions(),
@@ -145,10 +150,11 @@ def main() -> None:
     )  # fmt: skip
     keys = list(res)
     bar_chart(out / "failover.png", keys,
-              {"new leader p50": [r[2] for r in rows], "stable p50": [r[3] for r in rows],
-               "bound (session + heartbeat)": [r[6] for r in rows]},
+              {"new leader p50": [r[2] for r in rows], "assigned p50": [r[3] for r in rows],
+               "consuming p50": [r[6] for r in rows],
+               "bound (session + heartbeat)": [r[7] for r in rows]},
               "ms after kill -9 of the leader", title="Leader failover (groupkit)",
-              errors={"stable p50": [r[4] for r in rows]})  # fmt: skip
+              errors={"assigned p50": [r[4] for r in rows]})  # fmt: skip
 
 
 if __name__ == "__main__":
