@@ -79,13 +79,16 @@ class Driver:
             if self.paused.is_set():
                 time.sleep(0.02)
                 continue
+            # Under the lock, so that remove() returns only once its consumer is no longer
+            # being polled: closed while this thread polled it, the poll raised and the thread
+            # died, and nobody polled the others again (seen in CI).
             with self._lock:
-                cs = list(self.consumers)
-            if not cs:
+                for c in self.consumers:
+                    n = len([m for m in c.consume(100, 0.02) if m.error() is None])
+                    self.consumed[id(c)] = self.consumed.get(id(c), 0) + n
+                idle = not self.consumers
+            if idle:
                 time.sleep(0.02)
-            for c in cs:
-                n = len([m for m in c.consume(100, 0.02) if m.error() is None])
-                self.consumed[id(c)] = self.consumed.get(id(c), 0) + n
 
     def stop(self) -> None:
         self._stop.set()
