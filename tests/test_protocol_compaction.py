@@ -33,14 +33,13 @@ import os
 import random
 from collections import Counter
 
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant
 
 from groupkit.protocol.records import MemberKey, decode_key
 from groupkit.protocol.sim import GroupSim, LogRecord
 from groupkit.protocol.state import GroupState
-from tests.test_protocol_hypothesis import GroupSchedule
+from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 
 EXAMPLES = int(os.environ.get("GROUPKIT_COMPACTION_EXAMPLES", "150"))
 #: measuring mode (``GROUPKIT_COMPACTION_TALLY=1``): count disagreements in TALLY, do not fail
@@ -163,14 +162,7 @@ class CompactedSchedule(GroupSchedule):
                 self.check()
 
 
-CompactedSchedule.TestCase.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=40,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
-)
+CompactedSchedule.TestCase.settings = schedule_settings(EXAMPLES)
 TestCompactedSchedule = CompactedSchedule.TestCase
 
 

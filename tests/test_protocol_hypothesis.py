@@ -150,16 +150,21 @@ class GroupSchedule(RuleBasedStateMachine):
         assert all(len(ms) == 1 for ms in owners.values())
 
 
-GroupSchedule.TestCase.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=40,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    # A fixed seed in CI, so a run is reproducible. GROUPKIT_PROTOCOL_RANDOM=1 explores new
-    # schedules. One such run found a double ownership: a slow reader that fenced itself
-    # acknowledged a generation without taking its grants, and took them later, after they
-    # had moved (test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced).
-    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
-)
+def schedule_settings(examples: int) -> settings:
+    """How random schedules run (here and in test_protocol_compaction.py)."""
+    return settings(
+        max_examples=examples,
+        stateful_step_count=40,
+        deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        # A fixed seed in CI, so a run is reproducible. GROUPKIT_PROTOCOL_RANDOM=1 explores new
+        # schedules. One such run found a double ownership: a slow reader that fenced itself
+        # acknowledged a generation without taking its grants, and took them later, after they
+        # had moved (test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced).
+        derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
+    )
+
+
+GroupSchedule.TestCase.settings = schedule_settings(EXAMPLES)
 TestGroupSchedule = GroupSchedule.TestCase
