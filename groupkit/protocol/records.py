@@ -560,8 +560,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             if known is not None:
                 k = known  # (dataclasses.replace costs more than the rest of a hit)
                 prev = int(p.group(1)) if p is not None else None
-                if prev is not None and (k.joined_at is None or k.joined_at > prev):
-                    raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at <= it")
+                _check_prev_ts(prev, k.joined_at)
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
@@ -582,6 +581,12 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             _member_memo[memo_key] = record
         return record
     return _assignment_from(doc)
+
+
+def _check_prev_ts(prev: int | None, joined_at: int | None) -> None:
+    """A ``prev_ts`` names a record of the membership: not negative, and not before it began."""
+    if prev is not None and (prev < 0 or joined_at is None or joined_at > prev):
+        raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at <= it")
 
 
 def _once(payload: bytes, name: bytes, start: int, end: int) -> bool:
@@ -704,8 +709,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     # optional: records of members that predate them have neither (see MemberRecord.legacy)
     legacy = "prev_ts" not in doc
     prev = None if legacy else _opt(doc, "prev_ts", int)
-    if prev is not None and (prev < 0 or joined_at is None or joined_at > prev):
-        raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at <= it")
+    _check_prev_ts(prev, joined_at)
     since = 0 if legacy else _nat(doc, "since_gen")
     return MemberRecord(
         incarnation=_str(doc, "inc"),
