@@ -453,9 +453,9 @@ class GroupConsumer:
                 c.handoffs.clear()
             for h in handoffs:
                 self._apply(h)
-        if self._refetch_at is not None and _monotonic() >= self._refetch_at:
+        now = _monotonic()
+        if self._refetch_at is not None and now >= self._refetch_at:
             self._refetch_offsets()
-        now = time.monotonic()
         interval = self._cfg.auto_commit_interval_ms / 1000
         waiting = self._commits.waiting_since()
         overdue = max(10 * interval, self._cfg.session_timeout_ms / 1000)
@@ -562,12 +562,12 @@ class GroupConsumer:
     def _renew_data_consumer(self) -> None:
         """Swap in a fresh data consumer once the member has lost everything.
 
-        librdkafka (2.16) does not look up the committed offsets of newly assigned partitions
-        while commits of its handle are outstanding, and async commits queued while no group
-        coordinator was reachable (the broker restarting) kept one handle waiting for good: the
-        chaos soak saw a member own its new partitions after a broker restart and never fetch
-        them. Owning nothing now, and refused any commit as a fenced member, this member gives
-        the old handle nothing more to do: it is closed in the background.
+        A handle can be stuck for good after a broker restart: librdkafka (2.16) looks up no
+        committed offsets for newly assigned partitions while any of its commits is outstanding,
+        nor after a look-up failed at the request level (see ``_refetch_offsets``, which mends
+        that case for a member that keeps partitions; the soak's stuck members turned out to be
+        that one). Owning nothing now, and refused any commit as a fenced member, this member
+        gives the old handle nothing more to do: it is closed in the background.
         """
         old = self._data
         try:
