@@ -46,14 +46,17 @@ class GroupSchedule(RuleBasedStateMachine):
     )
     def start(self, protocol: str, assignor: str, t0: int, t1: int) -> None:
         self.sim = GroupSim(
-            {"t0": t0, "t1": t1},
-            protocol=protocol,
-            assignor=assignor,
-            session_timeout_ms=2_000,
-            heartbeat_interval_ms=300,
-            rebalance_timeout_ms=4_000,
+            {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor, **self.sim_options()
         )
         self.sim.lags = {}
+
+    def sim_options(self) -> dict[str, int]:
+        """GroupSim's timing settings; schedules that subclass this one may change them."""
+        return {
+            "session_timeout_ms": 2_000,
+            "heartbeat_interval_ms": 300,
+            "rebalance_timeout_ms": 4_000,
+        }
 
     def _alive(self) -> list[str]:
         return [m.member_id for m in self.sim.running()]

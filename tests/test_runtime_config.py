@@ -84,3 +84,13 @@ def test_reset_aliases() -> None:
     assert GroupConfig.from_dict({**BASE, "auto.offset.reset": "smallest"}).auto_offset_reset == (
         "earliest"
     )
+
+
+def test_clock_skew_allowance_default_and_bounds() -> None:
+    assert GroupConfig.from_dict(BASE).max_clock_skew_ms == 1_000  # 10 s session
+    tuned = {**BASE, "session.timeout.ms": 1_000, "heartbeat.interval.ms": 100}
+    assert GroupConfig.from_dict(tuned).max_clock_skew_ms == 200  # a fifth of the session
+    assert GroupConfig.from_dict({**tuned, "groupkit.max.clock.skew.ms": 0}).max_clock_skew_ms == 0
+    for bad in (-1, 500, 900):
+        with pytest.raises(ConfigError, match="max.clock.skew"):
+            GroupConfig.from_dict({**tuned, "groupkit.max.clock.skew.ms": bad})

@@ -25,7 +25,8 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    ``T + session.timeout`` at the earliest, or (b) when a record of it starts a new membership:
    one without ``prev_ts``, or appended a session or more after its ``prev_ts`` (state.py).
    Only then may the leader grant them to another member.
-4. The member fences itself at its own time ``s + session.timeout``, where ``s`` is the send time
+4. The member fences itself at its own time ``s + session.timeout`` (less the clock-skew
+   allowance, below), where ``s`` is the send time
    of its newest confirmed record, except that while a record written with an older
    ``prev_ts`` is still on its way, ``s`` is the send time of that older record (and while one
    without ``prev_ts`` is, the member stays lapsed). Either way ``s + session.timeout`` is no
@@ -38,6 +39,19 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    it has read that one back (or a session has passed), since each would restart the membership
    again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``).
    A member that has just joined goes the same way: its first record has no ``prev_ts``.
+
+Clock skew. ``T`` and the log times that expire us are stamped by whichever broker leads the
+control partition when each record is appended; when leadership moves, the two may come from
+brokers whose clocks differ. If every two brokers differ by at most ``max_clock_skew_ms`` (say
+``k``), a stamp ``S`` of one broker and ``T`` of another satisfy ``real(S) - real(T) >= S - T -
+k``: so the log reaches ``T + session.timeout`` (or a record ``session.timeout`` after
+``prev_ts``) no earlier than real time ``s + session.timeout - k``. The member therefore fences
+itself at ``s + session.timeout - k`` (:attr:`Member.fence_after_ms`), by its own monotonic
+clock, and step 4 holds for any skew up to ``k``. The log side is unchanged, so members with
+different allowances still agree on every replay; each is safe for its own. What a skew larger
+than ``k`` looks like from here, the member measures (:meth:`Member._measure_skew`) and the
+runtime logs. ``tests/test_protocol_skew.py`` proves it over random schedules with broker
+timestamps that jump by per-leader offsets.
 
 Why ``prev_ts``: whether a record continues the membership must not depend on which of the
 member's earlier records a reader has seen, because a reader that starts from the compacted
@@ -176,6 +190,7 @@ class Member:
         client: Mapping[str, str] | None = None,
         signer: Signer | None = None,
         defer_revocations: bool = False,
+        max_clock_skew_ms: int = 0,
     ) -> None:
         self.group = group
         self.member_id = member_id
@@ -183,6 +198,21 @@ class Member:
         self.topics = tuple(sorted(set(topics)))
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        if not 0 <= max_clock_skew_ms < session_timeout_ms:
+            raise ValueError(
+                f"max_clock_skew_ms must be in [0, session_timeout_ms), got {max_clock_skew_ms}"
+            )
+        #: How far the clocks of the brokers that may lead the control partition can differ.
+        #: Log time is their ``LogAppendTime``: when the partition moves to a broker whose clock
+        #: is ahead by up to this much, the log may expire us (or restart our membership) that
+        #: much early, measured from our record's send. So we fence ourselves that much early
+        #: (see "Clock skew" in the module docstring).
+        self.max_clock_skew_ms = max_clock_skew_ms
+        #: the session, by our own clock, after which we hold ourselves fenced
+        self.fence_after_ms = session_timeout_ms - max_clock_skew_ms
+        #: the largest change of the broker clock's offset seen between two of our own records
+        #: (a lower bound, from our send and read-back times; see :meth:`_measure_skew`)
+        self.skew_seen_ms = 0
         self.rack = rack
         self.capacity = capacity
         self.client = dict(client or {})
@@ -204,6 +234,7 @@ class Member:
         #: session may run from until it is read back; see _refence) of unconfirmed records
         self._sent: dict[int, tuple[int, _Basis | None, int | None]] = {}
         self._newest: _Basis | None = None  # the newest confirmed own record
+        self._newest_confirmed = 0  # monotonic time at which _newest was read back
         #: send time of the fence basis: the session runs from there (see _refence)
         self._confirmed_at: int | None = None
         self._last_send: int | None = None
@@ -250,10 +281,11 @@ class Member:
     def check_commit(self, partitions: Iterable[tuple[str, int]], now_ms: int) -> None:
         """Raise :class:`FencedError` unless this member may commit ``partitions`` now."""
         age = self.session_age_ms(now_ms)
-        if age is None or age >= self.session_timeout_ms:
+        if age is None or age >= self.fence_after_ms:
             raise FencedError(
                 f"member {self.member_id}: own heartbeat not seen in the log for "
-                f"{age if age is not None else 'ever'} ms >= session timeout; commit refused"
+                f"{age if age is not None else 'ever'} ms >= session timeout less the clock "
+                f"skew allowance ({self.fence_after_ms} ms); commit refused"
             )
         foreign = sorted(str(TopicPartition(t, p)) for t, p in partitions
                          if TopicPartition(t, p) not in self.owned)  # fmt: skip
@@ -278,16 +310,16 @@ class Member:
             # state that has only replayed an older record of ours.
             sent = self._sent.get(me.seq)
             if sent is not None and (self._newest is None or me.seq > self._newest.seq):
-                self._newest = _Basis(
-                    me.seq, sent[0], me.last_seen, me.joined_at, me.since_generation
-                )
+                newest = _Basis(me.seq, sent[0], me.last_seen, me.joined_at, me.since_generation)
+                self._measure_skew(newest, now_ms)
+                self._newest, self._newest_confirmed = newest, now_ms
                 for s in [s for s in self._sent if s <= me.seq]:
                     del self._sent[s]
                 self._refence()
             if self._joined_at is None:
                 self._joined_at = me.joined_at
         age = self.session_age_ms(now_ms)
-        lapsed = age is None or age >= self.session_timeout_ms
+        lapsed = age is None or age >= self.fence_after_ms
         lost: Partitions = EMPTY
         if self.owned:
             why = None
@@ -398,11 +430,27 @@ class Member:
         else:
             self._confirmed_at = min([self._newest.sent, *(x for x in limits if x is not None)])
 
+    def _measure_skew(self, newer: _Basis, now_ms: int) -> None:
+        """Bound how far the broker clock's offset moved between two of our own records.
+
+        Between the newest confirmed record ``i`` and the newer ``j`` just read back, the
+        broker's clock offset (``LogAppendTime`` minus real time) changed by at least
+        ``(T_j - T_i) - (read_j - sent_i)`` forward (record ``i`` was appended after it was
+        sent, ``j`` before it was read) and ``(T_i - T_j) + (sent_j - read_i)`` backward. Either
+        one above ``max_clock_skew_ms`` is skew the fence does not allow for: the runtime logs it.
+        """
+        old = self._newest
+        if old is None:
+            return
+        forward = (newer.ts - old.ts) - (now_ms - old.sent)
+        backward = (old.ts - newer.ts) + (newer.sent - self._newest_confirmed)
+        self.skew_seen_ms = max(self.skew_seen_ms, forward, backward)
+
     def _record(self, now_ms: int, group: GroupState) -> Write:
         self._seq += 1
         age = self.session_age_ms(now_ms)
         # prev_ts: the newest own record we have read back, unless our session has lapsed
-        basis = self._newest if age is not None and age < self.session_timeout_ms else None
+        basis = self._newest if age is not None and age < self.fence_after_ms else None
         self._sent[self._seq] = (now_ms, basis, self._confirmed_at if basis is None else basis.sent)
         self._refence()
         self._unready_sent = now_ms if basis is None else None

@@ -37,14 +37,20 @@ class LogRecord:
 
 @dataclass(slots=True)
 class ControlLog:
-    """The control partition: a list, with the broker clock that stamps appends."""
+    """The control partition: a list, with the broker clock that stamps appends.
+
+    ``skew`` is how far the clock of the broker that leads the partition is off the members'
+    clocks: setting it mid-run is the partition's leadership moving to another broker (whose
+    ``LogAppendTime`` then stamps every append). Members' monotonic clocks follow ``clock``.
+    """
 
     records: list[LogRecord] = field(default_factory=list)
     clock: int = 0
+    skew: int = 0
 
     def append(self, key: bytes | None, value: bytes | None) -> int:
         off = len(self.records)
-        self.records.append(LogRecord(off, key, value, self.clock))
+        self.records.append(LogRecord(off, key, value, self.clock + self.skew))
         return off
 
     def compacted(
@@ -106,6 +112,7 @@ class GroupSim:
         signer: Signer | None = None,
         keep_actions: bool = False,
         shared_state: bool = False,
+        max_clock_skew_ms: int = 0,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -116,6 +123,9 @@ class GroupSim:
         self.tick_ms = tick_ms
         self.signer = signer
         self.keep_actions = keep_actions
+        #: each member's clock-skew allowance (Member.max_clock_skew_ms); ``log.skew`` is the
+        #: skew the brokers actually have
+        self.max_clock_skew_ms = max_clock_skew_ms
         #: members that read at full speed share one replayed state (they would hold equal
         #: copies anyway); this is what makes a 1,000-member group cheap to simulate
         self.shared_state = shared_state
@@ -160,6 +170,7 @@ class GroupSim:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             signer=self.signer,
+            max_clock_skew_ms=self.max_clock_skew_ms,
         )
         old = self.members.get(member_id)
         if old is not None and not old.crashed:
@@ -236,7 +247,7 @@ class GroupSim:
             st.leader == sm.member_id
             and st.members[sm.member_id].incarnation == sm.member.incarnation
             and (sm.awaiting is None or st.offset >= sm.awaiting)
-            and (sm.member.session_age_ms(self.clock) or 0) < self.session_timeout_ms
+            and (sm.member.session_age_ms(self.clock) or 0) < sm.member.fence_after_ms
         ):
             d = self.planner.plan(st, self.partitions)
             if d.action == NEED_LAGS:

@@ -43,7 +43,15 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.signing.key": (None, "str"),
     "groupkit.client.rack": (None, "str"),
     "groupkit.capacity": (None, "float"),
+    "groupkit.max.clock.skew.ms": (None, "int"),  # default: see MAX_CLOCK_SKEW_MS
 }
+
+#: How far apart the clocks of the brokers that may lead the control partition can be, unless
+#: ``groupkit.max.clock.skew.ms`` says otherwise: a member fences itself this much before its
+#: session would end (member.py, "Clock skew"). NTP keeps brokers within milliseconds; a second
+#: covers a broker whose time daemon has failed for a while. Capped by default at a fifth of the
+#: session, so a tuned 1 s session still leaves a member 800 ms to read its heartbeat back.
+MAX_CLOCK_SKEW_MS = 1_000
 
 # Keys every internal client needs to reach and authenticate to the cluster.
 _CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "socket.", "broker.", "client.")
@@ -140,6 +148,7 @@ class GroupConfig:
     signing_key: str | None
     rack: str | None
     capacity: float | None
+    max_clock_skew_ms: int
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -189,6 +198,14 @@ class GroupConfig:
         if reset not in ("earliest", "latest", "error"):
             raise ConfigError(f"auto.offset.reset must be earliest, latest or error, got {reset!r}")
         lag_reset = gk["groupkit.lag.auto.offset.reset"] or reset
+        skew = gk["groupkit.max.clock.skew.ms"]
+        if skew is None:
+            skew = min(MAX_CLOCK_SKEW_MS, session // 5)
+        elif not 0 <= skew < session // 2:
+            raise ConfigError(
+                f"groupkit.max.clock.skew.ms must be >= 0 and below half of session.timeout.ms "
+                f"({session // 2}), got {skew}: a member fences itself that much early"
+            )
         parts = gk["groupkit.control.topic.partitions"]
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
@@ -228,6 +245,7 @@ class GroupConfig:
             signing_key=gk["groupkit.signing.key"],
             rack=gk["groupkit.client.rack"],
             capacity=gk["groupkit.capacity"],
+            max_clock_skew_ms=skew,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

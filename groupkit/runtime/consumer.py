@@ -413,7 +413,7 @@ class GroupConsumer:
         c = self._coordinator
         if c is None or not self._owned or _monotonic() < self._fence_until:
             return
-        session = self._cfg.session_timeout_ms
+        session = c.member.fence_after_ms  # the session less the clock-skew allowance
         with c.lock:
             now_ms = monotonic_ms()
             age = c.member.session_age_ms(now_ms)

@@ -103,6 +103,8 @@ class Stats:
     records_written: int = 0
     rebalances: Counter[str] = field(default_factory=Counter)
     write_errors: int = 0
+    #: the largest broker clock difference seen beyond groupkit.max.clock.skew.ms (0: none)
+    clock_skew_ms: int = 0
 
 
 class Coordinator:
@@ -143,6 +145,7 @@ class Coordinator:
             client={"lib": "groupkit"},
             signer=self.signer,
             defer_revocations=True,  # revocations are done by the poll thread, then released
+            max_clock_skew_ms=cfg.max_clock_skew_ms,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol)
         self.stats = Stats()
@@ -222,6 +225,7 @@ class Coordinator:
             return
         with self.lock:
             for r in batch:
+                self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
                 res = self.state.replay(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
                 self.observers.record_read(self.state, res.kind)
@@ -242,6 +246,22 @@ class Coordinator:
                 ):
                     self._awaiting = None
 
+    def _check_clock(self, skew_ms: int, how: str) -> None:
+        """Log broker clock skew beyond the allowance, where it can be seen: a record stamped
+        before the log time (the partition moved to a broker whose clock is behind), or the
+        member's own records read back further apart than sent (``Member._measure_skew``)."""
+        if skew_ms > self.cfg.max_clock_skew_ms and skew_ms > self.stats.clock_skew_ms:
+            self.stats.clock_skew_ms = skew_ms
+            _log.warning(
+                "control_log.clock_skew",
+                group=self.cfg.group_id,
+                member=self.member_id,
+                how=how,
+                skew_ms=skew_ms,
+                allowed_ms=self.cfg.max_clock_skew_ms,
+                hint="raise groupkit.max.clock.skew.ms or fix the brokers' clocks",
+            )
+
     def turn(self, batch: list) -> None:  # type: ignore[type-arg]
         self._replay(batch)
         now = monotonic_ms()
@@ -253,7 +273,7 @@ class Coordinator:
             leader = (
                 self.state.leader == self.member_id
                 and self.state.members[self.member_id].incarnation == self.incarnation
-                and (self.member.session_age_ms(now) or 0) < self.cfg.session_timeout_ms
+                and (self.member.session_age_ms(now) or 0) < self.member.fence_after_ms
             )
             # While our own assignment record is unreplayed we lead but do not plan.
             leads = leader and self._awaiting is None
@@ -284,6 +304,7 @@ class Coordinator:
     def _act(self, now: int, service: bool = True) -> Actions:
         """The member's step (under ``self.lock``): queue hand-offs, produce its records."""
         acts = self.member.poll(self.state, now)
+        self._check_clock(self.member.skew_seen_ms, "own_records")
         new_revoke = acts.revoke - self._revoking
         if acts.lost or new_revoke or acts.assign:
             self._revoking |= new_revoke
