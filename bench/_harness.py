@@ -385,6 +385,19 @@ def pct(xs: list[float], q: float) -> float:
     return xs[f] + (xs[c] - xs[f]) * (k - f)
 
 
+def commit() -> str:
+    """The checked-out commit the bench ran (``+dirty`` with uncommitted changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True,
+                               timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
 def versions() -> dict[str, str]:
     import confluent_kafka
 
@@ -396,6 +409,7 @@ def versions() -> dict[str, str]:
         "confluent_kafka": confluent_kafka.version(),
         "librdkafka": confluent_kafka.libversion()[0],
         "kafka_broker": DEFAULT_KAFKA_VERSION,
+        "commit": commit(),
     }
 
 
