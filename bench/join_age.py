@@ -4,7 +4,7 @@ One local broker, one topic (48 partitions) with a producer writing one record t
 partition every 10 ms, groupkit groups of ``--members`` cooperative member processes
 (``bench/_worker.py``), each group on its own control topic so its log holds only its own
 records. Per setting (``tuned``: ``--session-ms`` / ``--heartbeat-ms``, 1 s / 100 ms;
-``default``: groupkit's 10 s / 1 s), two groups run side by side:
+``default``: groupkit's 10 s / 1 s), two groups run one after the other:
 
 - ``auto``: the control topic as groupkit creates it (``segment.ms`` 5 min, see
   ``groupkit/runtime/control_topic.py``);
@@ -28,22 +28,24 @@ trials run one every ``--slot`` seconds from the young age on; the ``old`` trial
 ``trials × slot`` seconds *before* the old age: the ``auto`` topic rolls its active segment at
 5 min and the cleaner then compacts it, so just before 5 min is the largest log a newcomer of
 that topic replays (the worst case) and just after it a small one. Each trial's actual age is
-recorded. The two groups of a setting are started ``young + trials × slot`` seconds apart so no
-trial of one overlaps a start or a trial of the other; the settings run one after the other.
+recorded. The settings run side by side, the second started ``young + trials × slot`` seconds
+after the first, so that their starts and trials do not meet (until load delays them: a
+trial waits for the group to settle, so read each trial's age); only one group of a setting is
+alive at a time, to keep the bench's own load down.
 
-    python bench/join_age.py            # full: 10 members, 5 trials, 20 s and 5 min (~13 min)
+    python bench/join_age.py            # full: 10 members, 5 trials, 20 s and 5 min (~12 min)
     python bench/join_age.py --quick    # seconds; for CI
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import os
 import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,45 +160,39 @@ def trial(ag: AgedGroup, boot: str, timeout: float) -> dict[str, float]:
     return r
 
 
-def run_setting(boot: str, topic: str, work: Path, setting: str,
-                args: argparse.Namespace) -> list[AgedGroup]:  # fmt: skip
-    """Both kinds of control topic for one setting, their starts and trials in one timeline."""
+def run_group(boot: str, topic: str, work: Path, setting: str, kind: str,
+              args: argparse.Namespace) -> AgedGroup:  # fmt: skip
+    """One group from its start to its last trial, then stopped (its CPU freed for the next)."""
     window = args.trials * args.slot
-    stagger = args.young + window + 2.0
     timeout = (args.session_ms if setting == "tuned" else GK_DEFAULT[0]) / 1000 + 60
-    groups = [start_group(boot, topic, work, setting, k, args) for k in args.kinds]
-    t_base = time.monotonic()
-    # (due, seq, action, group index, point, trial number): a heap, so starts and trials of
-    # both groups run in time order, one at a time.
-    todo: list[tuple[float, int, str, int, str, int]] = []
-    for i in range(len(groups)):
-        heapq.heappush(todo, (t_base + i * stagger, len(todo), "start", i, "", 0))
+    ag = start_group(boot, topic, work, setting, kind, args)
     try:
-        while todo:
-            due, _, action, i, point, k = heapq.heappop(todo)
-            time.sleep(max(0.0, due - time.monotonic()))
-            ag = groups[i]
-            if action == "start":
-                subscribe_all(ag)
-                ag.group.wait_stable(timeout=120)
-                print(f"  {setting} {ag.kind}: {args.members} members stable "
-                      f"{time.monotonic() - ag.started:.1f} s after start", flush=True)  # fmt: skip
-                for n in range(args.trials):
-                    for p, at in (("young", args.young + n * args.slot),
-                                  ("old", args.old - window + n * args.slot)):  # fmt: skip
-                        heapq.heappush(todo, (ag.started + at, len(todo), "trial", i, p, n))
-                continue
+        subscribe_all(ag)
+        ag.group.wait_stable(timeout=120)
+        print(f"  {setting} {kind}: {args.members} members stable "
+              f"{time.monotonic() - ag.started:.1f} s after start", flush=True)  # fmt: skip
+        due = sorted((ag.started + at, p, n) for n in range(args.trials)
+                     for p, at in (("young", args.young + n * args.slot),
+                                   ("old", args.old - window + n * args.slot)))  # fmt: skip
+        for at, point, n in due:
+            time.sleep(max(0.0, at - time.monotonic()))
             r = trial(ag, boot, timeout)
             ag.trials[point].append(r)
-            print(f"  {setting} {ag.kind} {point} trial {k + 1}/{args.trials}: age "
+            print(f"  {setting} {kind} {point} trial {n + 1}/{args.trials}: age "
                   f"{r['age_s']:.0f} s, join {r['stable_s'] * 1000:.0f} ms, first record "
                   f"{r['first_s'] * 1000:.0f} ms, caught up {r['caught_s'] * 1000:.0f} ms "
                   f"after replaying {r['replayed']:.0f} of {r['log_end']:.0f} records, "
                   f"load {r['load1']}", flush=True)  # fmt: skip
     finally:
-        for ag in groups:
-            ag.group.stop_all()
-    return groups
+        ag.group.stop_all()
+    return ag
+
+
+def run_lane(boot: str, topic: str, work: Path, setting: str, delay: float,
+             args: argparse.Namespace) -> list[AgedGroup]:  # fmt: skip
+    """One setting's groups, one after the other, after ``delay`` seconds."""
+    time.sleep(delay)
+    return [run_group(boot, topic, work, setting, k, args) for k in args.kinds]
 
 
 def summarize(ts: list[dict[str, float]]) -> dict[str, float]:
@@ -249,16 +245,21 @@ def main() -> None:
             pacer = Pacer(boot, topic, args.partitions).start()
             try:
                 wait_for(lambda: pacer.sent > 0, 30, "the producer")
-                for setting in settings:
-                    print(f"{setting} ...", flush=True)
-                    runs += run_setting(boot, topic, work, setting, args)
+                # One lane per setting, side by side, each offset by a young point's trials so
+                # that no start or trial of one lane meets one of another (at least at first).
+                stagger = args.young + args.trials * args.slot + 2.0
+                with ThreadPoolExecutor(len(settings)) as pool:
+                    lanes = [pool.submit(run_lane, boot, topic, work, s, i * stagger, args)
+                             for i, s in enumerate(settings)]  # fmt: skip
+                    for lane in lanes:
+                        runs += lane.result()
             finally:
                 pacer.stop()
-    report(runs, args, load_before, time.monotonic() - t_start)
+    report(runs, args, load_before, time.monotonic() - t_start, pacer.dropped_rounds)
 
 
 def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[str, float],
-           seconds: float) -> None:  # fmt: skip
+           seconds: float, dropped_rounds: int) -> None:  # fmt: skip
     ms = 1000.0
     summ = {(r.setting, r.kind, p): summarize(r.trials[p]) for r in runs for p in POINTS}
     columns = ["setting", "session/hb ms", "control topic", "point", "age s", "trials",
@@ -296,7 +297,8 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
         f"{args.members} members (cooperative, cooperative-sticky), {args.partitions} "
         f"partitions, {args.trials} trials a point; young {args.young:.0f} s, old "
         f"{args.old:.0f} s (old trials in the {args.trials * args.slot:.0f} s before it); "
-        "producer: one record per partition every 10 ms. Each group on its own control topic.",
+        f"producer: one record per partition every 10 ms ({dropped_rounds} rounds dropped with "
+        "its queue full). Each group on its own control topic.",
         "join: subscribe() → every partition owned and consuming again (as rebalance.py). first "
         "record: → the newcomer's first record. caught up: → the newcomer has replayed its control "
         "partition; replayed: control records read by then (Coordinator.stats.records_read). "
@@ -319,6 +321,7 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
                                "targets": targets, "versions": versions(),
                                "load_before": load_before, "load_during": load_during,
                                "load_after": load(), "seconds": seconds,
+                               "producer_dropped_rounds": dropped_rounds,
                                "args": vars(args)})  # fmt: skip
     labels = [f"{r.kind} [{r.setting}]" for r in runs]
     bar_chart(
