@@ -31,7 +31,8 @@ that topic replays (the worst case) and just after it a small one. Each trial's 
 recorded. The settings run side by side, the second started ``young + trials × slot`` seconds
 after the first, so that their starts and trials do not meet (until load delays them: a
 trial waits for the group to settle, so read each trial's age); only one group of a setting is
-alive at a time, to keep the bench's own load down.
+alive at a time, to keep the bench's own load down (still ~1.4 of 2 cores: the broker and 20
+member processes). Each trial's 1-min load average is recorded beside it.
 
     python bench/join_age.py            # full: 10 members, 5 trials, 20 s and 5 min (~12 min)
     python bench/join_age.py --quick    # seconds; for CI
@@ -129,12 +130,10 @@ def subscribe_all(ag: AgedGroup) -> None:
     ag.started = min(m.fact("sub")["t"] for m in members)  # type: ignore[index]
 
 
-def trial(ag: AgedGroup, boot: str, timeout: float) -> dict[str, float]:
-    """One newcomer: join (measured), then a clean leave and the group settled again."""
+def trial(ag: AgedGroup, joiner: Member, boot: str, timeout: float) -> dict[str, float]:
+    """One newcomer (started, idle): join (measured), then a clean leave and the group settled."""
     group = ag.group
     group.wait_stable(timeout)
-    joiner: Member = group.spawn()
-    group.wait_ready([joiner])
     end = log_end(boot, group.control_topic, group.group)
     joiner.send("subscribe")
     _wait_fact(group, joiner, "sub")
@@ -175,8 +174,12 @@ def run_group(boot: str, topic: str, work: Path, setting: str, kind: str,
                      for p, at in (("young", args.young + n * args.slot),
                                    ("old", args.old - window + n * args.slot)))  # fmt: skip
         for at, point, n in due:
+            # Started ahead of its time, so a loaded machine's slow Python start-up does not
+            # push the trial (and the ones after it) to a later log age.
+            joiner = ag.group.spawn()
+            ag.group.wait_ready([joiner])
             time.sleep(max(0.0, at - time.monotonic()))
-            r = trial(ag, boot, timeout)
+            r = trial(ag, joiner, boot, timeout)
             ag.trials[point].append(r)
             print(f"  {setting} {kind} {point} trial {n + 1}/{args.trials}: age "
                   f"{r['age_s']:.0f} s, join {r['stable_s'] * 1000:.0f} ms, first record "
