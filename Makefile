@@ -40,6 +40,7 @@ bench: $(STAMP) kafka-jars
 	$(BIN)/python bench/rebalance.py
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/failover.py
+	$(BIN)/python bench/join_age.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -246,14 +246,19 @@ class Pacer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.sent = 0
+        self.dropped_rounds = 0
 
     def _run(self) -> None:
         nxt = time.monotonic()
         value = b"x" * 64
         while not self._stop.is_set():
-            for p in range(self.partitions):
-                self._p.produce(self.topic, value=value, partition=p)
-            self.sent += self.partitions
+            try:
+                for p in range(self.partitions):
+                    self._p.produce(self.topic, value=value, partition=p)
+                    self.sent += 1
+            except BufferError:  # the broker fell behind (a loaded machine): skip this round
+                self.dropped_rounds += 1
+                self._p.poll(self.period)
             self._p.poll(0)
             nxt += self.period
             delay = nxt - time.monotonic()
@@ -385,6 +390,19 @@ def pct(xs: list[float], q: float) -> float:
     return xs[f] + (xs[c] - xs[f]) * (k - f)
 
 
+def commit() -> str:
+    """The checked-out commit the bench ran (``+dirty`` with uncommitted changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, timeout=10).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True,
+                               timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
 def versions() -> dict[str, str]:
     import confluent_kafka
 
@@ -396,6 +414,7 @@ def versions() -> dict[str, str]:
         "confluent_kafka": confluent_kafka.version(),
         "librdkafka": confluent_kafka.libversion()[0],
         "kafka_broker": DEFAULT_KAFKA_VERSION,
+        "commit": commit(),
     }
 
 

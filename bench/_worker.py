@@ -14,7 +14,11 @@ of the call, not of a Python start-up. It appends one JSON line per fact to ``--
   (the partition is *consuming again*);
 - ``{"e": "n", "n": count}``: records polled since the last such fact, at most every 50 ms
   (for the records/s dip);
-- ``{"e": "lead", "v": bool, "g": generation}`` (groupkit) when leadership or generation changes.
+- ``{"e": "lead", "v": bool, "g": generation}`` (groupkit) when leadership or generation changes;
+- ``{"e": "caught", "n": records}`` (groupkit) when the member has caught up with its control
+  partition after ``subscribe()``: ``n`` is ``Coordinator.stats.records_read`` then, the control
+  records it replayed (read from another thread a moment after catch-up, so it may include the
+  odd record read by the first turn).
 
 Per-process overhead is kept low: one line per 50 ms of records, not per record; groupkit's
 info logs off.
@@ -84,6 +88,14 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def audit_catch_up(consumer: Any, audit: Audit) -> None:
+    """Write the ``caught`` fact once the member's control loop has replayed its history."""
+    c = consumer.coordinator
+    if c is None or not c.wait_caught_up(120):
+        return
+    audit.write("caught", n=c.stats.records_read)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kind", choices=("gk", "native"), required=True)
@@ -146,6 +158,8 @@ def main() -> None:
         return
     audit.write("sub")
     consumer.subscribe([args.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    if args.kind == "gk":
+        threading.Thread(target=audit_catch_up, args=(consumer, audit), daemon=True).start()
     lead: tuple[Any, ...] = ()
     count, flushed, checked = 0, time.monotonic(), 0.0
     while True:
