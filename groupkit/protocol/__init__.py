@@ -42,7 +42,7 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
-from groupkit.protocol.snapshot import newest_snapshot
+from groupkit.protocol.snapshot import newest_snapshot, restore
 from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, MemberState, Replayed
 
 __all__ = [
@@ -78,4 +78,5 @@ __all__ = [
     "member_record",
     "member_tombstone",
     "newest_snapshot",
+    "restore",
 ]

@@ -10,6 +10,14 @@ correct member's replay holds that state there; so picking by ``as_of`` is never
 at worst it makes the newcomer replay more. A snapshot is valid if it decodes (and verifies,
 with a verifier) and its ``as_of`` is before its own offset: a state cannot include the record
 that carries it, so a snapshot claiming a later offset was not written by a correct member.
+
+The tail must be whole. A state restored at ``as_of`` and fed the records after it equals the
+full replay only if none of those records was compacted away: a restored state judges a member
+record by the memberships it knows, so a claim granted by an assignment record the cleaner
+dropped is rejected (``unowned_claim``), and what follows disagrees. (A reader starting from
+the compacted log has no such problem: it trusts what it first sees, state.py.) Compaction
+leaves gaps in the offsets, so :func:`restore` checks that the offsets after ``as_of`` are
+contiguous and otherwise declines; the caller then replays from the start of the log.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Protocol
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.records import Signer, SnapshotKey, SnapshotRecord, decode
+from groupkit.protocol.state import GroupState
 
 
 class RawRecord(Protocol):
@@ -55,3 +64,33 @@ def newest_snapshot(
         if best is None or v.as_of > best[1].as_of:
             best = (r.offset, v)
     return best
+
+
+class TimedRecord(RawRecord, Protocol):
+    @property
+    def timestamp(self) -> int: ...
+
+
+def restore(
+    records: Iterable[TimedRecord],
+    group: str,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int = 60_000,
+    verifier: Signer | None = None,
+) -> GroupState | None:
+    """The state at the end of ``records`` (the control partition as read, in offset order),
+    from the snapshot :func:`newest_snapshot` picks and the records after it; ``None`` if there
+    is none, or the records after it are not whole (see the module docstring)."""
+    rs = list(records)
+    got = newest_snapshot(rs, group, verifier)
+    if got is None:
+        return None
+    snap = got[1]
+    state = GroupState.from_snapshot(snap, session_timeout_ms, rebalance_timeout_ms, verifier)
+    for r in rs:
+        if r.offset <= snap.as_of:
+            continue
+        if r.offset != state.offset + 1:
+            return None  # a gap: the cleaner has been past as_of
+        state.replay(r.offset, r.key, r.value, r.timestamp)
+    return state
