@@ -373,6 +373,30 @@ def test_newest_snapshot_picks_the_largest_as_of_not_the_last_written() -> None:
     assert core(restored) == states[min(states)]
 
 
+def test_restore_uses_the_snapshot_only_while_its_tail_is_whole() -> None:
+    sim = busy_group()
+    sim.tick(10)
+    assert restore(sim.log.records, "g", sim.session_timeout_ms) is None  # no snapshot yet
+    full = sim.view()
+    as_of = full.offset
+    sim.inject(*encode(SnapshotKey("g"), full.snapshot("m0", "i1")))
+    sim.tick(30)
+    full = sim.view()
+
+    def restored(records: list[LogRecord]) -> GroupState | None:
+        return restore(records, "g", sim.session_timeout_ms, sim.rebalance_timeout_ms)
+
+    whole = restored(sim.log.records)
+    assert whole is not None and core(whole) == core(full)
+    # only the tail is needed; the cleaner may have been anywhere before the snapshot's as_of
+    assert (r := restored(sim.log.records[as_of - 3 :])) is not None and core(r) == core(full)
+    r = restored(sim.log.compacted(as_of + 1))
+    assert r is not None and core(r) == core(full)
+    # past it, records the restored state would judge are gone: it declines
+    assert restored(sim.log.compacted(as_of + 10)) is None
+    assert restored(sim.log.records[: as_of + 5] + sim.log.records[as_of + 6 :]) is None
+
+
 def _fields(r: SnapshotRecord) -> dict[str, Any]:
     return {f: getattr(r, f) for f in SnapshotRecord.__slots__}
 
