@@ -4,7 +4,8 @@
 2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
-5. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
+5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
+6. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
 
 How a runtime drives it: replay every control record into a ``GroupState``; then call
 ``Member.poll(state, now_ms)`` and carry out its ``Actions`` in order (lost, revoke with commit,
@@ -30,6 +31,8 @@ from groupkit.protocol.records import (
     MemberKey,
     MemberRecord,
     Signer,
+    SnapshotKey,
+    SnapshotRecord,
     assignment_record,
     covered_member,
     decode,
@@ -39,6 +42,7 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
+from groupkit.protocol.snapshot import newest_snapshot, restore
 from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, MemberState, Replayed
 
 __all__ = [
@@ -60,6 +64,8 @@ __all__ = [
     "ProtocolError",
     "Replayed",
     "Signer",
+    "SnapshotKey",
+    "SnapshotRecord",
     "Write",
     "adjust_cooperative",
     "assignment_record",
@@ -71,4 +77,6 @@ __all__ = [
     "encode",
     "member_record",
     "member_tombstone",
+    "newest_snapshot",
+    "restore",
 ]

@@ -13,13 +13,19 @@ A group's whole history is two kinds of record on one partition of the compacted
    the partitions it is ``assigned`` now, must ``revoke`` now, and has ``pending`` (granted in a
    follow-up generation once their old owner lets go).
 3. **Member tombstone** (key: group + member id, value ``None``): a clean leave.
+4. **Snapshot record** (key: group, its own kind). The whole replayed ``GroupState`` as of an
+   offset ``as_of`` of the writer's replay (:class:`SnapshotRecord`), so that a newcomer can
+   restore it and replay only what follows (issue 14). Compaction keeps the newest per group.
+   Replay is deterministic, so a snapshot by any correct member is the state every full reader
+   holds at ``as_of``; the replay itself ignores snapshot records (state.py). Its payload is
+   always compressed, and may be larger than other records' (:data:`MAX_SNAPSHOT_PAYLOAD`).
 
 Records are built only through the named factories (:func:`member_record`,
 :func:`assignment_record`, :func:`member_tombstone`) and turned into bytes by :func:`encode`.
 
 Wire format::
 
-    key   = [key version u8][kind u8: 'M' | 'A'][group length u16 BE][group utf-8][member utf-8]
+    key   = [key version u8][kind u8: 'M' | 'A' | 'S'][group len u16 BE][group utf-8][member utf-8]
     value = [schema version u8][flags u8][tag length u8, tag if flags & SIGNED][payload]
     payload = JSON (zlib-compressed if flags & ZLIB)
 
@@ -63,6 +69,7 @@ KEY_VERSION = 1
 SCHEMA_VERSION = 1
 KIND_MEMBER = ord("M")
 KIND_ASSIGNMENT = ord("A")
+KIND_SNAPSHOT = ord("S")
 
 FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
@@ -102,7 +109,14 @@ class AssignmentKey:
     group: str
 
 
-RecordKey = MemberKey | AssignmentKey
+@dataclass(frozen=True, slots=True)
+class SnapshotKey:
+    """Key of the group's snapshot record (one per group: compaction keeps the newest)."""
+
+    group: str
+
+
+RecordKey = MemberKey | AssignmentKey | SnapshotKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +183,60 @@ class AssignmentRecord:
         return c.assigned | c.pending if c is not None else EMPTY
 
 
-RecordValue = MemberRecord | AssignmentRecord | None
+@dataclass(frozen=True, slots=True)
+class SnapshotMember:
+    """One membership inside a snapshot: every field of ``state.MemberState``, same order."""
+
+    member_id: str
+    incarnation: str
+    seq: int
+    topics: tuple[str, ...]
+    claims: Partitions
+    owned_generation: int
+    acked_generation: int
+    seen_generation: int
+    joined_at: int
+    last_seen: int
+    since_generation: int
+    rack: str | None
+    capacity: float | None
+    client: tuple[tuple[str, str], ...]
+    ready: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHold:
+    """One ``state.Hold`` inside a snapshot."""
+
+    holder: str
+    partitions: Partitions
+    until: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """The deterministic ``GroupState`` as of offset ``as_of`` of the writer's replay.
+
+    Built by ``GroupState.snapshot`` and restored by ``GroupState.from_snapshot``; the
+    rejection counters are not part of it. ``history`` is ``(generation time, assignment)``
+    per generation the state still keeps, oldest first.
+    """
+
+    group: str
+    as_of: int
+    log_time: int
+    writer_id: str
+    writer_incarnation: str
+    leader: str | None
+    members: tuple[SnapshotMember, ...]
+    assignment: AssignmentRecord | None
+    assignment_offset: int
+    history: tuple[tuple[int, AssignmentRecord], ...]
+    holds: tuple[SnapshotHold, ...]
+    assignment_clobbered: bool
+
+
+RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | None
 
 
 # --------------------------------------------------------------------------- factories
@@ -323,6 +390,8 @@ def encode_key(key: RecordKey) -> bytes:
         raise ValueError("group id too long")
     if isinstance(key, MemberKey):
         return struct.pack(">BBH", KEY_VERSION, KIND_MEMBER, len(g)) + g + key.member_id.encode()
+    if isinstance(key, SnapshotKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_SNAPSHOT, len(g)) + g
     return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
 
 
@@ -330,10 +399,16 @@ def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = Non
     """The bytes of ``value`` (``None`` for a tombstone)."""
     if value is None:
         return None
-    doc = _member_doc(value) if isinstance(value, MemberRecord) else _assignment_doc(value)
+    doc = (
+        _member_doc(value)
+        if isinstance(value, MemberRecord)
+        else _snapshot_doc(value)
+        if isinstance(value, SnapshotRecord)
+        else _assignment_doc(value)
+    )
     payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     flags = 0
-    if len(payload) > COMPRESS_ABOVE:
+    if len(payload) > COMPRESS_ABOVE or isinstance(value, SnapshotRecord):
         payload = zlib.compress(payload, 6)
         flags |= FLAG_ZLIB
     head = bytes([SCHEMA_VERSION, flags])
@@ -392,6 +467,50 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
     return doc
 
 
+def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
+    cur = _assignment_doc(v.assignment) if v.assignment is not None else None
+    return {
+        "group": v.group,
+        "as_of": v.as_of,
+        "log_time": v.log_time,
+        "writer": v.writer_id,
+        "writer_inc": v.writer_incarnation,
+        "leader": v.leader,
+        # a list, not an object: encode() sorts object keys, and this keeps the state's order
+        "members": [
+            [
+                m.member_id,
+                {
+                    "inc": m.incarnation,
+                    "seq": m.seq,
+                    "topics": list(m.topics),
+                    "claims": encode_partitions(m.claims),
+                    "owned_gen": m.owned_generation,
+                    "acked_gen": m.acked_generation,
+                    "seen_gen": m.seen_generation,
+                    "joined_at": m.joined_at,
+                    "last_seen": m.last_seen,
+                    "since_gen": m.since_generation,
+                    "rack": m.rack,
+                    "capacity": m.capacity,
+                    "client": dict(m.client),
+                    "ready": m.ready,
+                },
+            ]
+            for m in v.members
+        ],
+        "assignment": cur,
+        "assignment_offset": v.assignment_offset,
+        # the current generation is nearly always in the history too: write it once (null)
+        "history": [
+            [t, None if a is v.assignment or a == v.assignment else _assignment_doc(a)]
+            for t, a in v.history
+        ],
+        "holds": [[h.holder, encode_partitions(h.partitions), h.until] for h in v.holds],
+        "clobbered": v.assignment_clobbered,
+    }
+
+
 def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
     return {
         "gen": v.generation,
@@ -423,6 +542,10 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
 MAX_PAYLOAD = 8 * 1024 * 1024  # decompressed JSON bytes: refuses zlib bombs
 MAX_CONTAINERS = 1 << 20  # JSON objects + arrays in one payload: refuses allocation bombs
 MAX_PARTITIONS = 1 << 20  # partitions in one record, over all its fields: refuses range bombs
+#: A snapshot holds a whole group: every member's claims and every assignment record the state
+#: keeps (the current one and those of unacknowledged generations), so it may be larger.
+MAX_SNAPSHOT_PAYLOAD = 4 * MAX_PAYLOAD
+MAX_SNAPSHOT_PARTITIONS = 4 * MAX_PARTITIONS
 
 #: Heartbeats repeat the member's previous record but for ``seq`` and ``prev_ts``, and a member
 #: that starts replays every one of them still in the log (an uncompacted segment holds all).
@@ -476,6 +599,10 @@ def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
         if rest:
             raise RecordRejected("bad_bytes", "trailing bytes in assignment key")
         return AssignmentKey(group)
+    if kind == KIND_SNAPSHOT:
+        if rest:
+            raise RecordRejected("bad_bytes", "trailing bytes in snapshot key")
+        return SnapshotKey(group)
     raise RecordRejected("unknown_kind", f"key kind {kind}")
 
 
@@ -486,8 +613,8 @@ def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = No
     they have no bytes to sign).
     """
     if raw is None:
-        if isinstance(key, AssignmentKey):
-            raise RecordRejected("bad_value", "assignment tombstone")
+        if isinstance(key, AssignmentKey | SnapshotKey):
+            raise RecordRejected("bad_value", "assignment or snapshot tombstone")
         return None
     try:
         return _decode_value(key, bytes(raw), verifier)
@@ -526,18 +653,19 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             raise RecordRejected("unsigned", "record is not signed")
         if not verifier.verify(encode_key(key) + payload, tag):
             raise RecordRejected("bad_signature", "signature does not verify")
+    limit = MAX_SNAPSHOT_PAYLOAD if isinstance(key, SnapshotKey) else MAX_PAYLOAD
     if flags & FLAG_ZLIB:
         try:
             d = zlib.decompressobj()
-            payload = d.decompress(payload, MAX_PAYLOAD + 1)
+            payload = d.decompress(payload, limit + 1)
             if d.unconsumed_tail:
-                raise RecordRejected("too_large", f"payload inflates to > {MAX_PAYLOAD} bytes")
+                raise RecordRejected("too_large", f"payload inflates to > {limit} bytes")
             if not d.eof:
                 raise RecordRejected("bad_bytes", "compressed payload truncated")
         except zlib.error as e:
             raise RecordRejected("bad_bytes", f"zlib: {e}") from None
-    if len(payload) > MAX_PAYLOAD:
-        raise RecordRejected("too_large", f"payload of {len(payload)} bytes > {MAX_PAYLOAD}")
+    if len(payload) > limit:
+        raise RecordRejected("too_large", f"payload of {len(payload)} bytes > {limit}")
     memo_key = None
     if isinstance(key, MemberKey):
         m = _SEQ.search(payload)
@@ -581,6 +709,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                 _member_memo.clear()
             _member_memo[memo_key] = record
         return record
+    if isinstance(key, SnapshotKey):
+        return _snapshot_from(key, doc)
     return _assignment_from(doc)
 
 
@@ -733,7 +863,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     )
 
 
-def _assignment_from(doc: Mapping[str, Any]) -> AssignmentRecord:
+def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> AssignmentRecord:
     protocol = _str(doc, "protocol")
     if protocol not in PROTOCOLS:
         raise RecordRejected("bad_value", f"protocol {protocol!r}")
@@ -744,7 +874,7 @@ def _assignment_from(doc: Mapping[str, Any]) -> AssignmentRecord:
     if not all(_is_int(n) and n >= 0 for n in counts.values()):
         raise RecordRejected("wrong_type", "counts: values must be ints >= 0")
     members: dict[str, CoveredMember] = {}
-    budget = _Budget()
+    budget = budget if budget is not None else _Budget()
     for m, c in sorted(_get(doc, "members", dict).items()):
         if not m or not isinstance(c, dict):
             raise RecordRejected("wrong_type", "members: bad entry")
@@ -765,4 +895,98 @@ def _assignment_from(doc: Mapping[str, Any]) -> AssignmentRecord:
         assignor=_str(doc, "assignor"),
         partition_counts=tuple(sorted(counts.items())),
         members=members,
+    )
+
+
+def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
+    budget = _Budget(MAX_SNAPSHOT_PARTITIONS)
+    group = _str(doc, "group")
+    if group != key.group:
+        raise RecordRejected("bad_value", f"snapshot of group {group!r} under {key.group!r}")
+    as_of = _nat(doc, "as_of")
+    members: list[SnapshotMember] = []
+    ids: set[str] = set()
+    for entry in _get(doc, "members", list):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)):
+            raise RecordRejected("wrong_type", "members: bad entry")
+        mid, m = entry
+        if not isinstance(mid, str) or not mid or mid in ids:
+            raise RecordRejected("bad_value", f"members: bad or repeated id {mid!r}")
+        ids.add(mid)
+        members.append(_snapshot_member_from(mid, m, budget))
+    leader = _opt(doc, "leader", str)
+    if leader is not None and leader not in ids:
+        raise RecordRejected("bad_value", f"leader {leader!r} is not a member")
+    cur_doc = _opt(doc, "assignment", dict)
+    cur = _assignment_from(cur_doc, budget) if cur_doc is not None else None
+    assignment_offset = _get(doc, "assignment_offset", int)
+    if not -1 <= assignment_offset <= as_of or (cur is None) != (assignment_offset == -1):
+        raise RecordRejected("bad_value", f"assignment_offset {assignment_offset}")
+    history: list[tuple[int, AssignmentRecord]] = []
+    for entry in _get(doc, "history", list):
+        if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])):
+            raise RecordRejected("wrong_type", "history: bad entry")
+        t, a_doc = entry
+        if t < 0:
+            raise RecordRejected("bad_value", "history: generation time < 0")
+        if a_doc is None:
+            if cur is None:
+                raise RecordRejected("bad_value", "history names an absent assignment")
+            a = cur
+        elif isinstance(a_doc, dict):
+            a = _assignment_from(a_doc, budget)
+        else:
+            raise RecordRejected("wrong_type", "history: bad assignment")
+        if history and a.generation <= history[-1][1].generation:
+            raise RecordRejected("bad_value", "history: generations not increasing")
+        history.append((t, a))
+    holds: list[SnapshotHold] = []
+    for entry in _get(doc, "holds", list):
+        if not (isinstance(entry, list) and len(entry) == 3):
+            raise RecordRejected("wrong_type", "holds: bad entry")
+        holder, parts, until = entry
+        if not isinstance(holder, str) or not holder or not _is_int(until) or until < 0:
+            raise RecordRejected("bad_value", "holds: bad holder or time")
+        holds.append(SnapshotHold(holder, decode_partitions(parts, "holds", budget), until))
+    return SnapshotRecord(
+        group=group,
+        as_of=as_of,
+        log_time=_nat(doc, "log_time"),
+        writer_id=_str(doc, "writer"),
+        writer_incarnation=_str(doc, "writer_inc"),
+        leader=leader,
+        members=tuple(members),
+        assignment=cur,
+        assignment_offset=assignment_offset,
+        history=tuple(history),
+        holds=tuple(holds),
+        assignment_clobbered=_get(doc, "clobbered", bool),
+    )
+
+
+def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> SnapshotMember:
+    client = _get(doc, "client", dict)
+    if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
+        raise RecordRejected("wrong_type", "client: values must be strings")
+    acked = _nat(doc, "acked_gen")
+    seen = _nat(doc, "seen_gen")
+    if seen < acked:
+        raise RecordRejected("bad_value", f"seen_gen {seen} < acked_gen {acked}")
+    capacity = _opt(doc, "capacity", (int, float))
+    return SnapshotMember(
+        member_id=mid,
+        incarnation=_str(doc, "inc"),
+        seq=_nat(doc, "seq"),
+        topics=_topics(doc, "topics"),
+        claims=decode_partitions(_get(doc, "claims", dict), "claims", budget),
+        owned_generation=_nat(doc, "owned_gen"),
+        acked_generation=acked,
+        seen_generation=seen,
+        joined_at=_nat(doc, "joined_at"),
+        last_seen=_nat(doc, "last_seen"),
+        since_generation=_nat(doc, "since_gen"),
+        rack=_opt(doc, "rack", str),
+        capacity=None if capacity is None else float(capacity),
+        client=tuple(sorted(client.items())),
+        ready=_get(doc, "ready", bool),
     )

@@ -66,6 +66,13 @@ schedules, at random cleaning points):
    the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
    record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
 
+Snapshots (issue 14). :meth:`GroupState.snapshot` captures this whole state (rejection counters
+aside) as a :class:`~groupkit.protocol.records.SnapshotRecord` as of :attr:`GroupState.offset`,
+and :meth:`GroupState.from_snapshot` restores an equal state, which then replays the records
+after that offset exactly as the state it was taken from would. ``replay`` of a snapshot record
+changes nothing but what every record changes (offset, log time, expiry): it is a copy of a
+past state, not an event, and its value is not even parsed (``tests/test_protocol_snapshot.py``).
+
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
@@ -85,6 +92,7 @@ from dataclasses import dataclass, field
 from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
     EMPTY,
+    KIND_SNAPSHOT,
     PHASE_COMPLETE,
     PHASE_PARTIAL,
     PHASE_REVOKE,
@@ -95,7 +103,11 @@ from groupkit.protocol.records import (
     Partitions,
     RecordKey,
     Signer,
+    SnapshotHold,
+    SnapshotMember,
+    SnapshotRecord,
     decode,
+    decode_key,
 )
 from groupkit.types import TopicPartition
 
@@ -164,7 +176,7 @@ class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
 
     offset: int
-    kind: str  # member | leave | assignment | reassert | other_group | rejected
+    kind: str  # member | leave | assignment | reassert | snapshot | other_group | rejected
     key: RecordKey | None = None
     reason: str | None = None
     detail: str = ""
@@ -305,6 +317,8 @@ class GroupState:
         if timestamp_ms > self.log_time:
             self.log_time = timestamp_ms
         self._expire()
+        if _is_snapshot(key):
+            return self._skip_snapshot(offset, key)
         try:
             k, v = decode(key, value, self.verifier)
         except RecordRejected as e:
@@ -321,6 +335,15 @@ class GroupState:
             return self._apply_assignment(offset, k, v, timestamp_ms)
         except RecordRejected as e:
             return self._reject(offset, k, e.reason, e.detail, isinstance(k, AssignmentKey))
+
+    def _skip_snapshot(self, offset: int, key: bytes | None) -> Replayed:
+        """A snapshot record changes no state (module docstring). Its value is not decoded:
+        that costs a whole group's worth of parsing, for nothing but a rejection count."""
+        try:
+            k = decode_key(key)
+        except RecordRejected as e:
+            return self._reject(offset, None, e.reason, e.detail)
+        return Replayed(offset, "snapshot" if k.group == self.group else "other_group", k)
 
     def _reject(
         self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False
@@ -510,9 +533,74 @@ class GroupState:
         for g in sorted(self._history):
             yield self._history[g]
 
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self, writer_id: str, writer_incarnation: str) -> SnapshotRecord:
+        """This state as of :attr:`offset`, to be written under ``SnapshotKey(group)``."""
+        if self.offset < 0:
+            raise ValueError("nothing replayed yet: no offset to snapshot at")
+        members = tuple(_member_to_snapshot(m) for m in self.members.values())
+        return SnapshotRecord(
+            group=self.group,
+            as_of=self.offset,
+            log_time=self.log_time,
+            writer_id=writer_id,
+            writer_incarnation=writer_incarnation,
+            leader=self.leader,
+            members=members,
+            assignment=self.assignment,
+            assignment_offset=self.assignment_offset,
+            history=tuple((self._gen_time[g], self._history[g]) for g in sorted(self._history)),
+            holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in self.holds),
+            assignment_clobbered=self.assignment_clobbered,
+        )
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        record: SnapshotRecord,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int = 60_000,
+        verifier: Signer | None = None,
+    ) -> GroupState:
+        """The state :meth:`snapshot` captured (rejection counters start empty); feed it the
+        records after ``record.as_of``."""
+        st = cls(record.group, session_timeout_ms, rebalance_timeout_ms, verifier)
+        st.offset = record.as_of
+        st.log_time = record.log_time
+        st.members = {m.member_id: _member_from_snapshot(m) for m in record.members}
+        st.leader = record.leader
+        st.assignment = record.assignment
+        st.assignment_offset = record.assignment_offset
+        st.holds = [Hold(h.holder, h.partitions, h.until) for h in record.holds]
+        st.assignment_clobbered = record.assignment_clobbered
+        st._history = {a.generation: a for _, a in record.history}
+        st._gen_time = {a.generation: t for t, a in record.history}
+        return st
+
 
 def _is_assignment(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
+
+
+def _member_to_snapshot(m: MemberState) -> SnapshotMember:
+    return SnapshotMember(
+        m.member_id, m.incarnation, m.seq, m.topics, m.claims, m.owned_generation,
+        m.acked_generation, m.seen_generation, m.joined_at, m.last_seen, m.since_generation,
+        m.rack, m.capacity, m.client, m.ready,
+    )  # fmt: skip
+
+
+def _member_from_snapshot(m: SnapshotMember) -> MemberState:
+    return MemberState(
+        m.member_id, m.incarnation, m.seq, m.topics, m.claims, m.owned_generation,
+        m.acked_generation, m.seen_generation, m.joined_at, m.last_seen, m.since_generation,
+        m.rack, m.capacity, m.client, m.ready,
+    )  # fmt: skip
+
+
+def _is_snapshot(key: bytes | None) -> bool:
+    return isinstance(key, bytes) and len(key) > 1 and key[1] == KIND_SNAPSHOT
 
 
 def _check_consistent(a: AssignmentRecord) -> None:
