@@ -21,7 +21,6 @@ from groupkit.errors import (
     FencedError,
     UnknownAssignorError,
 )
-from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
@@ -93,7 +92,8 @@ def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
     a.subscribe([topic])
     _pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
     ctl = conf["groupkit.control.topic"]
-    part = partition_for_group(conf["group.id"], 1)
+    assert a.coordinator is not None
+    part = a.coordinator.control_partition  # the one the members read
     p = Producer({"bootstrap.servers": bootstrap})
     group_bytes = conf["group.id"].encode()
     garbage = [
