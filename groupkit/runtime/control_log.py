@@ -57,6 +57,20 @@ _DENIED = frozenset(
 )
 
 
+#: A partition whose leadership is still being taken over (librdkafka does not always mark
+#: these retriable on a watermark query).
+_NOT_LED = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+
 #: Fatal producer errors in a row, with no record delivered in between, after which the writer
 #: stops replacing its producer and fails (e.g. a broker that cannot do idempotence at all).
 _MAX_REPLACEMENTS = 5
@@ -119,14 +133,28 @@ class ControlReader:
         self._open = True
 
     def high_watermark(self, timeout: float = 10.0) -> int:
+        """The end of the partition, asked of its leader; retried while the error is retriable.
+
+        A partition just created (the control topic is created by ``GroupConsumer()``, so its
+        first member asks at once) or whose leadership just moved answers NOT_LEADER until its
+        broker has taken it over, although the metadata already names that broker.
+        """
         self._assign()
-        try:
-            _low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, self.partition), timeout=timeout
-            )
-        except KafkaException as e:
-            raise BrokerError(f"cannot read the end of the control topic: {e}") from e
-        return int(high)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, self.partition),
+                    timeout=max(0.1, deadline - time.monotonic()),
+                )
+                return int(high)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if not (
+                    isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_LED)
+                ) or (time.monotonic() >= deadline):
+                    raise BrokerError(f"cannot read the end of the control topic: {e}") from e
+                time.sleep(0.05)  # librdkafka refreshes the leader meanwhile; no event to await
 
     def poll(self, timeout: float) -> list[RawRecord]:
         """Records available within ``timeout`` seconds (a batch, maybe empty).
