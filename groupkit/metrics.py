@@ -497,6 +497,8 @@ class MetricsObserver(GroupObserver):
             if not parts:
                 return {}, {}
             admin = self._consumer._admin
+            if admin is None:  # the consumer is closed
+                return {}, {}
             try:
                 ends = end_offsets(admin, parts, timeout=3.0)
                 got = committed_offsets(admin, self.group, parts, timeout=3.0)

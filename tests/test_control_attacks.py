@@ -34,7 +34,6 @@ from groupkit.protocol.records import (
     encode,
     encode_key,
 )
-from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.hooks import GroupObserver
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
@@ -112,7 +111,7 @@ def test_a_live_group_shrugs_off_bad_control_records(
         om = st.members[other]
         gen, plan = st.generation, st.assignment
     owned_before = {c.member_id: sorted(map(str, c.assignment())) for c in (a, b)}
-    partition = partition_for_group(group, 1)
+    partition = a.coordinator.control_partition  # the one the members read
     history = _control_log(bootstrap, ctl, partition)
 
     def assignment(gen_: int, leader_id: str, owner: str) -> tuple[bytes, bytes | None]:

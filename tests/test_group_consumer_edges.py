@@ -3,9 +3,12 @@ control topic, lag-aware assignment, max.poll.interval.ms."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +24,6 @@ from groupkit.errors import (
     FencedError,
     UnknownAssignorError,
 )
-from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
@@ -58,14 +60,83 @@ def test_missing_topic_and_unknown_assignor(conf: dict[str, Any]) -> None:
 def test_control_topic_with_wrong_config(
     conf: dict[str, Any], topic_factory: Callable[..., str]
 ) -> None:
-    data = topic_factory(partitions=1)
     bad = topic_factory(partitions=1, config={"cleanup.policy": "delete"})
-    c = GroupConsumer({**conf, "groupkit.control.topic": bad})
-    try:
-        with pytest.raises(ControlTopicError, match=r"cleanup\.policy=delete"):
-            c.subscribe([data])
-    finally:
-        c.close()
+    gc.collect()
+    before = _librdkafka_handles()
+    with pytest.raises(ControlTopicError, match=r"cleanup\.policy=delete"):
+        GroupConsumer({**conf, "groupkit.control.topic": bad})  # checked before any subscribe
+    wait_for(lambda: _librdkafka_handles() <= before, 10, "the failed consumer's admin destroyed")
+
+
+def _librdkafka_handles() -> int:
+    """Live librdkafka clients in this process: each handle runs one ``rdk:main`` thread, which
+    destroying the handle joins."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "rdk:main"
+        except OSError:  # a thread that just ended
+            pass
+    return n
+
+
+def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(
+    conf: dict[str, Any], topic_factory: Callable[..., str]
+) -> None:
+    """GroupConsumer() opens the control reader and writer and warms them; close() without a
+    subscribe (or after a failed one), and a constructor that fails after opening them, leave
+    no client alive."""
+    gc.collect()
+    before = _librdkafka_handles()
+    c = GroupConsumer(conf)
+    ctl = c._control
+    assert ctl is not None
+    ctl.wait_warm()
+    assert ctl.reader._warm and ctl.writer._warm
+    # admin, data consumer, control reader and writer (>=: other tests' handles may be closing)
+    assert _librdkafka_handles() >= before + 4
+    with pytest.raises(ConfigError, match="do not exist"):
+        c.subscribe([unique_name("absent")])
+    c.close()
+    assert ctl.reader._closed and ctl.writer._closed
+    wait_for(lambda: _librdkafka_handles() <= before, 10, "every client of the consumer closed")
+
+    # the data consumer refuses its settings after the control clients were opened
+    with pytest.raises(ConfigError, match="data consumer refused"):
+        GroupConsumer({**conf, "fetch.wait.max.ms": "soon"})
+    wait_for(lambda: _librdkafka_handles() <= before, 10, "the failed consumer's clients closed")
+
+
+def test_subscribe_joins_with_the_clients_the_constructor_warmed(
+    conf: dict[str, Any], topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    topic = topic_factory(partitions=3)
+    gc.collect()
+    before = _librdkafka_handles()
+    c = GroupConsumer(conf)
+    consumers.append(c)
+    ctl = c._control
+    assert ctl is not None
+    ctl.wait_warm()
+    t0 = time.monotonic()
+    c.subscribe([topic])
+    subscribed = time.monotonic() - t0
+    assert c.coordinator is not None
+    assert (c.coordinator.reader, c.coordinator.writer) == (ctl.reader, ctl.writer)
+    assert c._control is None  # handed over: the coordinator owns and closes them
+    _pump([c], lambda: len(c.assignment()) == 3, 30, "the lone member to own everything")
+    joined = time.monotonic() - t0
+    print(f"subscribe() {subscribed * 1000:.0f} ms, first assignment {joined * 1000:.0f} ms")
+    # Generous for a shared 2-core machine; a cold control writer alone took 0.5-1 s.
+    assert subscribed < 1.0 and joined < 3.0, (subscribed, joined)
+    c.unsubscribe()  # the coordinator closed the clients it was handed
+    assert ctl.reader._closed and ctl.writer._closed
+    c.subscribe([topic])  # a new member: new clients
+    assert c.coordinator is not None and c.coordinator.reader is not ctl.reader
+    _pump([c], lambda: len(c.assignment()) == 3, 30, "the member to own everything again")
+    c.close()
+    wait_for(lambda: _librdkafka_handles() <= before, 10, "every client of both members closed")
 
 
 def test_commit_of_a_partition_not_owned_is_refused(
@@ -93,7 +164,8 @@ def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
     a.subscribe([topic])
     _pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
     ctl = conf["groupkit.control.topic"]
-    part = partition_for_group(conf["group.id"], 1)
+    assert a.coordinator is not None
+    part = a.coordinator.control_partition  # the one the members read
     p = Producer({"bootstrap.servers": bootstrap})
     group_bytes = conf["group.id"].encode()
     garbage = [

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import GroupConsumer
 from groupkit.metrics import METRICS, _Rate, serve
-from groupkit.runtime.control_topic import partition_for_group
 from tests.conftest import unique_name
 from tests.groupharness import wait_for
 
@@ -222,7 +221,8 @@ def test_every_metric_moves_with_the_group(
              "member 2 to see its partitions' committed offsets")  # fmt: skip
 
     # -- a garbage control record: both members reject it, by reason ----------------------
-    control_partition = partition_for_group(group, 1)
+    assert c1.coordinator is not None
+    control_partition = c1.coordinator.control_partition  # the one the members read
     p = Producer({"bootstrap.servers": bootstrap})
     p.produce(control, b"not a groupkit record", key=b"x", partition=control_partition)
     p.flush(10)

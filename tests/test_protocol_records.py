@@ -404,3 +404,32 @@ def test_a_heartbeat_with_prev_ts_decoded_from_the_memo_equals_a_full_decode(
     hb = record(seq2, joined_at + 2)
     assert len(records._member_memo) == 1
     assert decode(*encode(*hb)) == hb and len(records._member_memo) == 1
+
+
+_GROUPS = st.sampled_from(["g", "gg", "g\x00", "ü", "orders", ""]).filter(bool)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    _GROUPS,
+    st.one_of(
+        st.binary(max_size=24),
+        st.builds(lambda kind, name, rest, glen: b"\x01" + kind + glen(name) + name + rest,
+                   st.sampled_from([b"M", b"A", b"Z"]),
+                   _GROUPS.map(str.encode) | st.binary(max_size=6), st.binary(max_size=4),
+                   st.sampled_from([lambda n: len(n).to_bytes(2, "big"),
+                                    lambda n: (len(n) + 1).to_bytes(2, "big")])),
+    ),
+)  # fmt: skip
+def test_other_group_key_agrees_with_the_decoded_key(group: str, raw: bytes) -> None:
+    """Skipping by key bytes skips exactly the keys that decode to another group: a key of
+    this group is never skipped, and whatever is skipped either names another group or is not
+    a key at all (then it is not this group's either)."""
+    skipped = records.other_group_key(raw, group)
+    try:
+        key = records.decode_key(raw)
+    except RecordRejected:
+        if skipped:  # not a key; neither could it be one of ours, whatever followed
+            assert not raw.startswith(len(group.encode()).to_bytes(2, "big") + group.encode(), 2)
+        return
+    assert skipped == (key.group != group)

@@ -135,6 +135,36 @@ def test_replay_order_regressions_are_rejected() -> None:
                      100).kind == "other_group"  # fmt: skip
 
 
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("kind", [b"M", b"A"])
+def test_other_groups_records_are_skipped_by_key_without_decoding_the_value(
+    signed: bool, kind: bytes
+) -> None:
+    """A record of another group is told by its key bytes: its value is never decoded nor
+    verified (a value no decoder would accept is skipped all the same), it only moves the
+    clock, and it counts as no rejection."""
+    st = GroupState("g", 10_000, verifier=HmacSigner(b"k") if signed else None)
+    k, v = encode(*member_record("g", "m", incarnation="i", seq=1, topics=["t"]),
+                  HmacSigner(b"k") if signed else None)  # fmt: skip
+    assert st.replay(1, k, v, 100).kind == "member"
+    other = b"\x01" + kind + len(b"other").to_bytes(2, "big") + b"other"
+    if kind == b"M":
+        other += b"someone"
+    for offset, value in enumerate([b"\xff\xfe not a record", b"\x01\x00{}", None, b""], 2):
+        res = st.replay(offset, other, value, 100 + 5_000 * offset)
+        assert (res.kind, res.reason) == ("other_group", None)
+    assert st.rejections == {}
+    assert st.log_time == 100 + 5_000 * 5  # the clock moved: "m" expired
+    assert not st.is_live("m")
+    # a group whose name starts with ours, or that ours starts with, is another group too
+    for name in (b"gg", b"g\x00"):
+        key = b"\x01M" + len(name).to_bytes(2, "big") + name + b"m"
+        assert st.replay(st.offset + 1, key, b"junk", st.log_time).kind == "other_group"
+    # ours with the same junk is still rejected
+    ours = b"\x01M" + (1).to_bytes(2, "big") + b"g" + b"m"
+    assert st.replay(st.offset + 1, ours, b"junk", st.log_time).kind == "rejected"
+
+
 def test_signed_group_rejects_unsigned_records() -> None:
     signer = HmacSigner(b"k")
     sim = stable_pair(signer=signer)

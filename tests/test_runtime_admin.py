@@ -8,9 +8,16 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, ConfigResource
+from structlog.testing import capture_logs
 
 from groupkit.errors import ControlTopicError
-from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.control_topic import (
+    REQUIRED_CONFIG,
+    TUNING_CONFIG,
+    check_control_topic,
+    ensure_control_topic,
+    partition_for_group,
+)
 from groupkit.runtime.lag import compute_lag, fetch_lags
 from groupkit.types import TopicPartition
 from tests.conftest import delete_topics, unique_name
@@ -86,3 +93,45 @@ def test_compute_lag_rules() -> None:
     assert compute_lag(100, None, 20, "latest") == 0
     assert compute_lag(100, None, 20, "earliest") == 80
     assert compute_lag(100, 120, 0, "earliest") == 0  # a commit past the end (truncation)
+
+
+def test_a_precreated_control_topic_with_broker_default_segments_is_warned_of(
+    admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    """A control topic pre-created with only what groupkit requires (the broker's defaults
+    for the rest: 7-day segments, dirty ratio 0.5) is accepted, with one warning per setting
+    that keeps its log large, naming the value found and groupkit's."""
+    name = topic_factory(partitions=2, config=dict(REQUIRED_CONFIG))
+    with capture_logs() as logs:
+        assert ensure_control_topic(admin, name, session_timeout_ms=10_000) == 2
+    found = {e["setting"]: e for e in logs if e["event"] == "control_topic.large_log_setting"}
+    assert set(found) == {"segment.ms", "min.cleanable.dirty.ratio"}, logs
+    assert found["segment.ms"]["value"] == str(7 * 24 * 3600 * 1000)  # the broker's default
+    assert found["segment.ms"]["groupkit_value"] == TUNING_CONFIG["segment.ms"]
+    assert found["min.cleanable.dirty.ratio"]["value"] == "0.5"
+    assert found["min.cleanable.dirty.ratio"]["groupkit_value"] == "0.1"
+    assert all(e["log_level"] == "warning" and e["topic"] == name for e in found.values())
+
+
+def test_control_topic_settings_that_keep_the_log_large_or_lose_tombstones(
+    admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    tuned = {**REQUIRED_CONFIG, **TUNING_CONFIG}
+    bad = topic_factory(config={**tuned, "min.compaction.lag.ms": str(3600_000),
+                                "delete.retention.ms": "1000"})  # fmt: skip
+    with capture_logs() as logs:
+        found = check_control_topic(admin, bad, session_timeout_ms=10_000)
+    assert {(f.setting, f.value, f.groupkit_value) for f in found} == {
+        ("min.compaction.lag.ms", "3600000", "0"),
+        ("delete.retention.ms", "1000", TUNING_CONFIG["delete.retention.ms"]),
+    }
+    assert sorted(e["setting"] for e in logs) == ["delete.retention.ms", "min.compaction.lag.ms"]
+    # groupkit's own settings (a topic it created) draw no warning
+    name = unique_name("ctl")
+    try:
+        with capture_logs() as logs:
+            ensure_control_topic(admin, name, session_timeout_ms=10_000)
+            ensure_control_topic(admin, name, session_timeout_ms=10_000)  # found in place
+        assert not [e for e in logs if e["event"] == "control_topic.large_log_setting"], logs
+    finally:
+        delete_topics(admin, [name])

@@ -49,7 +49,6 @@ from groupkit.protocol.records import (
 )
 from groupkit.runtime.admin import connect_admin, create_topic
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group
 from groupkit.runtime.lag import committed_offsets
 from groupkit.types import TopicPartition
@@ -390,7 +389,7 @@ def test_forged_control_records_are_rejected_in_a_signed_group(
     # a genuine signed record moved under another member's key: the tag binds the key
     reader = Consumer({**sasl.client_config("mallory"), "group.id": unique_name("spy"),
                        "enable.auto.commit": False})  # fmt: skip
-    partition = partition_for_group(group, 1)
+    partition = a.coordinator.control_partition  # the one the members read
     reader.assign([KTP(control, partition, 0)])
     genuine = None
     t0 = time.monotonic()

@@ -564,6 +564,35 @@ _member_memo: dict[bytes, MemberRecord] = {}
 _key_memo: dict[bytes, RecordKey] = {}
 
 
+_group_prefixes: dict[str, bytes] = {}
+
+
+def other_group_key(raw: bytes | None, group: str) -> bool:
+    """Whether ``raw`` is a key of another group than ``group``, from its bytes alone.
+
+    Every key of a group holds the same bytes after its version and kind: the group's
+    length-prefixed name. A key of a known version whose bytes there differ names another
+    group (had it decoded, its group would differ: the length or the UTF-8 differ), so a
+    reader skips it without decoding, verifying or even looking at its value: a partition
+    shared with other groups costs a reader a prefix comparison per record of theirs.
+    Anything else (a key of this group, or too short or of a version to tell) is for
+    :func:`decode` to accept or reject.
+    """
+    prefix = _group_prefixes.get(group)
+    if prefix is None:
+        g = group.encode()
+        prefix = struct.pack(">H", len(g)) + g
+        if len(_group_prefixes) >= _MEMO_MAX:
+            _group_prefixes.clear()
+        _group_prefixes[group] = prefix
+    return (
+        type(raw) is bytes
+        and len(raw) >= 4
+        and raw[0] == KEY_VERSION
+        and not raw.startswith(prefix, 2)
+    )
+
+
 def decode_key(raw: bytes | None) -> RecordKey:
     """Parse a key; raises only :class:`RecordRejected`."""
     if type(raw) is bytes:

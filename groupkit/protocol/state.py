@@ -15,7 +15,8 @@ What one ``replay`` does:
    is the newest, so it can only tie), and the leader's own restart re-elects. So the leader is a
    function of the live memberships, and readers that agree on those agree on it.
 3. Decode the record (a bad record is rejected with the decoder's reason). Records of other
-   groups sharing the partition only move the clock.
+   groups sharing the partition only move the clock: their key bytes name another group, so
+   their value is never decoded nor its signature checked (``records.other_group_key``).
 4. Apply it, or reject it with a short reason counted in :attr:`GroupState.rejections`:
 
    - **member record**: it *continues* the membership or starts a *new* one, and the record
@@ -108,6 +109,7 @@ from groupkit.protocol.records import (
     SnapshotRecord,
     decode,
     decode_key,
+    other_group_key,
 )
 from groupkit.types import TopicPartition
 
@@ -317,6 +319,8 @@ class GroupState:
         if timestamp_ms > self.log_time:
             self.log_time = timestamp_ms
         self._expire()
+        if other_group_key(key, self.group):
+            return Replayed(offset, "other_group")
         if _is_snapshot(key):
             return self._skip_snapshot(offset, key)
         try:

@@ -32,7 +32,15 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.assignor": ("cooperative-sticky", "str"),
     "groupkit.rebalance.protocol": ("cooperative", "str"),
     "groupkit.control.topic": ("__groupkit", "str"),
-    "groupkit.control.topic.partitions": (1, "int"),
+    # Used only when groupkit creates the control topic (an existing one keeps its count).
+    # Every group on a partition replays every other group's records on it, so one partition
+    # makes each join pay for the whole cluster's heartbeats. Kafka gives __consumer_offsets
+    # 50. With 16 a group shares its partition with (groups - 1) / 16 others on average (a
+    # cluster of 17 groups: one other, whose records a reader skips by key), and creating it
+    # stays cheap on the small clusters groupkit often creates it on: 16 log directories with
+    # idle compacted segments, 48 replicas at RF 3. Choose it once: adding partitions later
+    # moves groups to other partitions (partition_for_group), splitting running groups.
+    "groupkit.control.topic.partitions": (16, "int"),
     "groupkit.control.topic.replication.factor": (-1, "int"),  # -1: the broker's default
     "groupkit.control.topic.create": (True, "bool"),
     "groupkit.rebalance.timeout.ms": (None, "int"),  # default: max.poll.interval.ms

@@ -62,11 +62,14 @@ from typing import Any, overload
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
+from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import ConfigError, FencedError, GroupkitError
 from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig, _parse
+from groupkit.runtime.control_log import ControlClients
+from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.types import TopicPartition
@@ -179,25 +182,32 @@ class GroupConsumer:
         registry: Any = None,
         observers: Iterable[GroupObserver] = (),
     ) -> None:
-        self._cfg = GroupConfig.from_dict(config)
+        self._cfg = cfg = GroupConfig.from_dict(config)
         self._registry = registry
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
-        self._admin = connect_admin(self._cfg.client_config())
-        if self._cfg.telemetry_enable:  # only the leader publishes; see runtime/telemetry.py
+        self._admin: AdminClient | None = connect_admin(cfg.client_config())
+        #: the control clients the next join takes (opened here: see _open_control)
+        self._control: ControlClients | None = None
+        try:
+            self._open_control()
+            # librdkafka stores the offset of each record as poll/consume hands it over; those
+            # are the records handed to the user (see the module docstring).
+            self._auto_store = bool(_parse("enable.auto.offset.store",
+                                           cfg.data_consumer.get("enable.auto.offset.store",
+                                                                 True), "bool"))  # fmt: skip
+            self._commits = _AsyncCommits(None)  # replaced with each data consumer handle
+            try:
+                self._data = self._new_data_consumer()
+            except KafkaException as e:
+                raise ConfigError(f"the data consumer refused its settings: {e}") from e
+        except BaseException:
+            self._close_clients()
+            raise
+        if cfg.telemetry_enable:  # only the leader publishes; see runtime/telemetry.py
             from groupkit.runtime.telemetry import TelemetryPublisher
 
-            self.observers.add(TelemetryPublisher(self._cfg, self._admin))
-        # librdkafka stores the offset of each record as poll/consume hands it over; those are
-        # the records handed to the user (see the module docstring).
-        self._auto_store = bool(_parse("enable.auto.offset.store",
-                                       self._cfg.data_consumer.get("enable.auto.offset.store",
-                                                                   True), "bool"))  # fmt: skip
-        self._commits = _AsyncCommits(None)  # replaced with each data consumer handle
-        try:
-            self._data = self._new_data_consumer()
-        except KafkaException as e:
-            raise ConfigError(f"the data consumer refused its settings: {e}") from e
+            self.observers.add(TelemetryPublisher(cfg, self._admin))
         self._coordinator: Coordinator | None = None
         self._topics: list[str] = []
         self._on_assign: Callback | None = None
@@ -284,16 +294,45 @@ class GroupConsumer:
         self._topics = topics
         self._join()
 
+    def _open_control(self) -> None:
+        """Check the control topic and open this member's control clients, warming them in the
+        background: a member that joins has them ready (a cold writer took 0.5-1 s to deliver
+        its first record, the join). A bad control topic fails ``GroupConsumer()`` itself."""
+        cfg = self._cfg
+        assert self._admin is not None
+        partitions = ensure_control_topic(
+            self._admin,
+            cfg.control_topic,
+            cfg.control_partitions,
+            cfg.control_replication_factor,
+            create=cfg.create_control_topic,
+            session_timeout_ms=cfg.session_timeout_ms,
+        )
+        self._control_partition = partition_for_group(cfg.group_id, partitions)
+        self._control = ControlClients(cfg, cfg.control_topic, self._control_partition)
+
     def _join(self) -> None:
         self._fence_until = 0.0  # a new member: nothing of ours is confirmed yet
-        self._coordinator = Coordinator(
-            self._cfg,
-            self._topics,
-            self._admin,
-            on_handoff=self._wake.set,
-            poll_age=lambda: time.monotonic() - self._last_poll,
-            observers=self.observers,
-        )
+        # The clients opened by the constructor, else (a member joining again after it left)
+        # new ones: a new member replays its partition from the beginning.
+        control, self._control = self._control, None
+        if control is None:
+            control = ControlClients(self._cfg, self._cfg.control_topic, self._control_partition)
+        try:
+            control.wait_warm()
+            assert self._admin is not None
+            self._coordinator = Coordinator(
+                self._cfg,
+                self._topics,
+                self._admin,
+                on_handoff=self._wake.set,
+                poll_age=lambda: time.monotonic() - self._last_poll,
+                observers=self.observers,
+                control=control,
+            )
+        except BaseException:
+            control.close(0)
+            raise
         self._coordinator.start()
 
     def unsubscribe(self) -> None:
@@ -443,7 +482,7 @@ class GroupConsumer:
             # We left for not polling in time; others may own our partitions by now.
             self._lose(frozenset(self._owned), "max_poll_interval_exceeded")
             c.stop()
-            c.reader.close()
+            c.control.close(5)  # (the stopped loop flushed its tombstone)
             self._join()
             return
         self._fence()
@@ -778,8 +817,7 @@ class GroupConsumer:
         while c.member.state != "left" and time.monotonic() < deadline:
             time.sleep(0.01)  # the control thread's next turn takes the leave
         c.stop()
-        c.writer.flush(5)
-        c.reader.close()
+        c.control.close(5)
         self._coordinator = None
 
     def _abandon(self, c: Coordinator) -> None:
@@ -793,8 +831,7 @@ class GroupConsumer:
             self._lose(frozenset(self._owned), "control_loop_failed")
         finally:
             c.stop()
-            c.writer.flush(1)
-            c.reader.close()
+            c.control.close(1)
         raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
 
     def close(self) -> None:
@@ -806,7 +843,21 @@ class GroupConsumer:
         finally:
             self._closed = True
             self._next_service = 0.0  # poll's fast path is off: the next call raises
-            self._data.close()
+            self._close_clients()
+
+    def _close_clients(self) -> None:
+        """Close every client this consumer still holds (none after a failed constructor)."""
+        control, self._control = self._control, None
+        try:
+            if control is not None:  # never joined: nothing was written
+                control.close(0)
+            data = getattr(self, "_data", None)
+            if data is not None:
+                data.close()
+        finally:
+            # AdminClient has no close(): the last reference going destroys it (a telemetry
+            # publisher, when enabled, holds its own until it is collected).
+            self._admin = None
 
     def _ensure_open(self) -> None:
         if self._closed:

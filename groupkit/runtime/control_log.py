@@ -57,6 +57,20 @@ _DENIED = frozenset(
 )
 
 
+#: A partition whose leadership is still being taken over (librdkafka does not always mark
+#: these retriable on a watermark query).
+_NOT_LED = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+
 #: Fatal producer errors in a row, with no record delivered in between, after which the writer
 #: stops replacing its producer and fails (e.g. a broker that cannot do idempotence at all).
 _MAX_REPLACEMENTS = 5
@@ -100,26 +114,47 @@ class ControlReader:
         )
         self.position = 0  # the offset of the next record to read
         self._open = False
+        self._warm = False
+        self._closed = False
+
+    def warm(self, timeout: float = 10.0) -> None:
+        """Learn the topic's metadata: assigned a topic it knows nothing of, librdkafka waits
+        ~500 ms before its first fetch (measured in bench/rebalance.py)."""
+        if not self._warm:
+            self._consumer.list_topics(self.topic, timeout=timeout)
+            self._warm = True
 
     def _assign(self) -> None:
         """Start reading, on first use (so constructing a reader never blocks on the broker)."""
         if self._open:
             return
-        # Warm the consumer's metadata first: assigned a topic it knows nothing of, librdkafka
-        # waits ~500 ms before its first fetch (measured in bench/rebalance.py).
-        self._consumer.list_topics(self.topic, timeout=10)
+        self.warm()
         self._consumer.assign([TopicPartition(self.topic, self.partition, OFFSET_BEGINNING)])
         self._open = True
 
     def high_watermark(self, timeout: float = 10.0) -> int:
+        """The end of the partition, asked of its leader; retried while the error is retriable.
+
+        A partition just created (the control topic is created by ``GroupConsumer()``, so its
+        first member asks at once) or whose leadership just moved answers NOT_LEADER until its
+        broker has taken it over, although the metadata already names that broker.
+        """
         self._assign()
-        try:
-            _low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, self.partition), timeout=timeout
-            )
-        except KafkaException as e:
-            raise BrokerError(f"cannot read the end of the control topic: {e}") from e
-        return int(high)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, self.partition),
+                    timeout=max(0.1, deadline - time.monotonic()),
+                )
+                return int(high)
+            except KafkaException as e:
+                err = e.args[0] if e.args else None
+                if not (
+                    isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_LED)
+                ) or (time.monotonic() >= deadline):
+                    raise BrokerError(f"cannot read the end of the control topic: {e}") from e
+                time.sleep(0.05)  # librdkafka refreshes the leader meanwhile; no event to await
 
     def poll(self, timeout: float) -> list[RawRecord]:
         """Records available within ``timeout`` seconds (a batch, maybe empty).
@@ -152,7 +187,9 @@ class ControlReader:
         return out
 
     def close(self) -> None:
-        self._consumer.close()
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()
 
 
 def _raw(msg: Message) -> RawRecord:
@@ -192,6 +229,8 @@ class ControlWriter:
         #: delivery callbacks of records no producer took, run by the next :meth:`service`
         self._failed: list[tuple[DeliveryCallback, KafkaError]] = []
         self._lock = threading.Lock()  # the producer, _broken and _failed
+        self._warm = False
+        self._closed = False
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -234,12 +273,15 @@ class ControlWriter:
 
         A cold idempotent producer delivered its first record 0.5-1 s after ``produce``
         (librdkafka 2.16, loopback broker); after this call (~60 ms) it takes a few ms. The
-        first record is a member's join, so this is most of a join's latency.
+        first record is a member's join, so this is most of a join's latency. Once done (e.g.
+        by :class:`ControlClients` before the member joins), only the refusal check is left.
         """
-        try:
-            self._producer.list_topics(self.topic, timeout=timeout)
-        except KafkaException as e:
-            raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
+        if not self._warm:
+            try:
+                self._producer.list_topics(self.topic, timeout=timeout)
+            except KafkaException as e:
+                raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
+            self._warm = True
         self.service(0)  # a refusal that came with the connection is raised here
 
     def _refused(self, err: KafkaError) -> BrokerError:
@@ -273,6 +315,8 @@ class ControlWriter:
             on_delivery(err, int(off) if off is not None and err is None else -1)
 
         with self._lock:
+            if self._closed:
+                return  # the member is gone (a late release on the commit thread): nothing to say
             producer = self._producer
             try:
                 try:
@@ -348,5 +392,66 @@ class ControlWriter:
 
     def flush(self, timeout: float) -> int:
         """Wait for queued records; returns how many are still in flight."""
+        if self._closed:
+            return 0
         remaining: Any = self._producer.flush(timeout)
         return int(remaining)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued within ``timeout``, drop the rest, destroy the producer."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        producer = self._producer
+        if producer.flush(timeout):
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
+            producer.flush(1.0)  # serves the purged records' callbacks
+        producer.close()
+
+
+class ControlClients:
+    """The reader and writer of one member's control partition: opened together, warmed in
+    the background, closed together.
+
+    ``GroupConsumer()`` opens them, so their connections and metadata are ready by the time the
+    app subscribes (the warm-up is most of a cold join's latency; see :meth:`ControlWriter.warm`)
+    and hands them to the member's control loop, which owns them from then on. A warm-up that
+    fails leaves its client cold, and the control loop's own first use tries again and reports
+    what it finds, as before.
+    """
+
+    def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
+        self.partition = partition
+        self.reader = ControlReader(cfg, topic, partition)
+        try:
+            self.writer = ControlWriter(cfg, topic, partition)
+        except BaseException:
+            self.reader.close()
+            raise
+        self._warming = [
+            threading.Thread(target=self._warm, args=(w,), name=f"groupkit-warm-{n}", daemon=True)
+            for n, w in (("reader", self.reader.warm), ("writer", self.writer.warm))
+        ]
+        for t in self._warming:
+            t.start()
+
+    @staticmethod
+    def _warm(warm: Callable[[], None]) -> None:
+        try:
+            warm()
+        except Exception as e:  # the control loop's first use retries and reports it
+            _log.debug("control_client.warm_failed", error=str(e))
+
+    def wait_warm(self) -> None:
+        """Wait for the warm-up (bounded by its metadata request's timeout)."""
+        for t in self._warming:
+            t.join()
+
+    def close(self, flush_timeout: float = 5.0) -> None:
+        """Close both clients (after the warm-up: a handle is never closed under a request)."""
+        self.wait_warm()
+        try:
+            self.writer.close(flush_timeout)
+        finally:
+            self.reader.close()

@@ -2,12 +2,19 @@
 
 A group's records all go to one partition, chosen by a stable hash of the group id, so they have
 one total order, and every member replays the same sequence.
+
+A topic that is present is refused if its settings break the protocol (:data:`REQUIRED_CONFIG`),
+and a warning names each setting that keeps its log large (:func:`large_log_settings`): a topic
+an operator pre-created with the broker's defaults works, but every join replays days of
+heartbeats instead of minutes.
 """
 
 from __future__ import annotations
 
 import zlib
+from typing import Any, NamedTuple
 
+import structlog
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
@@ -35,6 +42,65 @@ TUNING_CONFIG = {
 }
 
 
+_log = structlog.get_logger("groupkit.runtime")
+
+
+class LargeLogSetting(NamedTuple):
+    """A setting of the control topic that keeps its log (and so every join's replay) large."""
+
+    setting: str
+    value: str
+    groupkit_value: str
+    effect: str
+
+
+def _num(configs: dict[str, Any], key: str) -> float | None:
+    entry = configs.get(key)
+    value = entry.value if entry is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def large_log_settings(
+    configs: dict[str, Any], session_timeout_ms: int | None = None
+) -> list[LargeLogSetting]:
+    """The settings among ``configs`` (``describe_configs`` entries) that keep the log large.
+
+    The active segment is never cleaned, so a newcomer replays all of it: ``segment.ms``
+    bounds that replay. The cleaner waits for ``min.cleanable.dirty.ratio`` of the log to be
+    superseded and leaves records younger than ``min.compaction.lag.ms`` alone. The first two
+    are flagged above twice groupkit's own (:data:`TUNING_CONFIG`), so a topic tuned near them
+    is left in peace, the third above groupkit's ``segment.ms``.
+    ``delete.retention.ms`` below the session timeout does not keep the log large but breaks
+    what compaction promises: a tombstone must outlive a session (protocol/state.py).
+    """
+    out: list[LargeLogSetting] = []
+
+    def check(key: str, ours: float, limit: float, effect: str, below: bool = False) -> None:
+        have = _num(configs, key)
+        if have is not None and (have < limit if below else have > limit):
+            value = configs[key].value
+            want = TUNING_CONFIG.get(key, f"{ours:g}")
+            out.append(LargeLogSetting(key, str(value), str(want), effect))
+
+    segment_ms = float(TUNING_CONFIG["segment.ms"])
+    check("segment.ms", segment_ms, 2 * segment_ms,
+          "the active segment is never compacted: a join replays up to this much of every "
+          "heartbeat on the partition")  # fmt: skip
+    ratio = float(TUNING_CONFIG["min.cleanable.dirty.ratio"])
+    check("min.cleanable.dirty.ratio", ratio, 2 * ratio,
+          "the cleaner waits until this share of the log is superseded heartbeats")  # fmt: skip
+    check("min.compaction.lag.ms", 0, segment_ms,
+          "records younger than this are never compacted: a join replays them all")  # fmt: skip
+    if session_timeout_ms is not None:
+        check("delete.retention.ms", float(TUNING_CONFIG["delete.retention.ms"]),
+              session_timeout_ms, "a tombstone must outlive a session, or a reader starting "
+              "after the cleaner removed it misses the hold it started", below=True)  # fmt: skip
+    return out
+
+
 def partition_for_group(group_id: str, partitions: int) -> int:
     """The control partition of ``group_id``: stable across processes, versions and hosts."""
     return zlib.crc32(group_id.encode("utf-8")) % partitions
@@ -47,12 +113,14 @@ def ensure_control_topic(
     replication_factor: int = -1,
     create: bool = True,
     timeout: float = 30.0,
+    session_timeout_ms: int | None = None,
 ) -> int:
     """Create the control topic if missing, or check its settings; return its partition count.
 
     An existing topic with the wrong ``cleanup.policy`` or ``message.timestamp.type`` is a
     ``ControlTopicError`` naming the setting: replaying a deleted or producer-stamped log would
-    silently break the group's agreement on membership and time.
+    silently break the group's agreement on membership and time. Settings that only keep the
+    log large are logged as warnings (:func:`check_control_topic`).
     """
     try:
         md = admin.list_topics(topic=name, timeout=timeout)
@@ -77,11 +145,15 @@ def ensure_control_topic(
         topic = md.topics[name]
     else:
         wait_for_topic(admin, name, 1, timeout)
-    check_control_topic(admin, name, timeout)
+    check_control_topic(admin, name, timeout, session_timeout_ms)
     return len(topic.partitions)
 
 
-def check_control_topic(admin: AdminClient, name: str, timeout: float = 30.0) -> None:
+def check_control_topic(
+    admin: AdminClient, name: str, timeout: float = 30.0, session_timeout_ms: int | None = None
+) -> list[LargeLogSetting]:
+    """Refuse settings that break the protocol; warn of, and return, those that keep the log
+    large (one ``control_topic.large_log_setting`` warning each)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     try:
         configs = admin.describe_configs([resource])[resource].result(timeout=timeout)
@@ -98,3 +170,8 @@ def check_control_topic(admin: AdminClient, name: str, timeout: float = 30.0) ->
                 f"control topic {name!r} has {key}={have}, groupkit needs {key}={want}; "
                 f"alter the topic or choose another with groupkit.control.topic"
             )
+    found = large_log_settings(configs, session_timeout_ms)
+    for f in found:
+        _log.warning("control_topic.large_log_setting", topic=name, setting=f.setting,
+                     value=f.value, groupkit_value=f.groupkit_value, effect=f.effect)  # fmt: skip
+    return found

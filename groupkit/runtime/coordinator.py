@@ -41,7 +41,7 @@ from groupkit.protocol.member import Actions
 from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision
 from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.control_log import ControlReader, ControlWriter
+from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
@@ -119,7 +119,10 @@ class Coordinator:
         on_handoff: Callable[[], None] | None = None,
         poll_age: Callable[[], float] | None = None,
         observers: Observers | None = None,
+        control: ControlClients | None = None,
     ) -> None:
+        """``control``: the member's control clients, opened (and the topic checked) by
+        ``GroupConsumer()``; the coordinator owns them from here. Without, it opens its own."""
         self.cfg = cfg
         self.admin = admin
         self.member_id = (
@@ -163,16 +166,21 @@ class Coordinator:
         self._awaiting: int | None = None  # offset of our unreplayed assignment record; -1 sent
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
-        partitions = ensure_control_topic(
-            admin,
-            cfg.control_topic,
-            cfg.control_partitions,
-            cfg.control_replication_factor,
-            create=cfg.create_control_topic,
-        )
-        self.control_partition = partition_for_group(cfg.group_id, partitions)
-        self.reader = ControlReader(cfg, cfg.control_topic, self.control_partition)
-        self.writer = ControlWriter(cfg, cfg.control_topic, self.control_partition)
+        if control is None:
+            partitions = ensure_control_topic(
+                admin,
+                cfg.control_topic,
+                cfg.control_partitions,
+                cfg.control_replication_factor,
+                create=cfg.create_control_topic,
+                session_timeout_ms=cfg.session_timeout_ms,
+            )
+            partition = partition_for_group(cfg.group_id, partitions)
+            control = ControlClients(cfg, cfg.control_topic, partition)
+        self.control = control
+        self.control_partition = control.partition
+        self.reader: ControlReader = control.reader
+        self.writer: ControlWriter = control.writer
         self._thread = threading.Thread(
             target=self._run, name=f"groupkit-{self.member_id}", daemon=True
         )
