@@ -92,5 +92,5 @@ def test_clock_skew_allowance_default_and_bounds() -> None:
     assert GroupConfig.from_dict(tuned).max_clock_skew_ms == 200  # a fifth of the session
     assert GroupConfig.from_dict({**tuned, "groupkit.max.clock.skew.ms": 0}).max_clock_skew_ms == 0
     for bad in (-1, 500, 900):
-        with pytest.raises(ConfigError, match="max.clock.skew"):
+        with pytest.raises(ConfigError, match=r"max\.clock\.skew"):
             GroupConfig.from_dict({**tuned, "groupkit.max.clock.skew.ms": bad})
