@@ -1,15 +1,16 @@
 """A simulated group: an in-memory control log with a fake broker clock, and members that
 read it at their own speed, crash, pause (zombies), leave and change subscriptions.
 
-It drives the protocol core exactly as the runtime does, with no Kafka and no threads, so the
-tests, the hypothesis schedules and the benches share it. One :meth:`GroupSim.tick`:
+Each member is a :class:`~groupkit.protocol.node.Node`, the same driver the runtime's control
+thread runs, with no Kafka and no threads, so the tests, the hypothesis schedules and the benches
+exercise the runtime's rules. One :meth:`GroupSim.tick`:
 
 1. The broker clock advances by ``tick_ms``; every member's monotonic clock moves with it.
-2. Each running member, in id order: replays up to ``read_rate`` new records (all if ``None``),
-   calls :meth:`Member.poll`, carries out its actions (its ``owned`` set is the ground truth of
-   what it processes) and appends its records to the log, stamped with the broker clock.
-3. If that member is the leader in its own replay, has a live session, and its previous
-   assignment record has been replayed, it plans and appends what the planner writes.
+2. Each running member, in id order: feeds its node up to ``read_rate`` new records (all if
+   ``None``), steps it, carries out its actions (its ``owned`` set is the ground truth of what it
+   processes) and appends its records to the log, stamped with the broker clock.
+3. If the node leads and plans a new generation (:meth:`Node.step`), the member appends that
+   record too and tells the node its offset.
 
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
@@ -21,7 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
-from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Planner
+from groupkit.protocol.node import Node
+from groupkit.protocol.planner import NEED_LAGS, NONE, Planner
 from groupkit.protocol.records import Signer
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
@@ -75,18 +77,24 @@ class ControlLog:
 
 @dataclass(slots=True)
 class SimMember:
-    member: Member
-    state: GroupState
+    node: Node
     read_rate: int | None = None
     pos: int = 0
     crashed: bool = False
     paused_until: int = 0
-    awaiting: int | None = None  # offset of our own unreplayed assignment record
     actions: list[Actions] = field(default_factory=list)
 
     @property
+    def member(self) -> Member:
+        return self.node.member
+
+    @property
+    def state(self) -> GroupState:
+        return self.node.state
+
+    @property
     def member_id(self) -> str:
-        return self.member.member_id
+        return self.node.member_id
 
 
 class GroupSim:
@@ -165,10 +173,11 @@ class GroupSim:
         if old is not None and not old.crashed:
             raise ValueError(f"{member_id} is running; crash or leave it first")
         shared = self.shared_state and read_rate is None and not compacted
-        sm = SimMember(m, self._view if shared else self.new_state(), read_rate)
+        node = Node(m, self._view if shared else self.new_state(), self.planner)
+        sm = SimMember(node, read_rate)
         if compacted:
             for r in self.log.compacted():
-                sm.state.replay(r.offset, r.key, r.value, r.timestamp)
+                node.feed(r.offset, r.key, r.value, r.timestamp)
             sm.pos = len(self.log.records)
         self.members[member_id] = sm
         return sm
@@ -217,33 +226,25 @@ class GroupSim:
         records = self.log.records
         end = len(records) if sm.read_rate is None else min(len(records), sm.pos + sm.read_rate)
         for r in records[sm.pos : end]:
-            res = sm.state.replay(r.offset, r.key, r.value, r.timestamp)
+            res = sm.node.feed(r.offset, r.key, r.value, r.timestamp)
             if res.kind == "rejected" and sm is self._observer():
                 self.rejected.append(res)
         sm.pos = end
 
     def _act(self, sm: SimMember) -> None:
-        acts = sm.member.poll(sm.state, self.clock)
+        node = sm.node
+        step = node.step(self.clock, self.partitions)
+        acts = step.actions
         if self.keep_actions and not acts.idle:
             sm.actions.append(acts)
         self._check_actions(sm, acts)
         for w in acts.writes:
             self.log.append(w.raw_key, w.raw_value)
-        if sm.member.state == LEFT:
-            return
-        st = sm.state
-        if (
-            st.leader == sm.member_id
-            and st.members[sm.member_id].incarnation == sm.member.incarnation
-            and (sm.awaiting is None or st.offset >= sm.awaiting)
-            and (sm.member.session_age_ms(self.clock) or 0) < self.session_timeout_ms
-        ):
-            d = self.planner.plan(st, self.partitions)
-            if d.action == NEED_LAGS:
-                d = self.planner.plan(st, self.partitions, self.lags_for(d.lag_topics))
-            if d.action == WRITE:
-                k, v = d.encode(self.signer)
-                sm.awaiting = self.log.append(k, v)
+        lead = step.lead
+        if lead is not None and lead.action == NEED_LAGS:
+            lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
+        if lead is not None and lead.key is not None:
+            node.written(self.log.append(lead.key, lead.value))
 
     def lags_for(self, topics: Iterable[str]) -> dict[TopicPartition, int]:
         return {
