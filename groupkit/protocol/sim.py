@@ -12,12 +12,19 @@ exercise the runtime's rules. One :meth:`GroupSim.tick`:
 3. If the node leads and plans a new generation (:meth:`Node.step`), the member appends that
    record too and tells the node its offset.
 
+Latency (``produce_delay_ms``, ``fetch_delay_ms``; both 0 by default, which makes every record
+visible the moment it is written): a record a member writes at ``t`` is appended at
+``t + produce_delay`` (stamped with that broker time; the writer learns its offset then, as from
+a delivery report) and readers see it from ``t + produce_delay + fetch_delay`` on. One *hop* of
+the control log (a record written and read back by another member) then takes their sum.
+
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -44,9 +51,13 @@ class ControlLog:
     records: list[LogRecord] = field(default_factory=list)
     clock: int = 0
 
-    def append(self, key: bytes | None, value: bytes | None) -> int:
+    def append(self, key: bytes | None, value: bytes | None, timestamp: int | None = None) -> int:
+        """Append now (or at broker time ``timestamp``, never before the newest record)."""
         off = len(self.records)
-        self.records.append(LogRecord(off, key, value, self.clock))
+        ts = self.clock if timestamp is None else timestamp
+        if self.records:
+            ts = max(ts, self.records[-1].timestamp)
+        self.records.append(LogRecord(off, key, value, ts))
         return off
 
     def compacted(
@@ -114,6 +125,8 @@ class GroupSim:
         signer: Signer | None = None,
         keep_actions: bool = False,
         shared_state: bool = False,
+        produce_delay_ms: int = 0,
+        fetch_delay_ms: int = 0,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -127,7 +140,13 @@ class GroupSim:
         #: members that read at full speed share one replayed state (they would hold equal
         #: copies anyway); this is what makes a 1,000-member group cheap to simulate
         self.shared_state = shared_state
+        self.produce_delay_ms = produce_delay_ms
+        self.fetch_delay_ms = fetch_delay_ms
         self.log = ControlLog()
+        #: records written but not appended yet: (append time, key, value, writer's node if it
+        #: is an assignment record, which learns the offset on append)
+        self._in_flight: deque[tuple[int, bytes | None, bytes | None, Node | None]] = deque()
+        self._visible = 0  # records[:_visible] are visible to readers (with a fetch delay)
         self.members: dict[str, SimMember] = {}
         self.lags: dict[TopicPartition, int] = {}
         self.rejected: list[Replayed] = []
@@ -176,9 +195,11 @@ class GroupSim:
         node = Node(m, self._view if shared else self.new_state(), self.planner)
         sm = SimMember(node, read_rate)
         if compacted:
+            end = self.visible()
             for r in self.log.compacted():
-                node.feed(r.offset, r.key, r.value, r.timestamp)
-            sm.pos = len(self.log.records)
+                if r.offset < end:
+                    node.feed(r.offset, r.key, r.value, r.timestamp)
+            sm.pos = end
         self.members[member_id] = sm
         return sm
 
@@ -212,6 +233,7 @@ class GroupSim:
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
             self.log.clock += self.tick_ms
+            self._deliver()
             for sm in self.running():
                 self._step(sm)
 
@@ -224,7 +246,8 @@ class GroupSim:
 
     def _read(self, sm: SimMember) -> None:
         records = self.log.records
-        end = len(records) if sm.read_rate is None else min(len(records), sm.pos + sm.read_rate)
+        visible = self.visible()
+        end = visible if sm.read_rate is None else min(visible, sm.pos + sm.read_rate)
         for r in records[sm.pos : end]:
             res = sm.node.feed(r.offset, r.key, r.value, r.timestamp)
             if res.kind == "rejected" and sm is self._observer():
@@ -239,12 +262,39 @@ class GroupSim:
             sm.actions.append(acts)
         self._check_actions(sm, acts)
         for w in acts.writes:
-            self.log.append(w.raw_key, w.raw_value)
+            self._produce(w.raw_key, w.raw_value)
         lead = step.lead
         if lead is not None and lead.action == NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
         if lead is not None and lead.key is not None:
-            node.written(self.log.append(lead.key, lead.value))
+            self._produce(lead.key, lead.value, node)
+
+    def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
+        if self.produce_delay_ms == 0:
+            off = self.log.append(key, value)
+            if node is not None:
+                node.written(off)
+        else:
+            self._in_flight.append((self.clock + self.produce_delay_ms, key, value, node))
+
+    def _deliver(self) -> None:
+        """Append the records whose produce delay has passed, at the time it passed."""
+        while self._in_flight and self._in_flight[0][0] <= self.clock:
+            at, key, value, node = self._in_flight.popleft()
+            off = self.log.append(key, value, at)
+            if node is not None:
+                node.written(off)
+
+    def visible(self) -> int:
+        """How many records of the log readers can see now (all of them without a fetch delay)."""
+        records = self.log.records
+        if self.fetch_delay_ms == 0:
+            return len(records)
+        v = self._visible
+        while v < len(records) and records[v].timestamp + self.fetch_delay_ms <= self.clock:
+            v += 1
+        self._visible = v
+        return v
 
     def lags_for(self, topics: Iterable[str]) -> dict[TopicPartition, int]:
         return {
@@ -301,7 +351,7 @@ class GroupSim:
     def view(self) -> GroupState:
         """The group as replayed by an observer that has read the whole log."""
         st = self._view
-        for r in self.log.records[st.offset + 1 :]:
+        for r in self.log.records[st.offset + 1 : self.visible()]:
             st.replay(r.offset, r.key, r.value, r.timestamp)
         return st
 
