@@ -5,13 +5,15 @@
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
 5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
+6. :mod:`~groupkit.protocol.node` — :class:`Node`, the driver that composes the three above.
 6. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
 
-How a runtime drives it: replay every control record into a ``GroupState``; then call
-``Member.poll(state, now_ms)`` and carry out its ``Actions`` in order (lost, revoke with commit,
-assign, write records); if ``state.leader`` is this member, call ``Planner.plan(state,
-partition_counts)`` (again with ``lags`` if it answers ``need_lags``) and produce the record of a
-``write`` decision, then wait until that offset is replayed before planning again.
+How a runtime drives it (through a ``Node``, as the runtime and the simulator both do): feed
+every control record (``Node.feed``); then ``Node.step(now_ms)`` and carry out its ``Actions`` in
+order (lost, revoke with commit, assign, write records); if the step says the node is ready to
+lead, ``Node.plan(now_ms, partition_counts)`` (again with ``lags`` if it answers ``need_lags``),
+produce the record of a ``write`` answer and report its offset (``Node.written``) or its failure
+(``Node.write_failed``); the node plans again once that offset is replayed.
 """
 
 from groupkit.errors import ProtocolError
@@ -22,6 +24,7 @@ from groupkit.protocol.member import (
     Write,
     diff,
 )
+from groupkit.protocol.node import Lead, Node, NodeStep
 from groupkit.protocol.planner import Adjusted, Decision, Planner, adjust_cooperative
 from groupkit.protocol.records import (
     AssignmentKey,
@@ -56,10 +59,13 @@ __all__ = [
     "Decision",
     "GroupState",
     "HmacSigner",
+    "Lead",
     "Member",
     "MemberKey",
     "MemberRecord",
     "MemberState",
+    "Node",
+    "NodeStep",
     "Planner",
     "ProtocolError",
     "Replayed",

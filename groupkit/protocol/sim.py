@@ -1,15 +1,22 @@
 """A simulated group: an in-memory control log with a fake broker clock, and members that
 read it at their own speed, crash, pause (zombies), leave and change subscriptions.
 
-It drives the protocol core exactly as the runtime does, with no Kafka and no threads, so the
-tests, the hypothesis schedules and the benches share it. One :meth:`GroupSim.tick`:
+Each member is a :class:`~groupkit.protocol.node.Node`, the same driver the runtime's control
+thread runs, with no Kafka and no threads, so the tests, the hypothesis schedules and the benches
+exercise the runtime's rules. One :meth:`GroupSim.tick`:
 
 1. The broker clock advances by ``tick_ms``; every member's monotonic clock moves with it.
-2. Each running member, in id order: replays up to ``read_rate`` new records (all if ``None``),
-   calls :meth:`Member.poll`, carries out its actions (its ``owned`` set is the ground truth of
-   what it processes) and appends its records to the log, stamped with the broker clock.
-3. If that member is the leader in its own replay, has a live session, and its previous
-   assignment record has been replayed, it plans and appends what the planner writes.
+2. Each running member, in id order: feeds its node up to ``read_rate`` new records (all if
+   ``None``), steps it, carries out its actions (its ``owned`` set is the ground truth of what it
+   processes) and appends its records to the log, stamped with the broker clock.
+3. If the node leads and plans a new generation (:meth:`Node.step`), the member appends that
+   record too and tells the node its offset.
+
+Latency (``produce_delay_ms``, ``fetch_delay_ms``; both 0 by default, which makes every record
+visible the moment it is written): a record a member writes at ``t`` is appended at
+``t + produce_delay`` (stamped with that broker time; the writer learns its offset then, as from
+a delivery report) and readers see it from ``t + produce_delay + fetch_delay`` on. One *hop* of
+the control log (a record written and read back by another member) then takes their sum.
 
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
@@ -17,11 +24,13 @@ is gone for good. :meth:`GroupSim.violations` checks the safety invariants after
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
-from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Planner
+from groupkit.protocol.node import Node
+from groupkit.protocol.planner import NEED_LAGS, NONE, Planner
 from groupkit.protocol.records import Signer
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
@@ -47,10 +56,17 @@ class ControlLog:
     records: list[LogRecord] = field(default_factory=list)
     clock: int = 0
     skew: int = 0
+    #: the members' clock when each record was appended (its stamp is that plus ``skew``)
+    appended_at: list[int] = field(default_factory=list)
 
-    def append(self, key: bytes | None, value: bytes | None) -> int:
+    def append(self, key: bytes | None, value: bytes | None, timestamp: int | None = None) -> int:
+        """Append now (or at ``timestamp``: the time a delayed produce reaches the broker)."""
         off = len(self.records)
-        self.records.append(LogRecord(off, key, value, self.clock + self.skew))
+        at = self.clock if timestamp is None else timestamp
+        # stamped by the leading broker's clock, which may be off (and jump back when the
+        # leadership moves); readers see the record by the time it was really appended
+        self.records.append(LogRecord(off, key, value, at + self.skew))
+        self.appended_at.append(at)
         return off
 
     def compacted(
@@ -81,18 +97,24 @@ class ControlLog:
 
 @dataclass(slots=True)
 class SimMember:
-    member: Member
-    state: GroupState
+    node: Node
     read_rate: int | None = None
     pos: int = 0
     crashed: bool = False
     paused_until: int = 0
-    awaiting: int | None = None  # offset of our own unreplayed assignment record
     actions: list[Actions] = field(default_factory=list)
 
     @property
+    def member(self) -> Member:
+        return self.node.member
+
+    @property
+    def state(self) -> GroupState:
+        return self.node.state
+
+    @property
     def member_id(self) -> str:
-        return self.member.member_id
+        return self.node.member_id
 
 
 class GroupSim:
@@ -113,6 +135,8 @@ class GroupSim:
         keep_actions: bool = False,
         shared_state: bool = False,
         max_clock_skew_ms: int = 0,
+        produce_delay_ms: int = 0,
+        fetch_delay_ms: int = 0,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -129,7 +153,13 @@ class GroupSim:
         #: members that read at full speed share one replayed state (they would hold equal
         #: copies anyway); this is what makes a 1,000-member group cheap to simulate
         self.shared_state = shared_state
+        self.produce_delay_ms = produce_delay_ms
+        self.fetch_delay_ms = fetch_delay_ms
         self.log = ControlLog()
+        #: records written but not appended yet: (append time, key, value, writer's node if it
+        #: is an assignment record, which learns the offset on append)
+        self._in_flight: deque[tuple[int, bytes | None, bytes | None, Node | None]] = deque()
+        self._visible = 0  # records[:_visible] are visible to readers (with a fetch delay)
         self.members: dict[str, SimMember] = {}
         self.lags: dict[TopicPartition, int] = {}
         self.rejected: list[Replayed] = []
@@ -176,11 +206,14 @@ class GroupSim:
         if old is not None and not old.crashed:
             raise ValueError(f"{member_id} is running; crash or leave it first")
         shared = self.shared_state and read_rate is None and not compacted
-        sm = SimMember(m, self._view if shared else self.new_state(), read_rate)
+        node = Node(m, self._view if shared else self.new_state(), self.planner)
+        sm = SimMember(node, read_rate)
         if compacted:
+            end = self.visible()
             for r in self.log.compacted():
-                sm.state.replay(r.offset, r.key, r.value, r.timestamp)
-            sm.pos = len(self.log.records)
+                if r.offset < end:
+                    node.feed(r.offset, r.key, r.value, r.timestamp)
+            sm.pos = end
         self.members[member_id] = sm
         return sm
 
@@ -214,6 +247,7 @@ class GroupSim:
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
             self.log.clock += self.tick_ms
+            self._deliver()
             for sm in self.running():
                 self._step(sm)
 
@@ -226,35 +260,56 @@ class GroupSim:
 
     def _read(self, sm: SimMember) -> None:
         records = self.log.records
-        end = len(records) if sm.read_rate is None else min(len(records), sm.pos + sm.read_rate)
+        visible = self.visible()
+        end = visible if sm.read_rate is None else min(visible, sm.pos + sm.read_rate)
         for r in records[sm.pos : end]:
-            res = sm.state.replay(r.offset, r.key, r.value, r.timestamp)
+            res = sm.node.feed(r.offset, r.key, r.value, r.timestamp)
             if res.kind == "rejected" and sm is self._observer():
                 self.rejected.append(res)
         sm.pos = end
 
     def _act(self, sm: SimMember) -> None:
-        acts = sm.member.poll(sm.state, self.clock)
+        node = sm.node
+        step = node.step(self.clock, self.partitions)
+        acts = step.actions
         if self.keep_actions and not acts.idle:
             sm.actions.append(acts)
         self._check_actions(sm, acts)
         for w in acts.writes:
-            self.log.append(w.raw_key, w.raw_value)
-        if sm.member.state == LEFT:
-            return
-        st = sm.state
-        if (
-            st.leader == sm.member_id
-            and st.members[sm.member_id].incarnation == sm.member.incarnation
-            and (sm.awaiting is None or st.offset >= sm.awaiting)
-            and (sm.member.session_age_ms(self.clock) or 0) < sm.member.fence_after_ms
-        ):
-            d = self.planner.plan(st, self.partitions)
-            if d.action == NEED_LAGS:
-                d = self.planner.plan(st, self.partitions, self.lags_for(d.lag_topics))
-            if d.action == WRITE:
-                k, v = d.encode(self.signer)
-                sm.awaiting = self.log.append(k, v)
+            self._produce(w.raw_key, w.raw_value)
+        lead = step.lead
+        if lead is not None and lead.action == NEED_LAGS:
+            lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
+        if lead is not None and lead.key is not None:
+            self._produce(lead.key, lead.value, node)
+
+    def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
+        if self.produce_delay_ms == 0:
+            off = self.log.append(key, value)
+            if node is not None:
+                node.written(off)
+        else:
+            self._in_flight.append((self.clock + self.produce_delay_ms, key, value, node))
+
+    def _deliver(self) -> None:
+        """Append the records whose produce delay has passed, at the time it passed."""
+        while self._in_flight and self._in_flight[0][0] <= self.clock:
+            at, key, value, node = self._in_flight.popleft()
+            off = self.log.append(key, value, at)
+            if node is not None:
+                node.written(off)
+
+    def visible(self) -> int:
+        """How many records of the log readers can see now (all of them without a fetch delay)."""
+        records = self.log.records
+        if self.fetch_delay_ms == 0:
+            return len(records)
+        v = self._visible
+        at = self.log.appended_at
+        while v < len(records) and at[v] + self.fetch_delay_ms <= self.clock:
+            v += 1
+        self._visible = v
+        return v
 
     def lags_for(self, topics: Iterable[str]) -> dict[TopicPartition, int]:
         return {
@@ -311,7 +366,7 @@ class GroupSim:
     def view(self) -> GroupState:
         """The group as replayed by an observer that has read the whole log."""
         st = self._view
-        for r in self.log.records[st.offset + 1 :]:
+        for r in self.log.records[st.offset + 1 : self.visible()]:
             st.replay(r.offset, r.key, r.value, r.timestamp)
         return st
 

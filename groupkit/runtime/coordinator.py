@@ -1,6 +1,8 @@
 """The control loop of one member: a background thread between the control topic and the protocol.
 
-The thread owns the control-topic reader and writer and the protocol objects. Each turn:
+The thread owns the control-topic reader and writer and the protocol's
+:class:`~groupkit.protocol.node.Node` (replay, the member's step, when to lead: the rules the
+simulator runs too); this module only does the I/O around it. Each turn:
 
 1. Read what the control partition has (at start-up: everything up to the high watermark
    before acting, so a newcomer is planned into the group only once it can follow it: joining
@@ -14,9 +16,11 @@ The thread owns the control-topic reader and writer and the protocol objects. Ea
    no longer claims a revoked partition is only produced after ``poll`` has committed and
    stopped it (the member keeps claiming it until then; see ``Member.revoked``), and then at
    once, from :meth:`Coordinator.released`, not at the next turn.
-3. If this member leads, ask the :class:`~groupkit.protocol.planner.Planner` for the next
-   generation (fetching lags first for a lag-aware assignor), produce it, and plan again only
-   once that record has been replayed.
+3. If the node is ready to lead, fetch partition counts and let it plan (fetching lags first
+   for a lag-aware assignor); produce the record it answers and tell it the offset from the
+   delivery report (it plans again only once that record has been replayed).
+
+The first turn runs as soon as the history is read, so the join record goes out at once.
 
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
 fencing clock) and the queue of hand-offs.
@@ -38,7 +42,8 @@ from confluent_kafka.admin import AdminClient
 from groupkit.errors import BrokerError
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.member import Actions
-from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision
+from groupkit.protocol.node import Node
+from groupkit.protocol.planner import NEED_LAGS, WRITE, Decision
 from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
@@ -151,6 +156,8 @@ class Coordinator:
             max_clock_skew_ms=cfg.max_clock_skew_ms,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol)
+        #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
+        self.node = Node(self.member, self.state, self.planner)
         self.stats = Stats()
         self.handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
@@ -163,7 +170,6 @@ class Coordinator:
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._failure: BaseException | None = None
-        self._awaiting: int | None = None  # offset of our unreplayed assignment record; -1 sent
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
         if control is None:
@@ -211,6 +217,10 @@ class Coordinator:
                 self._replay(self.reader.poll(0.1))
             warm.result()
             self._caught_up.set()
+            # The first turn at once: it writes our join record (waiting the poll timer first
+            # only delayed joining the group by up to that long).
+            if not self._stop.is_set():
+                self.turn([])
             # A turn runs on every record at once; without records, often enough for the
             # time-driven steps (a heartbeat due, our own session lapsing: the poll thread
             # fences by itself too, see GroupConsumer._fence) but no more: a tenth of the
@@ -234,7 +244,7 @@ class Coordinator:
         with self.lock:
             for r in batch:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
-                res = self.state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+                res = self.node.feed(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
                 self.observers.record_read(self.state, res.kind)
                 if res.kind == "rejected":  # counted by reason in state.rejections
@@ -247,12 +257,6 @@ class Coordinator:
                         reason=res.reason,
                         detail=res.detail,
                     )
-                if (
-                    self._awaiting is not None
-                    and self._awaiting >= 0
-                    and r.offset >= self._awaiting
-                ):
-                    self._awaiting = None
 
     def _check_clock(self, skew_ms: int, how: str) -> None:
         """Log broker clock skew beyond the allowance, where it can be seen: a record stamped
@@ -277,19 +281,15 @@ class Coordinator:
             if self.member.state == "left":
                 return
             self._check_poll_interval()
-            acts = self._act(now)
-            leader = (
-                self.state.leader == self.member_id
-                and self.state.members[self.member_id].incarnation == self.incarnation
-                and (self.member.session_age_ms(now) or 0) < self.member.fence_after_ms
-            )
-            # While our own assignment record is unreplayed we lead but do not plan.
-            leads = leader and self._awaiting is None
+            # Partition counts are fetched (metadata I/O) only if the node plans, and outside
+            # the lock: see _lead.
+            step = self.node.step(now)
+            acts = self._carry_out(step.actions)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
-        if leads:
-            self._lead()
-        elif self._rebalance is not None and not leader:
+        if step.ready:
+            self._lead(now)
+        elif self._rebalance is not None and not step.leader:
             self._finish_rebalance("abandoned")  # we lost the lead mid-rebalance
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
@@ -310,8 +310,11 @@ class Coordinator:
             self.member.leave()
 
     def _act(self, now: int, service: bool = True) -> Actions:
-        """The member's step (under ``self.lock``): queue hand-offs, produce its records."""
-        acts = self.member.poll(self.state, now)
+        """The member's step alone (under ``self.lock``), carried out."""
+        return self._carry_out(self.node.poll(now), service)
+
+    def _carry_out(self, acts: Actions, service: bool = True) -> Actions:
+        """Queue the hand-offs of the member's ``acts`` and produce its records (under lock)."""
         self._check_clock(self.member.skew_seen_ms, "own_records")
         new_revoke = acts.revoke - self._revoking
         if acts.lost or new_revoke or acts.assign:
@@ -340,9 +343,9 @@ class Coordinator:
         """
         with self.lock:
             self._revoking -= partitions
-            self.member.revoked(partitions)
+            self.node.released(partitions)
             if leave and self.member.state not in ("leaving", "left"):
-                self.member.leave()
+                self.node.leave()
             if self.member.state == "left":
                 return
             # Delivery callbacks stay on the control thread (its next writer.service).
@@ -367,19 +370,18 @@ class Coordinator:
                 return
             _log.warning("member.unclaimed_lost", group=self.cfg.group_id, member=self.member_id,
                          partitions=len(self.member.owned & partitions))  # fmt: skip
-            self.member.revoked(partitions)
+            self.node.released(partitions)
             acts = self._act(monotonic_ms(), service=False)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
 
-    def _lead(self) -> None:
+    def _lead(self, now: int) -> None:
+        """Plan (the node decides whether it still may), fetching lags if asked; produce it."""
         counts = self._partition_counts()
         with self.lock:
-            decision = self.planner.plan(self.state, counts)
-        if decision.action == NEED_LAGS:
-            parts = [
-                TopicPartition(t, p) for t in decision.lag_topics for p in range(counts.get(t, 0))
-            ]
+            lead = self.node.plan(now, counts)
+        if lead is not None and lead.action == NEED_LAGS:
+            parts = [TopicPartition(t, p) for t in lead.lag_topics for p in range(counts.get(t, 0))]
             try:
                 lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.auto_offset_reset)
                 self.observers.lags_fetched(lags)
@@ -387,17 +389,18 @@ class Coordinator:
                 _log.warning("lags.unavailable", error=str(e))
                 lags = {tp: 0 for tp in parts}
             with self.lock:
-                decision = self.planner.plan(self.state, counts, lags)
-        if decision.action == WRITE and decision.record is not None:
+                lead = self.node.plan(now, counts, lags)
+        if lead is None:
+            return
+        decision = lead.decision
+        if lead.action == WRITE and decision.record is not None and lead.key is not None:
             self._track(decision, decision.record)
-            key, value = decision.encode(self.signer)
             self.stats.rebalances[decision.reason] += 1
-            self._awaiting = -1
-            self._write(key, value, assignment=True)
+            self._write(lead.key, lead.value, assignment=True)
             self.observers.generation_written(
                 self.state, decision.record.generation, decision.record.phase, decision.reason
             )
-        elif decision.action == NONE and decision.reason == "stable" and self._rebalance:
+        elif lead.stable and self._rebalance:
             self._finish_rebalance("completed")
 
     # ------------------------------------------------------------------ rebalance summaries
@@ -479,11 +482,13 @@ class Coordinator:
                 self.observers.record_written("assignment" if assignment else "member", False)
                 _log.warning("control_record.write_failed", error=str(err))
                 if assignment:
-                    self._awaiting = None  # plan again
+                    with self.lock:
+                        self.node.write_failed()  # plan again
                 return
             self.stats.records_written += 1
             self.observers.record_written("assignment" if assignment else "member", True)
-            if assignment and self._awaiting == -1:
-                self._awaiting = offset if self.reader.position <= offset else None
+            if assignment:
+                with self.lock:
+                    self.node.written(offset)
 
         self.writer.write(key, value, delivered, service=service)

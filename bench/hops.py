@@ -1,0 +1,166 @@
+"""Control-log hops of a rebalance, counted in the simulator.
+
+A *hop* is one record written to the control log and read back by another member: with the
+simulator's latency model (``produce_delay_ms`` + ``fetch_delay_ms`` per record) every hop costs
+their sum, and a rebalance that needs n sequential records costs n hops however fast the
+members compute. That count is what a protocol change can remove; the latency follows.
+
+Scenarios, on a stable 3-member group (12 partitions, range assignor), both protocols:
+
+- ``join``: a 4th member joins. Hops from its join record's write to a stable group.
+- ``leave``: a member leaves cleanly. Hops from its goodbye records' write to a stable group.
+- ``crash``: a member crashes. Hops from the moment its expiry is visible (the first record
+  stamped a session after its last one is read) to a stable group; the latency column counts
+  from the crash, so it includes the session timeout and the heartbeat that carries the log
+  time past it.
+
+"Owned": every running member processes exactly what the newest (complete) assignment gives
+it, and every partition is processed. "Stable" is :meth:`GroupSim.is_stable`: that, and the
+leader has nothing left to plan (so the acknowledgements the planner waits for count as hops).
+
+    python bench/hops.py    # prints the table, writes bench/results/hops.{json,md}
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from groupkit.protocol.sim import GroupSim
+
+SCENARIOS = ("join", "leave", "crash")
+PROTOCOLS = ("eager", "cooperative")
+
+
+@dataclass(frozen=True, slots=True)
+class HopRow:
+    protocol: str
+    scenario: str
+    #: hops until every partition is processed again by its new owner (the assignment done)
+    hops_owned: int
+    #: hops until the group is stable (the acknowledgements the leader waits for included)
+    hops: int
+    #: from the event (the crash itself for ``crash``) to a stable group
+    latency_ms: int
+
+
+def _stable_group(protocol: str, produce_ms: int, fetch_ms: int, tick_ms: int,
+                  session_ms: int, heartbeat_ms: int) -> GroupSim:  # fmt: skip
+    sim = GroupSim(
+        {"t0": 12},
+        protocol=protocol,
+        session_timeout_ms=session_ms,
+        heartbeat_interval_ms=heartbeat_ms,
+        tick_ms=tick_ms,
+        produce_delay_ms=produce_ms,
+        fetch_delay_ms=fetch_ms,
+    )
+    for m in ("a", "b", "c"):
+        sim.join(m)
+    sim.settle()
+    return sim
+
+
+def measure(
+    protocol: str,
+    scenario: str,
+    *,
+    produce_delay_ms: int = 10,
+    fetch_delay_ms: int = 10,
+    tick_ms: int = 5,
+    session_timeout_ms: int = 10_000,
+    heartbeat_interval_ms: int = 1_000,
+) -> HopRow:
+    """Hops and latency of one scenario (see the module docstring). Delays must be multiples
+    of ``tick_ms`` for the hop count to be exact; it raises if the latency is not a whole
+    number of hops (then something waited on a timer, not on a record)."""
+    hop = produce_delay_ms + fetch_delay_ms
+    sim = _stable_group(protocol, produce_delay_ms, fetch_delay_ms, tick_ms,
+                        session_timeout_ms, heartbeat_interval_ms)  # fmt: skip
+    t0 = sim.clock
+    gen0 = sim.view().generation
+    if scenario == "join":
+        sim.join("d")
+        start = t0 + tick_ms  # the tick in which it writes its join record
+    elif scenario == "leave":
+        sim.leave("c")
+        start = t0 + tick_ms
+    elif scenario == "crash":
+        last_seen = sim.view().members["c"].last_seen
+        sim.crash("c")
+        start = -1
+    else:
+        raise ValueError(f"unknown scenario {scenario!r}")
+    owned_at = None
+    for _ in range((session_timeout_ms * 4) // tick_ms):
+        if owned_at is None and _all_owned(sim, gen0):
+            owned_at = sim.clock
+        if sim.is_stable():
+            break
+        sim.tick()
+        errs = sim.violations()
+        if errs:
+            raise AssertionError("; ".join(errs[:5]))
+    else:
+        raise AssertionError(f"{protocol} {scenario}: not stable\n{sim.describe()}")
+    end = sim.clock
+    assert owned_at is not None
+    if scenario == "crash":
+        deadline = last_seen + session_timeout_ms
+        first = next(r for r in sim.log.records if r.timestamp >= deadline)
+        start = first.timestamp + fetch_delay_ms  # the expiry is visible to its readers
+    hops_owned, rest_owned = divmod(owned_at - start, hop)
+    hops, rest = divmod(end - start, hop)
+    if rest or rest_owned:
+        raise AssertionError(f"{protocol} {scenario}: {end - start} ms is not whole hops of {hop}")
+    return HopRow(protocol, scenario, hops_owned, hops, end - t0)
+
+
+def _all_owned(sim: GroupSim, after_generation: int) -> bool:
+    st = sim.view()
+    a = st.assignment
+    running = sim.running()
+    if a is None or a.phase != "complete" or a.generation <= after_generation:
+        return False
+    if any(sm.member.owned != a.assigned(sm.member_id) for sm in running):
+        return False
+    owners = sim.owners()
+    return set(owners) == sim.expected_partitions() and all(len(m) == 1 for m in owners.values())
+
+
+def hop_table(**kw: int) -> list[HopRow]:
+    """:func:`measure` for every protocol and scenario (keyword arguments as for it)."""
+    return [measure(p, s, **kw) for p in PROTOCOLS for s in SCENARIOS]
+
+
+def render(rows: list[HopRow]) -> str:
+    """The table as Markdown, for the README."""
+    lines = [
+        "| protocol | scenario | hops to owned | hops to stable | latency ms |",
+        "|---|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r.protocol} | {r.scenario} | {r.hops_owned} | {r.hops} | {r.latency_ms} |"
+        for r in rows
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from bench._common import write_results
+
+    rows = hop_table()
+    write_results(
+        "hops",
+        ["protocol", "scenario", "hops to owned", "hops to stable", "latency ms"],
+        [[r.protocol, r.scenario, r.hops_owned, r.hops, r.latency_ms] for r in rows],
+        title="Control-log hops per rebalance (produce 10 ms + fetch 10 ms per hop)",
+        notes=["crash latency counts from the crash: session timeout 10 s, heartbeat 1 s"],
+    )
+
+
+if __name__ == "__main__":
+    main()

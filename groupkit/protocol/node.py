@@ -1,0 +1,206 @@
+"""One member's whole protocol driver: replay, the member's step, and the leader's turn.
+
+:class:`Node` composes the three pure parts (:class:`~groupkit.protocol.state.GroupState`,
+:class:`~groupkit.protocol.member.Member`, :class:`~groupkit.protocol.planner.Planner`) and owns
+the rules that tie them together, so that the runtime's control thread and the simulator follow
+the same ones instead of a copy each:
+
+- **Replay** (:meth:`Node.feed`): every control record, in offset order.
+- **The member's step** (:meth:`Node.poll`, and the first half of :meth:`Node.step`): its
+  :class:`~groupkit.protocol.member.Actions`, which the caller carries out in field order.
+- **Leading** (the second half of :meth:`Node.step`, or :meth:`Node.plan`): a node plans only
+  while it *leads*: the leader of its own replay, with this incarnation (an older process with
+  our id is not us), and with a session that has not lapsed by its own clock (a fenced leader
+  must not write generations the group would take from a member it may already have expired).
+  And it plans only while **no assignment record of its own is unreplayed**: a plan made before
+  its previous record is replayed would be made from a state that does not have it yet, and
+  write the same generation again. The caller reports where that record landed
+  (:meth:`Node.written`, from the producer's delivery report or the simulated append) or that it
+  was never written (:meth:`Node.write_failed`: plan again). Replaying it (or anything after it)
+  ends the wait.
+- **Lags**: a lag-aware assignor answers ``need_lags`` first; the caller fetches them for
+  ``Lead.lag_topics`` and calls :meth:`Node.plan` again with them.
+
+Sans-I/O: no clock (``now_ms`` is the member's monotonic time, passed in), no threads, no
+Kafka. A caller that shares a node between threads holds its own lock around every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from groupkit.protocol.member import LEFT, Actions, Member
+from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision, Planner
+from groupkit.protocol.state import GroupState, Replayed
+from groupkit.types import TopicPartition
+
+#: ``Node.awaiting`` while an assignment record of ours is written but its offset not yet known
+SENT = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Lead:
+    """The planner's answer to a node that leads.
+
+    ``decision.action`` is one of the planner's: ``write`` (produce ``key``/``value``, then
+    report :meth:`Node.written` or :meth:`Node.write_failed`; the node plans nothing more
+    until then), ``need_lags`` (call :meth:`Node.plan` again with lags of ``lag_topics``),
+    ``wait`` or ``none``.
+    """
+
+    decision: Decision
+    key: bytes | None = None
+    value: bytes | None = None
+
+    @property
+    def action(self) -> str:
+        return self.decision.action
+
+    @property
+    def lag_topics(self) -> tuple[str, ...]:
+        return self.decision.lag_topics if self.decision.action == NEED_LAGS else ()
+
+    @property
+    def stable(self) -> bool:
+        """Nothing to do: the group is as the current assignment says."""
+        return self.decision.action == NONE and self.decision.reason == "stable"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStep:
+    """What one :meth:`Node.step` answers."""
+
+    #: the member's actions, to carry out in field order (lost, revoke, assign, writes)
+    actions: Actions
+    #: leader of its replay, this incarnation, session not lapsed (own record may be unreplayed)
+    leader: bool
+    #: ``leader``, the member has not left, and no assignment record of ours is unreplayed
+    ready: bool
+    #: the planner's answer when ``ready`` and partition counts were given, else ``None``
+    lead: Lead | None = None
+
+
+class Node:
+    """A member's protocol, replay to records: feed records in, step on a timer, lead."""
+
+    def __init__(self, member: Member, state: GroupState, planner: Planner) -> None:
+        self.member = member
+        #: the replayed group; the simulator may share one between members that read alike,
+        #: so the node also checks ``state.offset``, not only what it was fed itself
+        self.state = state
+        self.planner = planner
+        #: offset of our own unreplayed assignment record; :data:`SENT` while its offset is
+        #: unknown; ``None`` when there is none
+        self.awaiting: int | None = None
+
+    @property
+    def member_id(self) -> str:
+        return self.member.member_id
+
+    # ------------------------------------------------------------------ replay
+
+    def feed(
+        self, offset: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> Replayed:
+        """Replay one control record (accepted or rejected, it is replayed all the same)."""
+        res = self.state.replay(offset, key, value, timestamp_ms)
+        if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:
+            self.awaiting = None
+        return res
+
+    # ------------------------------------------------------------------ the member
+
+    def poll(self, now_ms: int) -> Actions:
+        """The member's step alone (e.g. right after :meth:`released`); never leads."""
+        return self.member.poll(self.state, now_ms)
+
+    def released(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Revoked ``partitions`` are committed and stopped: the next poll's record lets go."""
+        self.member.revoked(partitions)
+
+    def leave(self) -> None:
+        """Start a clean leave: the next poll revokes everything and writes the tombstone."""
+        self.member.leave()
+
+    @property
+    def left(self) -> bool:
+        return self.member.state == LEFT
+
+    def session_age_ms(self, now_ms: int) -> int | None:
+        return self.member.session_age_ms(now_ms)
+
+    def fence_deadline(self, now_ms: int) -> int | None:
+        """Monotonic ms before which our session cannot lapse (``None``: not confirmed yet)."""
+        age = self.member.session_age_ms(now_ms)
+        return None if age is None else now_ms - age + self.member.fence_after_ms
+
+    # ------------------------------------------------------------------ leading
+
+    def is_leader(self, now_ms: int) -> bool:
+        """Leader of its replay, with this incarnation, and its session not lapsed."""
+        st = self.state
+        me = st.members.get(self.member_id) if st.leader == self.member_id else None
+        return (
+            me is not None
+            and me.incarnation == self.member.incarnation
+            and (self.member.session_age_ms(now_ms) or 0) < self.member.fence_after_ms
+        )
+
+    def _unreplayed(self) -> bool:
+        a = self.awaiting
+        if a is not None and a >= 0 and self.state.offset >= a:
+            self.awaiting = a = None  # replayed through a state we share
+        return a is not None
+
+    def ready(self, now_ms: int) -> bool:
+        """Whether this node plans now (see the module docstring)."""
+        return not self.left and not self._unreplayed() and self.is_leader(now_ms)
+
+    def plan(
+        self,
+        now_ms: int,
+        partition_counts: Mapping[str, int],
+        lags: Mapping[TopicPartition, int] | None = None,
+    ) -> Lead | None:
+        """The planner's answer if this node is :meth:`ready`, else ``None``.
+
+        A ``write`` answer puts the node in the wait for that record: produce it, then call
+        :meth:`written` with its offset, or :meth:`write_failed`.
+        """
+        if not self.ready(now_ms):
+            return None
+        d = self.planner.plan(self.state, partition_counts, lags)
+        if d.action == WRITE:
+            key, value = d.encode(self.member.signer)
+            self.awaiting = SENT
+            return Lead(d, key, value)
+        return Lead(d)
+
+    def step(
+        self,
+        now_ms: int,
+        partition_counts: Mapping[str, int] | Callable[[], Mapping[str, int]] | None = None,
+        lags: Mapping[TopicPartition, int] | None = None,
+    ) -> NodeStep:
+        """The member's step, then, if this node is ready and ``partition_counts`` is given,
+        its plan. ``partition_counts`` may be a function, called only if the node plans (the
+        runtime fetches metadata then only); with ``None``, a ready node's caller plans itself
+        (:meth:`plan`), e.g. after fetching counts outside its lock."""
+        acts = self.member.poll(self.state, now_ms)
+        leader = self.is_leader(now_ms)
+        ready = leader and not self.left and not self._unreplayed()
+        lead = None
+        if ready and partition_counts is not None:
+            counts = partition_counts() if callable(partition_counts) else partition_counts
+            lead = self.plan(now_ms, counts, lags)
+        return NodeStep(acts, leader, ready, lead)
+
+    def written(self, offset: int) -> None:
+        """Our assignment record is in the log at ``offset`` (the producer's delivery report)."""
+        if self.awaiting == SENT:
+            self.awaiting = offset if self.state.offset < offset else None
+
+    def write_failed(self) -> None:
+        """Our assignment record was not written: plan again."""
+        self.awaiting = None

@@ -1,0 +1,65 @@
+"""Control-log hops per rebalance, for both protocols, with the simulator's latency model.
+
+The hop counts are exact on purpose: a change that removes (or adds) a sequential record round
+trip must update them here, and the README table (``bench/hops.py``) with them. Run with ``-s``
+to see the table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.hops import HopRow, hop_table, measure, render
+from groupkit.protocol.sim import GroupSim
+
+#: (protocol, scenario) -> (hops until the partitions are owned again, hops until stable)
+EXPECTED = {
+    ("eager", "join"): (5, 6),
+    ("eager", "leave"): (4, 5),
+    ("eager", "crash"): (3, 4),
+    ("cooperative", "join"): (5, 6),
+    ("cooperative", "leave"): (4, 5),
+    ("cooperative", "crash"): (3, 4),
+}
+
+
+def test_hop_table() -> None:
+    rows = hop_table()  # produce 10 ms + fetch 10 ms a hop, session 10 s, heartbeat 1 s
+    print("\n" + render(rows))
+    assert {(r.protocol, r.scenario): (r.hops_owned, r.hops) for r in rows} == EXPECTED
+    for r in rows:
+        if r.scenario == "crash":
+            # the session must pass first; the hops follow the heartbeat that shows it passed
+            assert 10_000 + r.hops * 20 <= r.latency_ms <= 10_000 + 1_000 + 20 + r.hops * 20
+        else:  # the event's record is written one tick (5 ms) after the call
+            assert r.latency_ms == r.hops * 20 + 5
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_hops_do_not_depend_on_the_delays(protocol: str) -> None:
+    """A hop is a record round trip, whatever it costs: other delays, the same counts."""
+    for scenario in ("join", "leave"):
+        r = measure(protocol, scenario, produce_delay_ms=30, fetch_delay_ms=70, tick_ms=10,
+                    heartbeat_interval_ms=3_000)  # fmt: skip
+        assert r == HopRow(protocol, scenario, *EXPECTED[protocol, scenario], r.hops * 100 + 10)
+
+
+def test_a_record_is_visible_only_after_produce_and_fetch_delay() -> None:
+    sim = GroupSim({"t0": 2}, tick_ms=10, produce_delay_ms=20, fetch_delay_ms=30)
+    sim.join("a")
+    sim.tick()  # clock 10: "a" writes its join record
+    assert sim.log.records == [] and sim.visible() == 0
+    sim.tick(2)  # clock 30: appended, stamped with its append time
+    assert [r.timestamp for r in sim.log.records] == [30]
+    assert sim.visible() == 0 and sim.view().members == {}
+    sim.tick(2)  # clock 50: still in the fetch
+    assert sim.visible() == 0
+    sim.tick()  # clock 60 = 10 + 20 + 30
+    assert sim.visible() == 1 and "a" in sim.view().members
+    sim.settle()
+    assert sim.members["a"].member.owned == {("t0", 0), ("t0", 1)}

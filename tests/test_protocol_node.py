@@ -1,0 +1,124 @@
+"""The Node driver's own rules: when it leads, and the wait for its own assignment record.
+
+The schedules (test_protocol_hypothesis and friends) run every Node through GroupSim; these pin
+the edges that the runtime reaches and the simulator rarely does: an offset reported after the
+record was already replayed, a failed write, a lapsed session, a node that has left.
+"""
+
+from __future__ import annotations
+
+from groupkit.protocol import GroupState, Member, Node, Planner
+from groupkit.protocol.node import SENT
+from groupkit.protocol.planner import WRITE
+
+SESSION = 10_000
+
+
+def _node(member_id: str = "a") -> Node:
+    m = Member("g", member_id, "i1", ["t"], session_timeout_ms=SESSION,
+               heartbeat_interval_ms=1_000)  # fmt: skip
+    return Node(m, GroupState("g", SESSION, 30_000), Planner("range", "cooperative"))
+
+
+class _Log:
+    """Just enough of a control partition: append at a broker time, read in order."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, bytes | None, bytes | None, int]] = []
+
+    def append(self, key: bytes | None, value: bytes | None, ts: int) -> int:
+        self.records.append((len(self.records), key, value, ts))
+        return len(self.records) - 1
+
+    def feed(self, node: Node) -> None:
+        for off, k, v, ts in self.records[node.state.offset + 1 :]:
+            node.feed(off, k, v, ts)
+
+
+def _joined(node: Node, log: _Log, now: int = 0) -> None:
+    """Run the node until it leads a group of itself that needs its first generation."""
+    for t in range(now, now + 5):
+        log.feed(node)
+        for w in node.step(t).actions.writes:
+            log.append(w.raw_key, w.raw_value, t)
+        log.feed(node)
+        # peek at the planner itself: Node.plan would start the wait for the record
+        if node.ready(t) and node.planner.plan(node.state, {"t": 2}).action == WRITE:
+            return
+    raise AssertionError("never ready")
+
+
+def test_plans_once_then_waits_for_its_own_record() -> None:
+    node, log = _node(), _Log()
+    _joined(node, log)
+    s = node.step(10, {"t": 2})
+    assert s.leader and s.ready and s.lead is not None and s.lead.action == WRITE
+    assert node.awaiting == SENT and s.lead.key is not None
+    # until the record is in the log and replayed, it leads but plans nothing
+    again = node.step(11, {"t": 2})
+    assert again.leader and not again.ready and again.lead is None
+    off = log.append(s.lead.key, s.lead.value, 12)
+    node.written(off)
+    assert node.awaiting == off and not node.ready(12)
+    log.feed(node)
+    assert node.awaiting is None and node.ready(13)
+    assert node.state.generation == 1
+
+
+def test_offset_reported_after_the_record_was_replayed() -> None:
+    node, log = _node(), _Log()
+    _joined(node, log)
+    lead = node.plan(10, {"t": 2})
+    assert lead is not None and lead.key is not None
+    log.append(lead.key, lead.value, 11)
+    log.feed(node)  # the reader was faster than the delivery report
+    assert node.awaiting == SENT
+    node.written(log.records[-1][0])
+    assert node.awaiting is None and node.ready(12)
+
+
+def test_a_failed_write_plans_again() -> None:
+    node, log = _node(), _Log()
+    _joined(node, log)
+    first = node.plan(10, {"t": 2})
+    assert first is not None and first.action == WRITE
+    assert node.plan(10, {"t": 2}) is None
+    node.write_failed()
+    second = node.plan(11, {"t": 2})
+    assert second is not None and second.action == WRITE
+    assert second.decision.record == first.decision.record
+
+
+def test_a_shared_state_replayed_elsewhere_ends_the_wait() -> None:
+    node, log = _node(), _Log()
+    _joined(node, log)
+    lead = node.plan(10, {"t": 2})
+    assert lead is not None and lead.key is not None
+    node.written(log.append(lead.key, lead.value, 11))
+    for off, k, v, ts in log.records[node.state.offset + 1 :]:
+        node.state.replay(off, k, v, ts)  # not through node.feed: the simulator's shared view
+    assert node.ready(12)
+
+
+def test_no_lead_with_a_lapsed_session_or_after_leaving() -> None:
+    node, log = _node(), _Log()
+    _joined(node, log)
+    age = node.session_age_ms(5)
+    assert age is not None
+    deadline = node.fence_deadline(5)
+    assert deadline == 5 - age + SESSION
+    assert node.is_leader(deadline - 1) and not node.is_leader(deadline)
+    node.leave()
+    s = node.step(6, {"t": 2})
+    assert node.left and s.leader and not s.ready and s.lead is None
+    assert [w.value for w in s.actions.writes][-1] is None  # the tombstone
+
+
+def test_another_incarnation_with_our_id_does_not_lead() -> None:
+    old, log = _node(), _Log()
+    _joined(old, log)
+    new = _node()  # a restarted process: same id, same state, a new incarnation
+    new.member.incarnation = "i2"
+    log.feed(new)
+    assert new.state.leader == "a" and not new.is_leader(0)
+    assert new.step(0, {"t": 2}).lead is None
