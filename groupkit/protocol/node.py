@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from groupkit.protocol.member import LEFT, Actions, Member
 from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision, Planner
+from groupkit.protocol.records import SnapshotKey, encode
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
 
@@ -79,12 +80,23 @@ class NodeStep:
     ready: bool
     #: the planner's answer when ``ready`` and partition counts were given, else ``None``
     lead: Lead | None = None
+    #: a snapshot record to produce (key, value), when this node leads and one is due
+    snapshot: tuple[bytes, bytes | None] | None = None
 
 
 class Node:
     """A member's protocol, replay to records: feed records in, step on a timer, lead."""
 
-    def __init__(self, member: Member, state: GroupState, planner: Planner) -> None:
+    def __init__(
+        self,
+        member: Member,
+        state: GroupState,
+        planner: Planner,
+        snapshot_every_ms: int | None = -1,
+    ) -> None:
+        """``snapshot_every_ms``: how often the leader writes a snapshot of the group (by log
+        time, and by its own clock between its own); -1 (default) is half a session, ``None``
+        never."""
         self.member = member
         #: the replayed group; the simulator may share one between members that read alike,
         #: so the node also checks ``state.offset``, not only what it was fed itself
@@ -93,6 +105,13 @@ class Node:
         #: offset of our own unreplayed assignment record; :data:`SENT` while its offset is
         #: unknown; ``None`` when there is none
         self.awaiting: int | None = None
+        self.snapshot_every_ms = (
+            member.session_timeout_ms // 2 if snapshot_every_ms == -1 else snapshot_every_ms
+        )
+        #: log time of the newest snapshot of the group replayed (or restored from)
+        self._snapshot_ts: int | None = None
+        #: our clock when we last wrote one
+        self._snapshot_sent: int | None = None
 
     @property
     def member_id(self) -> str:
@@ -105,6 +124,8 @@ class Node:
     ) -> Replayed:
         """Replay one control record (accepted or rejected, it is replayed all the same)."""
         res = self.state.replay(offset, key, value, timestamp_ms)
+        if res.kind == "snapshot":
+            self._snapshot_ts = timestamp_ms
         if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:
             self.awaiting = None
         return res
@@ -194,7 +215,32 @@ class Node:
         if ready and partition_counts is not None:
             counts = partition_counts() if callable(partition_counts) else partition_counts
             lead = self.plan(now_ms, counts, lags)
-        return NodeStep(acts, leader, ready, lead)
+        snapshot = self.snapshot_due(now_ms) if leader else None
+        return NodeStep(acts, leader, ready, lead, snapshot)
+
+    def restored(self, state: GroupState) -> None:
+        """Start from ``state``, restored from a snapshot (snapshot.CatchUp), not from nothing."""
+        self.state = state
+        self._snapshot_ts = state.log_time
+
+    def snapshot_due(self, now_ms: int) -> tuple[bytes, bytes | None] | None:
+        """The snapshot record to write now, if this node leads and one is due.
+
+        Bounded catch-up (snapshot.py) finds one within ``CATCH_UP_WINDOW_SESSIONS`` of the
+        log's end as long as the leader writes one every half session. Due when the newest
+        one replayed is that old by log time, and ours (maybe still on its way) by our clock.
+        """
+        every = self.snapshot_every_ms
+        st = self.state
+        if every is None or st.offset < 0 or self.left or not self.is_leader(now_ms):
+            return None
+        if self._snapshot_ts is not None and st.log_time - self._snapshot_ts < every:
+            return None
+        if self._snapshot_sent is not None and now_ms - self._snapshot_sent < every:
+            return None
+        self._snapshot_sent = now_ms
+        record = st.snapshot(self.member_id, self.member.incarnation)
+        return encode(SnapshotKey(st.group), record, self.member.signer)
 
     def written(self, offset: int) -> None:
         """Our assignment record is in the log at ``offset`` (the producer's delivery report)."""

@@ -32,6 +32,7 @@ from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
 from groupkit.protocol.node import Node
 from groupkit.protocol.planner import NEED_LAGS, NONE, Planner
 from groupkit.protocol.records import Signer
+from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
 
@@ -103,6 +104,10 @@ class SimMember:
     crashed: bool = False
     paused_until: int = 0
     actions: list[Actions] = field(default_factory=list)
+    #: how it caught up at start (``bounded`` joins): "state" (from a snapshot), "full", or ""
+    catch_up: str = ""
+    #: records it replayed to catch up (after the snapshot's ``as_of``, or all of them)
+    replayed: int = 0
 
     @property
     def member(self) -> Member:
@@ -137,6 +142,7 @@ class GroupSim:
         max_clock_skew_ms: int = 0,
         produce_delay_ms: int = 0,
         fetch_delay_ms: int = 0,
+        snapshot_every_ms: int | None = None,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -154,6 +160,9 @@ class GroupSim:
         #: copies anyway); this is what makes a 1,000-member group cheap to simulate
         self.shared_state = shared_state
         self.produce_delay_ms = produce_delay_ms
+        #: how often the leader writes a snapshot (Node); off by default, so the logs of the
+        #: older tests stay as they were (a snapshot changes no replayed state)
+        self.snapshot_every_ms = snapshot_every_ms
         self.fetch_delay_ms = fetch_delay_ms
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
@@ -185,11 +194,14 @@ class GroupSim:
         read_rate: int | None = None,
         *,
         compacted: bool = False,
+        bounded: bool = False,
     ) -> SimMember:
         """Start a process (a new incarnation) with this member id.
 
         ``compacted``: it starts by reading the log as compaction would leave it now
         (:meth:`ControlLog.compacted`), then follows the log from its end.
+        ``bounded``: it catches up as the runtime does (:class:`~groupkit.protocol.snapshot.
+        CatchUp`): from the newest snapshot near the log's end, else from the beginning.
         """
         self._incarnations += 1
         m = Member(
@@ -205,9 +217,12 @@ class GroupSim:
         old = self.members.get(member_id)
         if old is not None and not old.crashed:
             raise ValueError(f"{member_id} is running; crash or leave it first")
-        shared = self.shared_state and read_rate is None and not compacted
-        node = Node(m, self._view if shared else self.new_state(), self.planner)
+        shared = self.shared_state and read_rate is None and not compacted and not bounded
+        node = Node(m, self._view if shared else self.new_state(), self.planner,
+                    snapshot_every_ms=self.snapshot_every_ms)  # fmt: skip
         sm = SimMember(node, read_rate)
+        if bounded:
+            self._catch_up(sm)
         if compacted:
             end = self.visible()
             for r in self.log.compacted():
@@ -216,6 +231,33 @@ class GroupSim:
             sm.pos = end
         self.members[member_id] = sm
         return sm
+
+    def _catch_up(self, sm: SimMember) -> None:
+        """A bounded catch-up, as the runtime's: read from the first record stamped within the
+        window (Kafka's ``offsets_for_times``), restore, or replay from the beginning."""
+        end = self.visible()
+        records = self.log.records[:end]
+        since = CatchUp.window_start_ms(self.clock, self.session_timeout_ms)
+        start = next((r.offset for r in records if r.timestamp >= since), end)
+        cu = CatchUp(self.group, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer)
+        verdict: tuple[str, GroupState | int] = ("full", 0)
+        for _ in range(2):
+            if not 0 < start < end:
+                break
+            cu.start(start)
+            for r in records[start:]:
+                cu.feed(r.offset, r.key, r.value, r.timestamp)
+            verdict = cu.finish()
+            if verdict[0] != "reread":
+                break
+            assert isinstance(verdict[1], int)
+            start = verdict[1]
+        if verdict[0] == "state":
+            assert isinstance(verdict[1], GroupState)
+            sm.node.restored(verdict[1])
+            sm.pos, sm.catch_up, sm.replayed = end, "state", cu.replayed
+        else:  # from the beginning, at its read rate, as before snapshots
+            sm.catch_up, sm.replayed = "full", end
 
     def leave(self, member_id: str) -> None:
         self.members[member_id].member.leave()
@@ -282,6 +324,8 @@ class GroupSim:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
         if lead is not None and lead.key is not None:
             self._produce(lead.key, lead.value, node)
+        if step.snapshot is not None:
+            self._produce(*step.snapshot)
 
     def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
         if self.produce_delay_ms == 0:

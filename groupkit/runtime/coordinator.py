@@ -285,6 +285,8 @@ class Coordinator:
             # the lock: see _lead.
             step = self.node.step(now)
             acts = self._carry_out(step.actions)
+            if step.snapshot is not None:
+                self._write(*step.snapshot)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
         if step.ready:
