@@ -139,7 +139,7 @@ class ControlReader:
         first member asks at once) or whose leadership just moved answers NOT_LEADER until its
         broker has taken it over, although the metadata already names that broker.
         """
-        self._assign()
+        self.warm()  # asking needs no assignment: reading may start elsewhere (seek)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -155,6 +155,36 @@ class ControlReader:
                 ) or (time.monotonic() >= deadline):
                     raise BrokerError(f"cannot read the end of the control topic: {e}") from e
                 time.sleep(0.05)  # librdkafka refreshes the leader meanwhile; no event to await
+
+    def offset_for_time(self, timestamp_ms: int, timeout: float = 10.0) -> int | None:
+        """The first offset stamped at or after ``timestamp_ms`` (Kafka's ListOffsets by
+        timestamp), or ``None`` if no record is that recent."""
+        self.warm()
+        try:
+            got = self._consumer.offsets_for_times(
+                [TopicPartition(self.topic, self.partition, timestamp_ms)], timeout=timeout
+            )
+        except KafkaException as e:
+            raise BrokerError(f"cannot look up the control topic by time: {e}") from e
+        if not got or got[0].error is not None or got[0].offset < 0:
+            return None
+        return int(got[0].offset)
+
+    def seek(self, offset: int) -> None:
+        """Read from ``offset`` next (what was fetched beyond is dropped)."""
+        self.warm()
+        # assign() replaces the assignment and its fetch position; seek() would need the
+        # partition to be fetching already
+        self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+        self._open = True
+        self.position = offset
+
+    def rewind(self) -> None:
+        """Read from the beginning of the log next (its first offset may be above 0)."""
+        self.warm()
+        self._consumer.assign([TopicPartition(self.topic, self.partition, OFFSET_BEGINNING)])
+        self._open = True
+        self.position = 0
 
     def poll(self, timeout: float) -> list[RawRecord]:
         """Records available within ``timeout`` seconds (a batch, maybe empty).

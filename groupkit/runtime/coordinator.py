@@ -45,6 +45,7 @@ from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node
 from groupkit.protocol.planner import NEED_LAGS, WRITE, Decision
 from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
+from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
@@ -110,6 +111,10 @@ class Stats:
     write_errors: int = 0
     #: the largest broker clock difference seen beyond groupkit.max.clock.skew.ms (0: none)
     clock_skew_ms: int = 0
+    #: how the member caught up at start: "snapshot" (bounded) or "full"
+    catch_up: str = ""
+    #: records fetched from the log's tail to find the snapshot (not replayed unless after it)
+    catch_up_scanned: int = 0
 
 
 class Coordinator:
@@ -213,6 +218,7 @@ class Coordinator:
             # The writer's warm-up (~60 ms) runs while we read the history, not after it.
             warm = _Background(self.writer.warm)
             hw = self.reader.high_watermark()
+            self._catch_up(hw)
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
             warm.result()
@@ -235,6 +241,27 @@ class Coordinator:
             self._caught_up.set()
         finally:
             self.writer.flush(5.0)
+
+    def _catch_up(self, end: int) -> None:
+        """Start from the group's newest snapshot near the log's end, if there is one (bounded
+        replay: runtime/catch_up.py); else the caller replays the log from its beginning."""
+        got = bounded_catch_up(
+            self.reader, end, self.cfg.group_id, self.cfg.session_timeout_ms,
+            self.cfg.rebalance_timeout_ms, self.signer, self._stop.is_set,
+        )  # fmt: skip
+        self.stats.catch_up_scanned = got.scanned
+        if got.state is None:
+            self.reader.rewind()
+            self.stats.catch_up = "full"
+            return
+        with self.lock:
+            self.state = got.state
+            self.node.restored(got.state)
+            self.stats.records_read += got.replayed
+            self.stats.catch_up = "snapshot"
+        _log.info("control_log.caught_up", group=self.cfg.group_id, member=self.member_id,
+                  how="snapshot", scanned=got.scanned, replayed=got.replayed,
+                  offset=got.state.offset)  # fmt: skip
 
     # ------------------------------------------------------------------ one turn
 

@@ -1,7 +1,7 @@
 """``groupkit describe``: a group as its control log says it is, with each member's lag.
 
-It replays the group's control partition up to its high watermark through the same
-``GroupState.replay`` the members use, so what it prints is exactly what a member would see.
+
+
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from groupkit.errors import ControlTopicError
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner
 from groupkit.runtime.admin import connect_admin
+from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
@@ -43,6 +44,14 @@ def describe_group(
     try:
         end = reader.high_watermark(timeout)
         deadline = time.monotonic() + timeout
+        # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py)
+        got = bounded_catch_up(reader, end, cfg.group_id, cfg.session_timeout_ms,
+                               cfg.rebalance_timeout_ms, signer,
+                               lambda: time.monotonic() >= deadline)  # fmt: skip
+        if got.state is not None:
+            state = got.state
+        else:
+            reader.rewind()
         while reader.position < end and time.monotonic() < deadline:
             for r in reader.poll(0.2):
                 state.replay(r.offset, r.key, r.value, r.timestamp_ms)

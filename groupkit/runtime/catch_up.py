@@ -1,0 +1,67 @@
+"""A newcomer's catch-up on the control partition: bounded by the newest snapshot, or whole.
+
+The protocol side is :class:`groupkit.protocol.snapshot.CatchUp` (sans-I/O; the simulator drives
+the same object); this module does its I/O: find where the last
+``CATCH_UP_WINDOW_SESSIONS`` sessions of the log begin (``offsets_for_times`` from the wall
+clock: a broker clock off by up to half a session still leaves a snapshot in the window, and
+beyond that the catch-up only falls back to the whole log), read from there to the high
+watermark, and read again from the snapshot's ``as_of`` if the window began after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from groupkit.protocol.records import Signer
+from groupkit.protocol.snapshot import CatchUp
+from groupkit.protocol.state import GroupState
+from groupkit.runtime.control_log import ControlReader
+
+
+@dataclass(frozen=True, slots=True)
+class CaughtUp:
+    """The outcome: the restored state (``None``: replay the whole log), and what it cost."""
+
+    state: GroupState | None
+    #: records fetched from the window (and the re-read)
+    scanned: int
+    #: records replayed into the restored state
+    replayed: int
+
+
+def bounded_catch_up(
+    reader: ControlReader,
+    end: int,
+    group: str,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    verifier: Signer | None,
+    stopped: Callable[[], bool] = lambda: False,
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> CaughtUp:
+    """Restore the group at ``end`` (the high watermark) from its newest snapshot, if it can.
+
+    On ``state=None`` the reader's position is undefined: rewind it and replay everything.
+    """
+    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    since = CatchUp.window_start_ms(now_ms(), session_timeout_ms)
+    start = reader.offset_for_time(since) if end > 0 else None
+    for _ in range(2):
+        if start is None or not 0 < start < end:
+            return CaughtUp(None, cu.read, 0)
+        reader.seek(start)
+        cu.start(start)
+        while reader.position < end and not stopped():
+            for r in reader.poll(0.1):
+                cu.feed(r.offset, r.key, r.value, r.timestamp_ms)
+        verdict, got = cu.finish()
+        if verdict == "state":
+            assert isinstance(got, GroupState)
+            return CaughtUp(got, cu.read, cu.replayed)
+        if verdict != "reread":
+            return CaughtUp(None, cu.read, 0)
+        assert isinstance(got, int)
+        start = got
+    return CaughtUp(None, cu.read, 0)
