@@ -1,7 +1,8 @@
 """``groupkit describe``: a group as its control log says it is, with each member's lag.
 
-
-
+It catches up on the group's control partition as a newcomer does (from the newest snapshot,
+else from the beginning: runtime/catch_up.py) through the same ``GroupState.replay`` the members
+use, so what it prints is exactly what a member would see.
 """
 
 from __future__ import annotations
