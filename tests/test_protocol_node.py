@@ -122,3 +122,32 @@ def test_another_incarnation_with_our_id_does_not_lead() -> None:
     log.feed(new)
     assert new.state.leader == "a" and not new.is_leader(0)
     assert new.step(0, {"t": 2}).lead is None
+
+
+def test_the_leader_tombstones_members_long_expired_and_they_may_return() -> None:
+    """Crashed members leave no record behind for ever: two sessions after a crash the leader
+    writes its tombstone, every reader forgets it, and compaction drops it from the log."""
+    from groupkit.protocol.node import FORGET_AFTER_SESSIONS
+    from groupkit.protocol.sim import GroupSim
+
+    sim = GroupSim({"t0": 4}, session_timeout_ms=2_000, heartbeat_interval_ms=300)
+    for m in ("a", "b", "c"):
+        sim.join(m)
+    sim.settle()
+    sim.crash("c")
+    crashed_at = sim.clock
+    sim.settle()
+    assert "c" in sim.view().members  # expired, not yet forgotten
+    while "c" in sim.view().members:
+        sim.tick()
+        assert not sim.violations()
+    assert sim.clock - crashed_at >= FORGET_AFTER_SESSIONS * 2_000
+    key_c = next(r.key for r in sim.log.records if r.value is None)
+    compacted = sim.log.compacted()
+    assert not [r for r in compacted if r.key == key_c]
+    tombstones = [r for r in sim.log.records if r.key == key_c and r.value is None]
+    assert len(tombstones) == 1  # written once, not in a loop
+    sim.members.pop("c")
+    sim.join("c")
+    sim.settle()
+    assert sim.members["c"].member.owned

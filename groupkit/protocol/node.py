@@ -32,9 +32,15 @@ from dataclasses import dataclass
 
 from groupkit.protocol.member import LEFT, Actions, Member
 from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision, Planner
-from groupkit.protocol.records import SnapshotKey, encode
+from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
+
+#: A member whose session ended this many sessions ago is tombstoned by the leader.
+FORGET_AFTER_SESSIONS = 2
+#: At most this many tombstones a step (a group that lost many members at once sheds them in
+#: a few steps rather than one burst on the heartbeat thread).
+MAX_TOMBSTONES_PER_STEP = 50
 
 #: ``Node.awaiting`` while an assignment record of ours is written but its offset not yet known
 SENT = -1
@@ -82,6 +88,9 @@ class NodeStep:
     lead: Lead | None = None
     #: a snapshot record to produce (key, value), when this node leads and one is due
     snapshot: tuple[bytes, bytes | None] | None = None
+    #: tombstones (key, None) of members long expired, when this node leads (see
+    #: :meth:`Node.tombstones_due`)
+    tombstones: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 class Node:
@@ -112,6 +121,9 @@ class Node:
         self._snapshot_ts: int | None = None
         #: our clock when we last wrote one
         self._snapshot_sent: int | None = None
+        #: member id -> our clock when we wrote its tombstone (rewritten a session later if
+        #: the replay still has it: the write failed, or a rejected copy came after)
+        self._tombstoned: dict[str, int] = {}
 
     @property
     def member_id(self) -> str:
@@ -216,7 +228,8 @@ class Node:
             counts = partition_counts() if callable(partition_counts) else partition_counts
             lead = self.plan(now_ms, counts, lags)
         snapshot = self.snapshot_due(now_ms) if leader else None
-        return NodeStep(acts, leader, ready, lead, snapshot)
+        tombstones = self.tombstones_due(now_ms) if leader else ()
+        return NodeStep(acts, leader, ready, lead, snapshot, tombstones)
 
     def restored(self, state: GroupState) -> None:
         """Start from ``state``, restored from a snapshot (snapshot.CatchUp), not from nothing."""
@@ -241,6 +254,37 @@ class Node:
         self._snapshot_sent = now_ms
         record = st.snapshot(self.member_id, self.member.incarnation)
         return encode(SnapshotKey(st.group), record, self.member.signer)
+
+    def tombstones_due(self, now_ms: int) -> tuple[tuple[bytes, bytes | None], ...]:
+        """Tombstones for members whose sessions ended :data:`FORGET_AFTER_SESSIONS` sessions
+        ago, written by the leader, so that crashed members do not stay in the log forever
+        (only a clean leave writes its own tombstone).
+
+        Safe: such a member owns nothing and holds nothing (its session, and any hold it
+        started, ended a session ago), and a process still running with its id fenced itself
+        before its session ended; if it writes again, its record starts a new membership
+        whether the tombstone lands before or after it (``prev_ts`` too old; state.py). Every
+        reader replays the tombstone alike.
+        """
+        st = self.state
+        if self.left or not self.is_leader(now_ms):
+            return ()
+        session = self.member.session_timeout_ms
+        cutoff = st.log_time - FORGET_AFTER_SESSIONS * session
+        out: list[tuple[bytes, bytes | None]] = []
+        for mid, m in st.members.items():
+            if m.last_seen > cutoff or mid == self.member_id:
+                continue
+            sent = self._tombstoned.get(mid)
+            if sent is not None and now_ms - sent < session:
+                continue
+            self._tombstoned[mid] = now_ms
+            out.append(encode(*member_tombstone(st.group, mid)))
+            if len(out) >= MAX_TOMBSTONES_PER_STEP:
+                break
+        if len(self._tombstoned) > 2 * len(st.members) + MAX_TOMBSTONES_PER_STEP:
+            self._tombstoned = {i: t for i, t in self._tombstoned.items() if i in st.members}
+        return tuple(out)
 
     def written(self, offset: int) -> None:
         """Our assignment record is in the log at ``offset`` (the producer's delivery report)."""

@@ -326,6 +326,8 @@ class GroupSim:
             self._produce(lead.key, lead.value, node)
         if step.snapshot is not None:
             self._produce(*step.snapshot)
+        for k, v in step.tombstones:
+            self._produce(k, v)
 
     def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
         if self.produce_delay_ms == 0:

@@ -314,6 +314,8 @@ class Coordinator:
             acts = self._carry_out(step.actions)
             if step.snapshot is not None:
                 self._write(*step.snapshot)
+            for k, v in step.tombstones:
+                self._write(k, v)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
         if step.ready:
