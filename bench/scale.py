@@ -137,8 +137,10 @@ def sim_run(members: int, stretch_s: float, session_ms: int, heartbeat_ms: int) 
     for i in range(members):
         sim.join(f"m{i:05d}")
     ticks = sim.settle(max_ticks=5_000)
-    # two heartbeats more, so every member heartbeats on its own timer
-    sim.tick(2 * heartbeat_ms // sim.tick_ms)
+    # one session more: every member heartbeats on its own timer, and by the newcomer's join
+    # (after the stretch) the log is older than the catch-up window (1.5 sessions), as a
+    # steady group's is; a younger log is replayed whole
+    sim.tick(session_ms // sim.tick_ms)
     settle_cpu = time.process_time() - t0
     leader = sim.view().leader
     probe = next(m for m in sorted(sim.members) if m != leader)
@@ -390,16 +392,12 @@ def main() -> None:
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="tuned heartbeat interval")
     ap.add_argument("--no-real", action="store_true")
     ap.add_argument("--no-sim", action="store_true")
-    ap.add_argument(
-        "--sim-from",
-        type=Path,
-        help="take the sim results from this scale.json "
-        "(the sim and the real runs may run as two processes at once)",
-    )
-    ap.add_argument("--real-from", type=Path, help="take the real results from this scale.json")
-    ap.add_argument("--bootstrap", help="use this broker (no JMX bytes out then)")
-    ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--name", default="scale")
+    ap.add_argument("--sim-from", type=Path, nargs="*", default=[],
+                    help="report the sim results of these scale.json files (a later file's size "
+                    "replaces an earlier's) instead of running the sim: the sim and the real "
+                    "runs may run as separate processes at once")  # fmt: skip
+    ap.add_argument("--real-from", type=Path, nargs="*", default=[],
+                    help="likewise for the real results")  # fmt: skip
     args = ap.parse_args()
     if args.quick:
         args.sim_sizes, args.stretch, args.real_sizes = "10,100", 5.0, "3"
@@ -413,20 +411,17 @@ def main() -> None:
     real: list[dict[str, Any]] = []
     real_failed: list[str] = []
     if args.sim_from or args.real_from:
-        sim_doc = json.loads(args.sim_from.read_text()) if args.sim_from else {}
-        real_doc = json.loads(args.real_from.read_text()) if args.real_from else {}
-        sim, real = sim_doc.get("sim", []), real_doc.get("real", [])
-        real_failed = real_doc.get("real_failed", [])
-        load_sim = sim_doc.get("load_after_sim", load_before)
-        report(
-            sim,
-            real,
-            real_failed,
-            args,
-            sim_doc.get("load_before", load_before),
-            load_sim,
-            sim_doc.get("seconds", 0.0) + real_doc.get("seconds", 0.0),
-        )
+        sim_docs = [json.loads(p.read_text()) for p in args.sim_from]
+        real_docs = [json.loads(p.read_text()) for p in args.real_from]
+        sim = list({r["members"]: r for d in sim_docs for r in d["sim"]}.values())
+        real = list({(r["setting"], r["members"]): r for d in real_docs for r in d["real"]}
+                    .values())  # fmt: skip
+        real_failed = [f for d in real_docs for f in d.get("real_failed", [])]
+        first = sim_docs[0] if sim_docs else {}
+        report(sorted(sim, key=lambda r: r["members"]), real, real_failed, args,
+               first.get("load_before", load_before), first.get("load_after_sim", load_before),
+               sum(d.get("seconds", 0.0) for d in sim_docs + real_docs),
+               [x for d in real_docs for x in d.get("load_during_real", [])])  # fmt: skip
         return
     for n in sizes if not args.no_sim else []:
         r = sim_run(n, args.stretch, *GK_DEFAULT)
@@ -462,7 +457,7 @@ def main() -> None:
 
 def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: list[str],
            args: argparse.Namespace, load_before: dict[str, float], load_sim: dict[str, float],
-           seconds: float) -> None:  # fmt: skip
+           seconds: float, loads: list[float] | None = None) -> None:  # fmt: skip
     columns = ["run", "members", "session/hb ms", "records/s", "heartbeat rec/s",
                "assignment rec/s", "snapshot rec/s", "log kB/s (= member fetch)",
                "heartbeat kB/s", "snapshot kB/s", "broker out kB/s", "leader CPU",
@@ -488,7 +483,7 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                      round(r["broker_out_bytes_s"] / 1e3, 1), f"{r['leader_cpu_pct']:.1f}%",
                      f"{r['member_cpu_pct_median']:.1f}% (max {r['member_cpu_pct_max']:.1f}%)",
                      "", "", ""])  # fmt: skip
-    loads = [x for r in real for x in r["load1_window"]]
+    loads = loads if loads is not None else [x for r in real for x in r["load1_window"]]
     notes = [
         f"sim: GroupSim, shared replay state, cooperative / cooperative-sticky, session "
         f"{GK_DEFAULT[0]} ms, heartbeat {GK_DEFAULT[1]} ms, a snapshot every "
