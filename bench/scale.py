@@ -398,6 +398,9 @@ def main() -> None:
                     "runs may run as separate processes at once")  # fmt: skip
     ap.add_argument("--real-from", type=Path, nargs="*", default=[],
                     help="likewise for the real results")  # fmt: skip
+    ap.add_argument("--bootstrap", help="use this broker (no JMX bytes out then)")
+    ap.add_argument("--results-dir", type=Path, default=None)
+    ap.add_argument("--name", default="scale")
     args = ap.parse_args()
     if args.quick:
         args.sim_sizes, args.stretch, args.real_sizes = "10,100", 5.0, "3"
