@@ -62,6 +62,7 @@ from groupkit.protocol.state import GroupState
 from groupkit.runtime.control_topic import partition_for_group
 
 HERE = Path(__file__).resolve().parent
+TICK_MS = 100  # GroupSim's default tick: how often every simulated member steps
 KINDS = ("heartbeat", "assignment", "snapshot", "tombstone", "other")
 
 
@@ -342,9 +343,9 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
         f"interval ({per_member_hb:.2f} records/s a member at {n:,}, {hb_bytes:.0f} B each); "
         f"assignment records are {big['assignment_records_s']:.2f}/s and snapshots "
         f"{big['snapshot_records_s']:.2f}/s (one per half session) whatever the size.",
-        f"- Log bytes/s grow a little faster than linearly: heartbeats are ∝ members and the "
-        f"snapshot (one every half session) is itself ∝ members ({small['snapshot_bytes']:,} B "
-        f"at {small['members']:,}, {big['snapshot_bytes']:,} B at {n:,}); snapshots are "
+        f"- Log bytes/s (what each member fetches) grow {shape(k('bytes_s'))}: heartbeats are "
+        f"∝ members and so is the snapshot written every half session ({small['snapshot_bytes']:,}"
+        f" B at {small['members']:,}, {big['snapshot_bytes']:,} B at {n:,}); snapshots are "
         f"{big['snapshot_bytes_s'] / big['bytes_s'] * 100:.0f}% of the log's bytes at {n:,}.",
         f"- Broker bytes out ∝ members²: every member fetches every record of its group "
         f"({big['broker_out_bytes_s'] / 1e6:,.1f} MB/s at {n:,} members, "
@@ -353,11 +354,16 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
         f"- A member's replay CPU ∝ members (it decodes every heartbeat): "
         f"{big['replay_cpu_ms_per_s']:.0f} ms per second at {n:,} members, i.e. "
         f"{big['replay_cpu_ms_per_s'] / 10:.1f}% of a core for the control thread alone. The "
-        f"leader's step adds {big['leader_cpu_ms_per_s']:.0f} ms/s at {n:,} (its planner "
-        "check runs every step, and the snapshot encoding every half session).",
-        f"- A newcomer replays ≈ members × (time since the snapshot) / heartbeat records after "
-        f"the snapshot it restores: {big['newcomer_replayed']:,} at {n:,} "
-        f"(bound members × 1.5 × session / heartbeat = {big['replay_bound']:,.0f}).",
+        f"leader's step adds {big['leader_cpu_ms_per_s']:.0f} ms/s at {n:,} (its planner check "
+        f"runs at every step, a simulated tick of {TICK_MS} ms, and the snapshot encoding every "
+        "half session); another member's step (its heartbeat) stays flat at "
+        f"{small['member_step_cpu_ms_per_s']:.2f}–{big['member_step_cpu_ms_per_s']:.2f} ms/s.",
+        f"- A newcomer replays the records after the snapshot it restores, ∝ members and flat in "
+        f"log age: {big['newcomer_replayed']:,} at {n:,} "
+        f"({big['newcomer_replayed'] / big['records_s']:.1f} s of the log: this run's join came "
+        f"that long after a snapshot; a snapshot is at most half a session old, "
+        f"{n * GK_DEFAULT[0] // 2 // GK_DEFAULT[1]:,} records; issue 14's bound members × 1.5 × "
+        f"session / heartbeat = {big['replay_bound']:,.0f}).",
     ]
     if real:
         for setting in sorted({r["setting"] for r in real}):
@@ -373,6 +379,14 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
                 f"×{b['broker_out_bytes_s'] / a['broker_out_bytes_s']:.1f} (members² would be "
                 f"×{ratio ** 2:.0f}), a member's CPU ×"
                 f"{b['member_cpu_pct_median'] / a['member_cpu_pct_median']:.1f}.")  # fmt: skip
+    for r in real:
+        lines.append(
+            f"- Real, {r['setting']}, {r['members']} members: the broker served "
+            f"{r['broker_out_per_log_byte']:.2f} × (log bytes × members) (1: each member "
+            "fetched each record once, Kafka's framing aside); "
+            f"{r['control_records_s']:.0f} records/s, "
+            f"{r['broker_out_bytes_s'] / 1e3:.0f} kB/s out, a member "
+            f"{r['member_cpu_pct_median']:.1f}% of a core.")  # fmt: skip
     return lines
 
 
