@@ -358,8 +358,8 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
         f"runs at every step, a simulated tick of {TICK_MS} ms, and the snapshot encoding every "
         "half session); another member's step (its heartbeat) stays flat at "
         f"{small['member_step_cpu_ms_per_s']:.2f}–{big['member_step_cpu_ms_per_s']:.2f} ms/s.",
-        f"- A newcomer replays the records after the snapshot it restores, ∝ members and flat in "
-        f"log age: {big['newcomer_replayed']:,} at {n:,} "
+        f"- A newcomer replays the records after the snapshot it restores: ∝ members, and set by "
+        f"the snapshot's age, not the log's: {big['newcomer_replayed']:,} at {n:,} "
         f"({big['newcomer_replayed'] / big['records_s']:.1f} s of the log: this run's join came "
         f"that long after a snapshot; a snapshot is at most half a session old, "
         f"{n * GK_DEFAULT[0] // 2 // GK_DEFAULT[1]:,} records; issue 14's bound members × 1.5 × "
