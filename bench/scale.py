@@ -257,8 +257,18 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         group.wait_ready(ms, timeout=args.start_timeout)
         for m in ms:
             m.send("subscribe")
-        wait_for(lambda: settled(group), args.start_timeout, f"{members} members settled",
-                 step=0.2)  # fmt: skip
+        try:
+            wait_for(lambda: settled(group), args.start_timeout, f"{members} members settled",
+                     step=0.2)  # fmt: skip
+        except TimeoutError as e:  # say how far it got
+            live = group.live()
+            owned = [p for m in live for p in m.owned]
+            raise TimeoutError(
+                f"{e}: {sum(bool(m.fact('caught')) for m in live)} of {members} caught up, "
+                f"{len(set(owned))} of {members} partitions owned ({len(owned)} holdings), "
+                f"{sum(m.fact('lead') is not None and m.is_leader() for m in live)} leading, "
+                f"{len(live)} alive"
+            ) from e
         start_s = time.monotonic() - t_start
         time.sleep(min(2.0, session / 1000))  # let the join's burst of records pass
         alive = [m for m in ms if m.alive]
