@@ -272,17 +272,18 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         start_s = time.monotonic() - t_start
         time.sleep(min(2.0, session / 1000))  # let the join's burst of records pass
         alive = [m for m in ms if m.alive]
-        cpu0 = {m.name: m.cpu_seconds() for m in alive}
+        cpu0, c0 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
         off0, out0, t0 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
         load0 = load()["load1"]
         time.sleep(args.window)
         off1, out1, t1 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
-        cpu1 = {m.name: m.cpu_seconds() for m in alive}
+        # the CPU over its own interval: the JMX reads take seconds on a loaded machine
+        cpu1, c1 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
         load1 = load()["load1"]
         seconds = t1 - t0
         group.refresh()
         leader = group.leader()
-        cpus = {n: (cpu1[n] - cpu0[n]) / seconds for n in cpu0}
+        cpus = {n: (cpu1[n] - cpu0[n]) / (c1 - c0) for n in cpu0}
         others = [c for n, c in cpus.items() if leader is None or n != leader.name]
         records = read_control(boot, control, gid, off0, off1)
         settled_still = settled(group)
