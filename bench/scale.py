@@ -426,6 +426,7 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="use this broker (no JMX bytes out then)")
     ap.add_argument("--results-dir", type=Path, default=None)
     ap.add_argument("--name", default="scale")
+    ap.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = ap.parse_args()
     if args.quick:
         args.sim_sizes, args.stretch, args.real_sizes = "10,100", 5.0, "3"
@@ -533,6 +534,7 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "/proc utime + stime of the whole process over the window, % of one core (median of "
         f"the non-leaders, and their max). Window {args.window:.0f} s after settling.",
         *(f"real run failed: {f}" for f in real_failed),
+        *args.note,
         "",
         *growth(sim, real),
         "",
