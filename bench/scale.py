@@ -512,6 +512,8 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                      round(r["broker_out_bytes_s"] / 1e3, 1), f"{r['leader_cpu_pct']:.1f}%",
                      f"{r['member_cpu_pct_median']:.1f}% (max {r['member_cpu_pct_max']:.1f}%)",
                      "", "", ""])  # fmt: skip
+    if not rows:  # every run failed: the table still says so
+        rows.append(["none", 0, "", *[""] * (len(columns) - 3)])
     loads = loads if loads is not None else [x for r in real for x in r["load1_window"]]
     notes = [
         f"sim: GroupSim, shared replay state, cooperative / cooperative-sticky, session "
