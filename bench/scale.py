@@ -385,10 +385,10 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
             ratio = b["members"] / a["members"]
             lines.append(
                 f"- Real, {setting} ({a['session_ms']}/{a['heartbeat_ms']} ms): from "
-                f"{a['members']} to {b['members']} members (×{ratio:.0f}) control records/s "
+                f"{a['members']} to {b['members']} members (×{ratio:.3g}) control records/s "
                 f"×{b['control_records_s'] / a['control_records_s']:.1f}, broker bytes out "
                 f"×{b['broker_out_bytes_s'] / a['broker_out_bytes_s']:.1f} (members² would be "
-                f"×{ratio ** 2:.0f}), a member's CPU ×"
+                f"×{ratio ** 2:.3g}), a member's CPU ×"
                 f"{b['member_cpu_pct_median'] / a['member_cpu_pct_median']:.1f}.")  # fmt: skip
     for r in real:
         lines.append(
