@@ -35,7 +35,7 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         b.stop()
 
 
-@pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover", "join_age"])
+@pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover", "join_age", "scale"])
 def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, f"bench/{bench}.py", "--quick", "--bootstrap", bench_broker,

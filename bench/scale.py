@@ -1,0 +1,567 @@
+"""Benchmark: the steady-state cost of a groupkit group as it grows (issue 14, the scale run).
+
+1. **Simulated** (``GroupSim``, shared replay state, the runtime's defaults: cooperative,
+   cooperative-sticky, 10 s session / 1 s heartbeat, a snapshot every half session as the
+   runtime's leader writes them; one topic of 2 partitions per member): groups of 10, 100,
+   1,000 and 5,000 members settle, then run ``--stretch`` simulated seconds. Measured over the
+   stretch: control records/s and bytes/s appended to the control log, broken down into member
+   heartbeats, assignment records, snapshots and tombstones (key + value bytes, no Kafka batch
+   overhead); the bytes every member fetches per second (= log bytes/s, since every member
+   replays the whole partition; the broker's bytes out are that × members); the leader's CPU
+   per simulated second (its ``Node.step`` calls: its heartbeat, the planner's check and the
+   snapshot encoding); one other member's ``Node.step`` CPU; and a member's replay CPU per
+   simulated second (the shared state's replay of the stretch, which every member does alike).
+   Then a newcomer joins with bounded catch-up (``GroupSim.join(..., bounded=True)``): the
+   records it replays, the newest snapshot's size and its catch-up CPU. CPU is process time,
+   so a shared machine inflates it less than wall time.
+2. **Real** (one local broker, members as ``bench/_worker.py`` processes via
+   ``bench/_harness.py``, each group on its own control topic): groups of ``--real-sizes``
+   members, per setting (``tuned``: 1 s / 100 ms, ``default``: 10 s / 1 s). No data records
+   are produced: the cost is the group's own. Once every partition is owned once, over
+   ``--window`` seconds: control records/s (the group's control partition's end offset at both
+   ends), the control records' payload bytes/s (read back after the window), the broker's bytes
+   out/s for the control topic (its JMX ``BytesOutPerSec`` count at both ends, read through the
+   Attach API by ``bench/JmxCount.java``: librdkafka statistics of the control readers are not
+   reachable, groupkit does not pass ``statistics.interval.ms`` to its internal clients) and
+   each member process's CPU from ``/proc`` (the whole process: control thread, data consumer,
+   the worker's ``poll()`` loop).
+
+    python bench/scale.py            # full: sim 10..5,000; real 10 and 50 members (~10 min)
+    python bench/scale.py --quick    # seconds; for CI (sim 10 and 100, real 3 members)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KTP
+from confluent_kafka.admin import AdminClient
+
+from bench._common import bar_chart, median, write_results
+from bench._harness import Group, broker, create_topic, load, versions, wait_for
+from bench.join_age import log_end
+from bench.rebalance import GK_DEFAULT, broker_properties
+from groupkit.devbroker import LocalBroker
+from groupkit.protocol.node import Node, NodeStep
+from groupkit.protocol.records import KIND_ASSIGNMENT, KIND_MEMBER, KIND_SNAPSHOT
+from groupkit.protocol.sim import GroupSim, LogRecord
+from groupkit.protocol.state import GroupState
+from groupkit.runtime.control_topic import partition_for_group
+
+HERE = Path(__file__).resolve().parent
+TICK_MS = 100  # GroupSim's default tick: how often every simulated member steps
+KINDS = ("heartbeat", "assignment", "snapshot", "tombstone", "other")
+
+
+def kind_of(key: bytes | None, value: bytes | None) -> str:
+    """Which of KINDS a control record is, from its key's kind byte (records.encode_key)."""
+    if not key or len(key) < 2:
+        return "other"
+    if value is None:
+        return "tombstone"
+    return {KIND_MEMBER: "heartbeat", KIND_ASSIGNMENT: "assignment",
+            KIND_SNAPSHOT: "snapshot"}.get(key[1], "other")  # fmt: skip
+
+
+def breakdown(records: list[tuple[bytes | None, bytes | None]], seconds: float) -> dict[str, Any]:
+    """Records/s and bytes/s (key + value) of ``records`` over ``seconds``, total and by kind."""
+    out: dict[str, Any] = {"records_s": len(records) / seconds,
+                           "bytes_s": sum(len(k or b"") + len(v or b"") for k, v in records)
+                           / seconds}  # fmt: skip
+    for kind in KINDS:
+        rs = [(k, v) for k, v in records if kind_of(k, v) == kind]
+        out[f"{kind}_records_s"] = len(rs) / seconds
+        out[f"{kind}_bytes_s"] = sum(len(k or b"") + len(v or b"") for k, v in rs) / seconds
+    return out
+
+
+# --------------------------------------------------------------------------- simulated
+
+
+class TimedSim(GroupSim):
+    """A GroupSim that times, while ``timing``, its shared state's replay (what every member
+    replays) and every node's ``step``, the leader's apart (see :func:`time_steps`)."""
+
+    timing = False
+    replay_cpu = 0.0
+
+    def view(self) -> GroupState:
+        st = self._view
+        if not self.timing or st.offset + 1 >= self.visible():
+            return super().view()
+        t0 = time.process_time()
+        st = super().view()
+        self.replay_cpu += time.process_time() - t0
+        return st
+
+
+def time_steps(node: Node, cpu: dict[str, float], probe: str) -> None:
+    """Wrap ``node.step`` (an instance attribute: the library is untouched) so its CPU is
+    added to ``cpu["leader"]`` when the node leads, and to ``cpu["probe"]`` when it is the
+    member ``probe`` (one ordinary member)."""
+    step = node.step
+
+    def timed(now_ms: int, *args: Any, **kw: Any) -> NodeStep:
+        t0 = time.process_time()
+        out = step(now_ms, *args, **kw)
+        dt = time.process_time() - t0
+        if out.leader:
+            cpu["leader"] += dt
+            cpu["leader_steps"] += 1
+        elif node.member_id == probe:
+            cpu["probe"] += dt
+        return out
+
+    node.step = timed  # type: ignore[method-assign]
+
+
+def sim_run(members: int, stretch_s: float, session_ms: int, heartbeat_ms: int) -> dict[str, Any]:
+    partitions = 2 * members
+    sim = TimedSim({"t0": partitions}, protocol="cooperative", assignor="cooperative-sticky",
+                   shared_state=True, session_timeout_ms=session_ms,
+                   heartbeat_interval_ms=heartbeat_ms,
+                   snapshot_every_ms=session_ms // 2)  # fmt: skip
+    t0 = time.process_time()
+    for i in range(members):
+        sim.join(f"m{i:05d}")
+    ticks = sim.settle(max_ticks=5_000)
+    # one session more: every member heartbeats on its own timer, and by the newcomer's join
+    # (after the stretch) the log is older than the catch-up window (1.5 sessions), as a
+    # steady group's is; a younger log is replayed whole
+    sim.tick(session_ms // sim.tick_ms)
+    settle_cpu = time.process_time() - t0
+    leader = sim.view().leader
+    probe = next(m for m in sorted(sim.members) if m != leader)
+    cpu = {"leader": 0.0, "leader_steps": 0.0, "probe": 0.0}
+    for sm in sim.members.values():
+        time_steps(sm.node, cpu, probe)
+    start = len(sim.log.records)
+    sim.timing = True
+    wall0 = time.process_time()
+    sim.tick(round(stretch_s * 1000 / sim.tick_ms))
+    stretch_cpu = time.process_time() - wall0
+    sim.timing = False
+    assert not sim.violations()
+    stretch: list[LogRecord] = sim.log.records[start:]
+    seconds = stretch_s
+    out: dict[str, Any] = {
+        "members": members, "partitions": partitions, "settle_ticks": ticks,
+        "settle_cpu_s": settle_cpu, "stretch_s": seconds, "stretch_cpu_s": stretch_cpu,
+        "generation": sim.view().generation,
+        **breakdown([(r.key, r.value) for r in stretch], seconds),
+        "leader_cpu_ms_per_s": cpu["leader"] / seconds * 1000,
+        "leader_steps": cpu["leader_steps"],
+        "member_step_cpu_ms_per_s": cpu["probe"] / seconds * 1000,
+        "replay_cpu_ms_per_s": sim.replay_cpu / seconds * 1000,
+    }  # fmt: skip
+    out["member_fetch_bytes_s"] = out["bytes_s"]
+    out["broker_out_bytes_s"] = out["bytes_s"] * members
+    snaps = [r for r in sim.log.records if r.key and len(r.key) > 1 and r.key[1] == KIND_SNAPSHOT]
+    out["snapshot_bytes"] = len(snaps[-1].value or b"") if snaps else 0
+    log_bytes = sum(len(r.key or b"") + len(r.value or b"") for r in sim.log.records)
+    out["log_records"], out["log_bytes"] = len(sim.log.records), log_bytes
+    t1 = time.process_time()
+    newcomer = sim.join("zz-newcomer", bounded=True)
+    out["newcomer_catch_up_cpu_ms"] = (time.process_time() - t1) * 1000
+    out["newcomer_catch_up"] = newcomer.catch_up
+    out["newcomer_replayed"] = newcomer.replayed
+    out["replay_bound"] = members * 1.5 * session_ms / heartbeat_ms
+    return out
+
+
+# --------------------------------------------------------------------------- real
+
+
+def broker_pid(state_dir: Path) -> int | None:
+    """The local broker's pid (None for a broker given by ``--bootstrap``)."""
+    return LocalBroker(state_dir).status().pid if state_dir.exists() else None
+
+
+def bytes_out(pid: int | None, topic: str) -> float:
+    """The broker's BytesOutPerSec count for ``topic`` (bytes served to fetchers since start)."""
+    if pid is None:
+        return float("nan")
+    name = f"kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec,topic={topic}"
+    proc = subprocess.run(["java", str(HERE / "JmxCount.java"), str(pid), name],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        print(f"  JMX read failed: {proc.stderr[-500:]}", flush=True)
+        return float("nan")
+    return float(proc.stdout.strip().rsplit("\t", 1)[1])
+
+
+def read_control(boot: str, topic: str, group_id: str, lo: int, hi: int) -> list[
+    tuple[bytes | None, bytes | None]
+]:  # fmt: skip
+    """The records [lo, hi) of the group's control partition (every group's records on it)."""
+    parts = len(AdminClient({"bootstrap.servers": boot}).list_topics(topic, timeout=10)
+                .topics[topic].partitions)  # fmt: skip
+    c = Consumer({"bootstrap.servers": boot, "group.id": "bench-scale-probe",
+                  "enable.auto.commit": False})  # fmt: skip
+    out: list[tuple[bytes | None, bytes | None]] = []
+    try:
+        c.assign([KTP(topic, partition_for_group(group_id, parts), lo)])
+        deadline = time.monotonic() + 60
+        while len(out) < hi - lo and time.monotonic() < deadline:
+            for msg in c.consume(1000, 1.0):
+                if msg.error() is None and msg.offset() < hi:
+                    out.append((msg.key(), msg.value()))
+    finally:
+        c.close()
+    return out
+
+
+def settled(group: Group) -> bool:
+    """Every member caught up, every partition owned by exactly one live member (no data is
+    produced, so "consuming again" cannot be waited for as Group.stable does)."""
+    group.refresh()
+    live = group.live()
+    for m in group.members.values():
+        if m.proc.poll() is not None:
+            raise RuntimeError(f"{m.name} exited: {group.log_tail(m)}")
+    if len(live) != len(group.members) or not all(m.fact("caught") for m in live):
+        return False
+    seen: set[int] = set()
+    for m in live:
+        if m.owned & seen:
+            return False
+        seen |= m.owned
+    return len(seen) == group.partitions
+
+
+def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
+             args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
+    session, heartbeat = (args.session_ms, args.heartbeat_ms) if setting == "tuned" else GK_DEFAULT
+    gid = f"bench-scale-{setting}-{members}-{uuid.uuid4().hex[:6]}"
+    control = f"__gk_{gid}"
+    topic = f"bench-scale-{uuid.uuid4().hex[:6]}"
+    create_topic(boot, topic, members)
+    group = Group(boot, gid, topic, members, work, "gk", "cooperative", session, heartbeat,
+                  control_topic=control)  # fmt: skip
+    t_start = time.monotonic()
+    try:
+        ms = [group.spawn() for _ in range(members)]
+        group.wait_ready(ms, timeout=args.start_timeout)
+        for m in ms:
+            m.send("subscribe")
+        try:
+            wait_for(lambda: settled(group), args.start_timeout, f"{members} members settled",
+                     step=0.2)  # fmt: skip
+        except TimeoutError as e:  # say how far it got
+            live = group.live()
+            owned = [p for m in live for p in m.owned]
+            raise TimeoutError(
+                f"{e}: {sum(bool(m.fact('caught')) for m in live)} of {members} caught up, "
+                f"{len(set(owned))} of {members} partitions owned ({len(owned)} holdings), "
+                f"{sum(m.fact('lead') is not None and m.is_leader() for m in live)} leading, "
+                f"{len(live)} alive"
+            ) from e
+        start_s = time.monotonic() - t_start
+        time.sleep(min(2.0, session / 1000))  # let the join's burst of records pass
+        alive = [m for m in ms if m.alive]
+        cpu0, c0 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
+        off0, out0, t0 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
+        load0 = load()["load1"]
+        time.sleep(args.window)
+        off1, out1, t1 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
+        # the CPU over its own interval: the JMX reads take seconds on a loaded machine
+        cpu1, c1 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
+        load1 = load()["load1"]
+        seconds = t1 - t0
+        group.refresh()
+        leader = group.leader()
+        cpus = {n: (cpu1[n] - cpu0[n]) / (c1 - c0) for n in cpu0}
+        others = [c for n, c in cpus.items() if leader is None or n != leader.name]
+        records = read_control(boot, control, gid, off0, off1)
+        settled_still = settled(group)
+    finally:
+        group.stop_all()
+    out: dict[str, Any] = {
+        "members": members, "setting": setting, "session_ms": session, "heartbeat_ms": heartbeat,
+        "start_s": start_s, "window_s": seconds, "settled_after_window": settled_still,
+        "control_records_s": (off1 - off0) / seconds,
+        **breakdown(records, seconds),
+        "broker_out_bytes_s": (out1 - out0) / seconds,
+        "member_cpu_pct_median": median(others) * 100,
+        "member_cpu_pct_max": max(others, default=float("nan")) * 100,
+        "leader_cpu_pct": cpus[leader.name] * 100 if leader else float("nan"),
+        "members_cpu_pct_total": sum(cpus.values()) * 100,
+        "load1_window": [load0, load1],
+    }  # fmt: skip
+    out["broker_out_per_log_byte"] = out["broker_out_bytes_s"] / out["bytes_s"] / members \
+        if out["bytes_s"] else float("nan")  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- growth
+
+
+def exponent(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log(y) on log(x): y ∝ x^slope."""
+    pts = [(math.log(x), math.log(y)) for x, y in points if x > 0 and y > 0]
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    var = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / var if var else float("nan")
+
+
+def shape(k: float) -> str:
+    if k != k:
+        return "(one size only)"
+    return "linearly" if abs(k - 1) < 0.05 else ("faster than linearly" if k > 1 else
+                                                  "slower than linearly")  # fmt: skip
+
+
+def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
+    """The "how the cost grows" paragraph, from the numbers."""
+    if not sim:
+        return []
+
+    def k(key: str) -> float:
+        return exponent([(r["members"], r[key]) for r in sim])
+
+    big, small = sim[-1], sim[0]
+    n = big["members"]
+    per_member_hb = big["heartbeat_records_s"] / n
+    hb_bytes = big["heartbeat_bytes_s"] / max(big["heartbeat_records_s"], 1e-9)
+    lines = [
+        "## How the cost grows",
+        "",
+        f"Fitted exponents over the simulated sizes ({', '.join(str(r['members']) for r in sim)} "
+        f"members; cost ∝ members^k): control records/s k = {k('records_s'):.2f}, log "
+        f"bytes/s (what every member fetches) k = {k('bytes_s'):.2f}, broker bytes out "
+        f"k = {k('broker_out_bytes_s'):.2f}, a member's replay CPU k = "
+        f"{k('replay_cpu_ms_per_s'):.2f}, the leader's step CPU k = "
+        f"{k('leader_cpu_ms_per_s'):.2f}, snapshot size k = {k('snapshot_bytes'):.2f}, "
+        f"records a newcomer replays k = {k('newcomer_replayed'):.2f}.",
+        "",
+        f"- Records/s ∝ members / heartbeat: each member writes one heartbeat a heartbeat "
+        f"interval ({per_member_hb:.2f} records/s a member at {n:,}, {hb_bytes:.0f} B each); "
+        f"assignment records are {big['assignment_records_s']:.2f}/s and snapshots "
+        f"{big['snapshot_records_s']:.2f}/s (one per half session) whatever the size.",
+        f"- Log bytes/s (what each member fetches) grow {shape(k('bytes_s'))}: heartbeats are "
+        f"∝ members and so is the snapshot written every half session ({small['snapshot_bytes']:,}"
+        f" B at {small['members']:,}, {big['snapshot_bytes']:,} B at {n:,}); snapshots are "
+        f"{big['snapshot_bytes_s'] / big['bytes_s'] * 100:.0f}% of the log's bytes at {n:,}.",
+        f"- Broker bytes out ∝ members²: every member fetches every record of its group "
+        f"({big['broker_out_bytes_s'] / 1e6:,.1f} MB/s at {n:,} members, "
+        f"{small['broker_out_bytes_s'] / 1e3:,.1f} kB/s at {small['members']}). This is the "
+        "term that limits a group's size: a member's fetch is ∝ members, the broker's ∝ members².",
+        f"- A member's replay CPU ∝ members (it decodes every heartbeat): "
+        f"{big['replay_cpu_ms_per_s']:.0f} ms per second at {n:,} members, i.e. "
+        f"{big['replay_cpu_ms_per_s'] / 10:.1f}% of a core for the control thread alone. The "
+        f"leader's step adds {big['leader_cpu_ms_per_s']:.0f} ms/s at {n:,} (its planner check "
+        f"runs at every step, a simulated tick of {TICK_MS} ms, and the snapshot encoding every "
+        "half session); another member's step (its heartbeat) stays flat at "
+        f"{small['member_step_cpu_ms_per_s']:.2f}–{big['member_step_cpu_ms_per_s']:.2f} ms/s.",
+        f"- A newcomer replays the records after the snapshot it restores: ∝ members, and set by "
+        f"the snapshot's age, not the log's: {big['newcomer_replayed']:,} at {n:,} "
+        f"({big['newcomer_replayed'] / big['records_s']:.1f} s of the log: this run's join came "
+        f"that long after a snapshot; a snapshot is at most half a session old, "
+        f"{n * GK_DEFAULT[0] // 2 // GK_DEFAULT[1]:,} records; issue 14's bound members × 1.5 × "
+        f"session / heartbeat = {big['replay_bound']:,.0f}).",
+    ]
+    if real:
+        for setting in sorted({r["setting"] for r in real}):
+            rs = sorted((r for r in real if r["setting"] == setting), key=lambda r: r["members"])
+            if len(rs) < 2:
+                continue
+            a, b = rs[0], rs[-1]
+            ratio = b["members"] / a["members"]
+            lines.append(
+                f"- Real, {setting} ({a['session_ms']}/{a['heartbeat_ms']} ms): from "
+                f"{a['members']} to {b['members']} members (×{ratio:.3g}) control records/s "
+                f"×{b['control_records_s'] / a['control_records_s']:.1f}, broker bytes out "
+                f"×{b['broker_out_bytes_s'] / a['broker_out_bytes_s']:.1f} (members² would be "
+                f"×{ratio ** 2:.3g}), a member's CPU ×"
+                f"{b['member_cpu_pct_median'] / a['member_cpu_pct_median']:.1f}.")  # fmt: skip
+    for r in real:
+        lines.append(
+            f"- Real, {r['setting']}, {r['members']} members: the broker served "
+            f"{r['broker_out_per_log_byte']:.2f} × (log bytes × members) (1: each member "
+            "fetched each record once, Kafka's framing aside); "
+            f"{r['control_records_s']:.0f} records/s, "
+            f"{r['broker_out_bytes_s'] / 1e3:.0f} kB/s out, a member "
+            f"{r['member_cpu_pct_median']:.1f}% of a core.")  # fmt: skip
+    return lines
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="sim 10 and 100, real 3 members, seconds")
+    ap.add_argument("--sim-sizes", default="10,100,1000,5000")
+    ap.add_argument("--stretch", type=float, default=10.0, help="simulated seconds measured")
+    ap.add_argument("--real-sizes", default="10,50")
+    ap.add_argument("--settings", default="tuned,default")
+    ap.add_argument("--window", type=float, default=60.0, help="real seconds measured")
+    ap.add_argument("--start-timeout", type=float, default=300.0)
+    ap.add_argument("--session-ms", type=int, default=1000, help="tuned session timeout")
+    ap.add_argument("--heartbeat-ms", type=int, default=100, help="tuned heartbeat interval")
+    ap.add_argument("--no-real", action="store_true")
+    ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--sim-from", type=Path, nargs="*", default=[],
+                    help="report the sim results of these scale.json files (a later file's size "
+                    "replaces an earlier's) instead of running the sim: the sim and the real "
+                    "runs may run as separate processes at once")  # fmt: skip
+    ap.add_argument("--real-from", type=Path, nargs="*", default=[],
+                    help="likewise for the real results")  # fmt: skip
+    ap.add_argument("--bootstrap", help="use this broker (no JMX bytes out then)")
+    ap.add_argument("--results-dir", type=Path, default=None)
+    ap.add_argument("--name", default="scale")
+    ap.add_argument("--note", action="append", default=[], help="a line for the notes")
+    args = ap.parse_args()
+    if args.quick:
+        args.sim_sizes, args.stretch, args.real_sizes = "10,100", 5.0, "3"
+        args.settings, args.window = "tuned", 5.0
+    sizes = [int(s) for s in args.sim_sizes.split(",") if s.strip()]
+    real_sizes = [int(s) for s in args.real_sizes.split(",") if s.strip()]
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    load_before = load()
+    t_start = time.monotonic()
+    sim: list[dict[str, Any]] = []
+    real: list[dict[str, Any]] = []
+    real_failed: list[str] = []
+    if args.sim_from or args.real_from:
+        sim_docs = [json.loads(p.read_text()) for p in args.sim_from]
+        real_docs = [json.loads(p.read_text()) for p in args.real_from]
+        sim = list({r["members"]: r for d in sim_docs for r in d["sim"]}.values())
+        real = list({(r["setting"], r["members"]): r for d in real_docs for r in d["real"]}
+                    .values())  # fmt: skip
+        real_failed = [f for d in real_docs for f in d.get("real_failed", [])]
+        first = sim_docs[0] if sim_docs else {}
+        report(sorted(sim, key=lambda r: r["members"]), real, real_failed, args,
+               first.get("load_before", load_before), first.get("load_after_sim", load_before),
+               sum(d.get("seconds", 0.0) for d in sim_docs + real_docs),
+               [x for d in real_docs for x in d.get("load_during_real", [])])  # fmt: skip
+        return
+    for n in sizes if not args.no_sim else []:
+        r = sim_run(n, args.stretch, *GK_DEFAULT)
+        sim.append(r)
+        print(f"  sim {n:,}: {r['records_s']:.0f} records/s, {r['bytes_s'] / 1e3:.1f} kB/s, "
+              f"leader {r['leader_cpu_ms_per_s']:.1f} ms/s, replay "
+              f"{r['replay_cpu_ms_per_s']:.1f} ms/s, newcomer replayed "
+              f"{r['newcomer_replayed']} ({r['settle_cpu_s'] + r['stretch_cpu_s']:.0f} s CPU), "
+              f"load {load()['load1']}", flush=True)  # fmt: skip
+    load_sim = load()
+    if not args.no_real:
+        with tempfile.TemporaryDirectory(prefix="gk-bench-scale-") as tmp:
+            work = Path(tmp)
+            props = broker_properties(args.session_ms, args.heartbeat_ms)
+            with broker(args.bootstrap, work / "broker", props) as boot:
+                pid = None if args.bootstrap else broker_pid(work / "broker")
+                for setting in settings:
+                    for n in real_sizes:
+                        try:
+                            r = real_run(boot, pid, work, n, setting, args)
+                        except (TimeoutError, RuntimeError) as e:
+                            real_failed.append(f"{setting} {n}: {e}"[:300])
+                            print(f"  real {setting} {n}: FAILED {e}"[:300], flush=True)
+                            continue
+                        real.append(r)
+                        print(f"  real {setting} {n}: {r['control_records_s']:.0f} records/s, "
+                              f"broker out {r['broker_out_bytes_s'] / 1e3:.1f} kB/s, member CPU "
+                              f"{r['member_cpu_pct_median']:.1f}% (leader "
+                              f"{r['leader_cpu_pct']:.1f}%), started in {r['start_s']:.0f} s, "
+                              f"load {r['load1_window']}", flush=True)  # fmt: skip
+    report(sim, real, real_failed, args, load_before, load_sim, time.monotonic() - t_start)
+
+
+def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: list[str],
+           args: argparse.Namespace, load_before: dict[str, float], load_sim: dict[str, float],
+           seconds: float, loads: list[float] | None = None) -> None:  # fmt: skip
+    columns = ["run", "members", "session/hb ms", "records/s", "heartbeat rec/s",
+               "assignment rec/s", "snapshot rec/s", "log kB/s (= member fetch)",
+               "heartbeat kB/s", "snapshot kB/s", "broker out kB/s", "leader CPU",
+               "member CPU", "replay CPU", "snapshot B", "newcomer replayed"]  # fmt: skip
+    rows: list[list[object]] = []
+    for r in sim:
+        rows.append(["sim", r["members"], f"{GK_DEFAULT[0]}/{GK_DEFAULT[1]}",
+                     round(r["records_s"], 1), round(r["heartbeat_records_s"], 1),
+                     round(r["assignment_records_s"], 2), round(r["snapshot_records_s"], 2),
+                     round(r["bytes_s"] / 1e3, 2), round(r["heartbeat_bytes_s"] / 1e3, 2),
+                     round(r["snapshot_bytes_s"] / 1e3, 2),
+                     round(r["broker_out_bytes_s"] / 1e3, 1),
+                     f"{r['leader_cpu_ms_per_s']:.2f} ms/s",
+                     f"{r['member_step_cpu_ms_per_s']:.2f} ms/s",
+                     f"{r['replay_cpu_ms_per_s']:.2f} ms/s", r["snapshot_bytes"],
+                     f"{r['newcomer_replayed']} ({r['newcomer_catch_up']})"])  # fmt: skip
+    for r in real:
+        rows.append([f"real {r['setting']}", r["members"],
+                     f"{r['session_ms']}/{r['heartbeat_ms']}", round(r["control_records_s"], 1),
+                     round(r["heartbeat_records_s"], 1), round(r["assignment_records_s"], 2),
+                     round(r["snapshot_records_s"], 2), round(r["bytes_s"] / 1e3, 2),
+                     round(r["heartbeat_bytes_s"] / 1e3, 2), round(r["snapshot_bytes_s"] / 1e3, 2),
+                     round(r["broker_out_bytes_s"] / 1e3, 1), f"{r['leader_cpu_pct']:.1f}%",
+                     f"{r['member_cpu_pct_median']:.1f}% (max {r['member_cpu_pct_max']:.1f}%)",
+                     "", "", ""])  # fmt: skip
+    if not rows:  # every run failed: the table still says so
+        rows.append(["none", 0, "", *[""] * (len(columns) - 3)])
+    loads = loads if loads is not None else [x for r in real for x in r["load1_window"]]
+    notes = [
+        f"sim: GroupSim, shared replay state, cooperative / cooperative-sticky, session "
+        f"{GK_DEFAULT[0]} ms, heartbeat {GK_DEFAULT[1]} ms, a snapshot every "
+        f"{GK_DEFAULT[0] // 2} ms, 2 partitions a member; settled plus one session, then "
+        f"{args.stretch:.0f} simulated s measured. Bytes are key + value (no Kafka batch "
+        "overhead). member fetch = log bytes/s (each member reads the whole partition); broker "
+        "out = that × members. CPU is process time per simulated second: leader = its "
+        "Node.step calls (heartbeat, planner check, snapshot encoding, tombstones); member = one "
+        "other member's Node.step; replay = one member's replay of every record. newcomer "
+        "replayed: records after the snapshot a bounded join (GroupSim.join(bounded=True)) "
+        "restores ('state'), or the whole log ('full').",
+        f"real: one local broker (Kafka {versions()['kafka_broker']}), members are "
+        "bench/_worker.py processes (cooperative, cooperative-sticky), one data partition a "
+        "member and no data produced; each group on its own control topic. records/s: the "
+        "control partition's end offset over the window; kB/s by kind: the window's records "
+        "read back (key + value); broker out: the broker's JMX BytesOutPerSec count for the "
+        "control topic (Attach API, bench/JmxCount.java; n/a with --bootstrap), i.e. record "
+        "batches served to fetchers, the members' control readers; leader / member CPU: "
+        "/proc utime + stime of the whole process over the window, % of one core (median of "
+        f"the non-leaders, and their max). Window {args.window:.0f} s after settling.",
+        *(f"real run failed: {f}" for f in real_failed),
+        *args.note,
+        "",
+        *growth(sim, real),
+        "",
+        f"Versions: {versions()}. Load (1 min) before {load_before['load1']}, after the sim "
+        f"{load_sim['load1']}, during the real windows {loads}, after {load()['load1']} on "
+        f"{os.cpu_count()} cores; {seconds:.0f} s.",
+    ]
+    out = write_results(args.name, columns, rows, title="Steady-state cost of a groupkit group "
+                        "against its size (simulated and real)", results_dir=args.results_dir,
+                        notes=notes,
+                        extra={"sim": sim, "real": real, "real_failed": real_failed,
+                               "versions": versions(), "load_before": load_before,
+                               "load_after_sim": load_sim, "load_during_real": loads,
+                               "load_after": load(), "seconds": seconds,
+                               "args": {k: str(v) for k, v in vars(args).items()}})  # fmt: skip
+    series: dict[str, list[float]] = {
+        "log bytes/s (each member fetches)": [r["bytes_s"] for r in sim],
+        "broker bytes out/s": [r["broker_out_bytes_s"] for r in sim],
+        "records/s": [r["records_s"] for r in sim],
+        "replay CPU µs/s": [r["replay_cpu_ms_per_s"] * 1000 for r in sim],
+    }
+    bar_chart(out / f"{args.name}.png", [f"{r['members']:,}" for r in sim], series,
+              "per simulated second (log)", title="Steady-state cost against group size (sim)",
+              log=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
