@@ -219,14 +219,15 @@ def faketime_env(offset_s: int) -> dict[str, str]:
 
     Only the wall clock moves: a faked CLOCK_MONOTONIC would disturb the JVM's timed waits,
     and the broker's log timestamps (``System.currentTimeMillis``) are what a skewed broker
-    shows its clients. The plain build is preloaded, not the MT one: a fixed offset needs no
-    shared state, and the MT build's lock made each clock read ~7 us (a broker that took a
-    minute to restart), against ~1.5 us here and 0.1 us without libfaketime.
+    shows its clients. The MT build is preloaded: under the plain one the broker hung early in
+    its start (after registering its log4j MBean), though a one-thread JVM ran. The cost is
+    the MT build's lock on every clock read (~7 us against 0.1 us without libfaketime): a
+    skewed broker starts several times slower, so give its start a long timeout.
     """
     if offset_s == 0:
         return {}
     for folder in _FAKETIME_LIBS:
-        lib = Path(folder) / "libfaketime.so.1"
+        lib = Path(folder) / "libfaketimeMT.so.1"
         if lib.exists():
             return {
                 "LD_PRELOAD": str(lib),
