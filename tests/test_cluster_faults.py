@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from groupkit.devbroker import LocalCluster
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG, partition_for_group
@@ -146,6 +146,28 @@ def assert_clean(report: ChaosReport) -> None:
     assert report.zombie_late_records == []
 
 
+def test_cluster_shape(cluster: KafkaBackend) -> None:
+    """Three brokers on racks r0..r2; a topic gets three replicas and needs two in sync."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    assert sorted(admin.list_topics(timeout=10).brokers) == [0, 1, 2]
+    name = create_topic(admin, unique_name("shape"), 3)
+    try:
+        parts = admin.list_topics(name, timeout=10).topics[name].partitions.values()
+        assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
+        assert len({p.leader for p in parts}) == 3  # leadership spread over the brokers
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        conf = admin.describe_configs([res])[res].result(timeout=30)
+        assert conf["min.insync.replicas"].value == "2"
+        for node in (0, 1, 2):
+            res = ConfigResource(ConfigResource.Type.BROKER, str(node))
+            conf = admin.describe_configs([res])[res].result(timeout=30)
+            assert conf["broker.rack"].value == f"r{node}"
+            assert conf["offsets.topic.replication.factor"].value == "3"
+    finally:
+        delete_topics(admin, [name])
+
+
 @pytest.mark.xfail(
     strict=False,
     reason="open (issue 18): after kill -9 of a data partition's leader, the member that "
@@ -209,7 +231,7 @@ def log_append_lead_s(lc: LocalCluster, node: int) -> tuple[float, float]:
     admin = AdminClient(lc.client_config())
     name = unique_name("clock")
     others = [n.node_id for n in lc.nodes if n.node_id != node]
-    admin.create_topics([NewTopic(name, replica_assignment=[[node, *others]],
+    admin.create_topics([NewTopic(name, 1, replica_assignment=[[node, *others]],
                                   config={"message.timestamp.type": "LogAppendTime"})]
                         )[name].result(30)  # fmt: skip
     try:
@@ -257,7 +279,7 @@ def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
 
         admin = AdminClient(lc.client_config())
         ctl = unique_name("ctl")
-        admin.create_topics([NewTopic(ctl, replica_assignment=[[home, skewed, third]],
+        admin.create_topics([NewTopic(ctl, 1, replica_assignment=[[home, skewed, third]],
                                       config={**REQUIRED_CONFIG, **TUNING_CONFIG})]
                             )[ctl].result(30)  # fmt: skip
         extra = {"groupkit.max.clock.skew.ms": SKEW_ALLOWANCE_MS,
