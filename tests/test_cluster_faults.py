@@ -31,9 +31,10 @@ from confluent_kafka import ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from groupkit.devbroker import LocalCluster
+from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG, partition_for_group
 from tests.chaos import ChaosReport, audit, late_records
-from tests.conftest import KafkaBackend, create_topic, delete_topics, unique_name
+from tests.conftest import KafkaBackend, delete_topics, unique_name
 from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
 
 PARTITIONS = 6
@@ -116,7 +117,9 @@ def running_group(
 ) -> Iterator[Run]:
     """Three members on a fresh RF-3 topic of ``PARTITIONS`` partitions, a producer writing."""
     admin = AdminClient(lc.client_config())
-    topic = create_topic(admin, unique_name("data"), PARTITIONS)
+    # -1: the brokers' default.replication.factor, 3 (tests.conftest.create_topic makes RF 1)
+    topic = unique_name("data")
+    create_topic(admin, topic, PARTITIONS, replication_factor=-1)
     ctl = control_topic or unique_name("ctl")
     group = Group(lc.bootstrap, unique_name("g"), [topic], workdir, session_timeout_ms=session_ms,
                   control_topic=ctl, extra=dict(extra or {}))  # fmt: skip
@@ -151,7 +154,8 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
     lc = local_cluster(cluster)
     admin = AdminClient(lc.client_config())
     assert sorted(admin.list_topics(timeout=10).brokers) == [0, 1, 2]
-    name = create_topic(admin, unique_name("shape"), 3)
+    name = unique_name("shape")
+    create_topic(admin, name, 3, replication_factor=-1)
     try:
         parts = admin.list_topics(name, timeout=10).topics[name].partitions.values()
         assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
@@ -168,13 +172,6 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
         delete_topics(admin, [name])
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 18): after kill -9 of a data partition's leader, the member that "
-    "owns it keeps it but consumes no record of it after the kill (session + 15 s), while "
-    "the producer's acks go on at the new leader and a plain confluent-kafka Consumer with "
-    "assign() on the same cluster resumes at once: groupkit's data consumer is stuck",
-)
 def test_kill_control_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> None:
     lc = local_cluster(cluster)
     with running_group(lc, tmp_path) as run:
@@ -194,13 +191,6 @@ def test_kill_control_partition_leader(cluster: KafkaBackend, tmp_path: Path) ->
     assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 18): after kill -9 of a data partition's leader, the member that "
-    "owns it keeps it but consumes no record of it after the kill (session + 15 s), while "
-    "the producer's acks go on at the new leader and a plain confluent-kafka Consumer with "
-    "assign() on the same cluster resumes at once: groupkit's data consumer is stuck",
-)
 def test_kill_data_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> None:
     lc = local_cluster(cluster)
     with running_group(lc, tmp_path) as run:
@@ -236,15 +226,23 @@ def log_append_lead_s(lc: LocalCluster, node: int) -> tuple[float, float]:
                         )[name].result(30)  # fmt: skip
     try:
         wait_for(lambda: lc.leader(name, 0) == node, 30, f"node {node} to lead {name}")
+        producer = Producer({**lc.client_config(), "acks": "all", "linger.ms": 0})
+        best = (float("-inf"), float("inf"))
+        # On a loaded machine one round trip can take seconds: keep the tightest of a few.
         stamps: list[tuple[int, int]] = []
-        producer = Producer({**lc.client_config(), "acks": "all"})
-        before = time.time()
-        producer.produce(name, b"x", on_delivery=lambda err, msg: stamps.append(msg.timestamp()))
-        assert producer.flush(30) == 0
-        after = time.time()
-        ((kind, ts_ms),) = stamps
-        assert kind == 2  # TIMESTAMP_LOG_APPEND_TIME: the leader's clock, not ours
-        return ts_ms / 1000 - after, ts_ms / 1000 - before
+        for _ in range(20):
+            stamps.clear()
+            before = time.time()
+            producer.produce(name, b"x", on_delivery=lambda e, m: stamps.append(m.timestamp()))
+            assert producer.flush(30) == 0
+            after = time.time()
+            ((kind, ts_ms),) = stamps
+            assert kind == 2  # TIMESTAMP_LOG_APPEND_TIME: the leader's clock, not ours
+            if after - before < best[1] - best[0]:
+                best = (ts_ms / 1000 - after, ts_ms / 1000 - before)
+            if after - before < 0.1:
+                break
+        return best
     finally:
         delete_topics(admin, [name])
 
