@@ -16,6 +16,12 @@ State lives in one folder (``server.properties``, ``data/``, ``broker.log``, ``b
 ``bootstrap``), so ``groupkit broker status`` in another process can find the broker again and
 tell a live broker from a crashed or leftover one.
 
+A cluster (``LocalCluster``, ``groupkit broker start --brokers 3``): three such nodes, each
+broker and controller, in one static three-voter quorum, in ``<state>/node<i>``, with
+``broker.rack`` ``r<i>``, replication factor 3 and ``min.insync.replicas`` 2. A node can be
+killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
+seconds under libfaketime (``faketime_env``), to show a broker whose clock is skewed.
+
 Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
 ``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
 SASL_PLAINTEXT with the PLAIN mechanism, on the client listener and the controller listener alike
