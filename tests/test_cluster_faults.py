@@ -267,10 +267,10 @@ def freeze_through(run: Run, w: Worker, move: object, what: str) -> None:
 
 @pytest.mark.skipif(
     os.environ.get("GROUPKIT_SKEWED_BROKER_TESTS") != "1",
-    reason="opt-in (GROUPKIT_SKEWED_BROKER_TESTS=1): under libfaketime the broker's JVM is "
-    "too slow to serve on a shared machine (plain build: hangs at start; MT build: controller "
-    "events of ~5 s, a single node not ready in 300 s), and one run that did start showed no "
-    "offset in its LogAppendTime",
+    reason="opt-in (GROUPKIT_SKEWED_BROKER_TESTS=1): a Kafka broker under libfaketime is too "
+    "slow for CI (plain build: hangs at start; MT build: controller events of 2-5 s, a single "
+    "node ~150 s to start on an idle 2-core machine), and the one cluster run whose skewed "
+    "node did start measured no offset in its LogAppendTime (unexplained)",
 )
 def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
     lc = local_cluster(cluster)
