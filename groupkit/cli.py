@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=None, help="state folder (default ~/.cache/groupkit/broker)")
     p.add_argument("--kafka-version", default=None, help="Apache Kafka version to run")
     p.add_argument("--port", type=int, default=0, help="listener port (default: a free one)")
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="start: nodes (3: a cluster with replication factor 3, racks r0..r2)",
+    )
     p.set_defaults(func=_cmd_broker)
     return parser
 

@@ -16,6 +16,12 @@ State lives in one folder (``server.properties``, ``data/``, ``broker.log``, ``b
 ``bootstrap``), so ``groupkit broker status`` in another process can find the broker again and
 tell a live broker from a crashed or leftover one.
 
+A cluster (``LocalCluster``, ``groupkit broker start --brokers 3``): three such nodes, each
+broker and controller, in one static three-voter quorum, in ``<state>/node<i>``, with
+``broker.rack`` ``r<i>``, replication factor 3 and ``min.insync.replicas`` 2. A node can be
+killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
+seconds under libfaketime (``faketime_env``), to show a broker whose clock is skewed.
+
 Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
 ``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
 SASL_PLAINTEXT with the PLAIN mechanism, on the client listener and the controller listener alike
@@ -41,6 +47,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +212,40 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+_FAKETIME_LIBS = (
+    "/usr/lib/x86_64-linux-gnu/faketime",
+    "/usr/lib/aarch64-linux-gnu/faketime",
+    "/usr/lib/faketime",
+    "/usr/local/lib/faketime",
+)
+
+
+def faketime_env(offset_s: int) -> dict[str, str]:
+    """Environment that runs a JVM with its wall clock ``offset_s`` seconds off (libfaketime).
+
+    Only the wall clock moves: a faked CLOCK_MONOTONIC would disturb the JVM's timed waits,
+    and the broker's log timestamps (``System.currentTimeMillis``) are what a skewed broker
+    shows its clients. The MT build is preloaded: under the plain one the broker hung early in
+    its start (after registering its log4j MBean), though a one-thread JVM ran. The cost is
+    the MT build's lock on every clock read (~7 us against 0.1 us without libfaketime): a
+    skewed broker starts several times slower, so give its start a long timeout.
+    """
+    if offset_s == 0:
+        return {}
+    for folder in _FAKETIME_LIBS:
+        lib = Path(folder) / "libfaketimeMT.so.1"
+        if lib.exists():
+            return {
+                "LD_PRELOAD": str(lib),
+                "FAKETIME": f"{offset_s:+d}",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
+    raise DevBrokerError(
+        "libfaketime not found: a broker with a skewed clock needs it "
+        "(Debian: apt-get install faketime)"
+    )
+
+
 _LOG4J2 = """status = warn
 appender.file.type = File
 appender.file.name = FILE
@@ -222,12 +263,20 @@ logger.state.level = WARN
 
 @dataclass
 class BrokerStatus:
-    state: str  # "running", "stopped", "crashed" (pid gone, files left), "unresponsive"
+    state: str  # "running", "stopped", "crashed" (pid gone, files left), "unresponsive",
+    # and for a cluster "degraded" (some nodes run)
     bootstrap: str | None
     pid: int | None
     log: Path
+    nodes: str | None = None  # a cluster's per-node states
 
     def describe(self) -> str:
+        text = self._describe()
+        return f"{text} [{self.nodes}]" if self.nodes else text
+
+    def _describe(self) -> str:
+        if self.state == "degraded":
+            return f"degraded: only some nodes run; bootstrap {self.bootstrap}, log {self.log}"
         if self.state == "running":
             return f"running: bootstrap {self.bootstrap} (pid {self.pid}), log {self.log}"
         if self.state == "stopped":
@@ -255,6 +304,12 @@ class LocalBroker:
         sasl_users: Mapping[str, str] | None = None,
         admin_user: str = "admin",
         authorizer: bool = False,
+        *,
+        node_id: int = 1,
+        rack: str | None = None,
+        replication_factor: int = 1,
+        min_insync_replicas: int = 1,
+        clock_offset_s: int = 0,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.version = version
@@ -265,6 +320,18 @@ class LocalBroker:
         self.admin_user = admin_user
         self.authorizer = authorizer
         _check_sasl_users(self.sasl_users, admin_user, authorizer)
+        self.node_id = node_id
+        self.rack = rack
+        self.replication_factor = replication_factor
+        self.min_insync_replicas = min_insync_replicas
+        #: seconds this node's wall clock is off (libfaketime), from its next start on
+        self.clock_offset_s = clock_offset_s
+        self.controller_port = 0
+        #: a static controller quorum (``id@host:port,...``), set by :class:`LocalCluster`;
+        #: ``None`` is a quorum of this one node
+        self.quorum_voters: str | None = None
+        #: the id a fresh start formats the storage with (``None``: a new one)
+        self.cluster_id: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     # paths
@@ -334,10 +401,16 @@ class LocalBroker:
 
     def _properties(self, controller_port: int) -> str:
         data = self.state_dir / "data"
+        rf, isr = str(self.replication_factor), str(self.min_insync_replicas)
+        quorum = (
+            {"controller.quorum.voters": self.quorum_voters}
+            if self.quorum_voters
+            else {"controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}"}
+        )
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+            "node.id": str(self.node_id),
+            **quorum,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -345,18 +418,22 @@ class LocalBroker:
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": str(data),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
             "group.initial.rebalance.delay.ms": "0",
             # Tests and the demo create what they use; a typo'd topic must not spring into being.
             "auto.create.topics.enable": "false",
             # Let compaction of the control topic happen within a test's lifetime.
             "log.cleaner.backoff.ms": "1000",
         }
+        if self.rack is not None:
+            props["broker.rack"] = self.rack
         props.update(self._security_properties(controller_port))
         props.update(self.extra_properties)
         return "".join(f"{k}={v}\n" for k, v in props.items())
@@ -384,6 +461,16 @@ class LocalBroker:
         ``fresh`` wipes the data folder and formats a new cluster; ``fresh=False`` restarts on
         the same data and port (a broker restart, as the chaos tests need).
         """
+        self.launch(fresh)
+        self.wait_ready(timeout)
+        return self.bootstrap
+
+    def launch(self, fresh: bool = True) -> None:
+        """Format (when ``fresh``) and start the JVM without waiting for it to serve.
+
+        :class:`LocalCluster` launches every node before waiting on any: a node of a
+        three-voter quorum cannot serve until a second voter is up.
+        """
         current = self.status()
         if current.state == "running":
             raise DevBrokerError(
@@ -399,14 +486,13 @@ class LocalBroker:
             shutil.rmtree(self.state_dir / "data", ignore_errors=True)
             if self.port == 0:
                 self.port = free_port()
-            controller_port = free_port()
-            (self.state_dir / "controller.port").write_text(str(controller_port))
+            if self.controller_port == 0:
+                self.controller_port = free_port()
+            (self.state_dir / "controller.port").write_text(str(self.controller_port))
         else:
-            if self.port == 0 and self._bootstrap_path.exists():
-                self.port = int(self._bootstrap_path.read_text().strip().rsplit(":", 1)[1])
-            controller_port = int((self.state_dir / "controller.port").read_text())
+            self.load_ports()
         props = self.state_dir / "server.properties"
-        props.write_text(self._properties(controller_port))
+        props.write_text(self._properties(self.controller_port))
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
         classpath = f"{lib}/*"
@@ -422,22 +508,16 @@ class LocalBroker:
             classpath,
         ]
         if fresh:
-            cluster_id = new_cluster_id()
+            cluster_id = self.cluster_id or new_cluster_id()
+            # One node is its own quorum (--standalone); a static voter set needs no flag.
+            standalone = [] if self.quorum_voters else ["--standalone"]
             fmt = subprocess.run(
-                [
-                    *jvm,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(props),
-                    "--standalone",
-                ],
+                [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(props), *standalone],
                 capture_output=True,
                 text=True,
                 check=False,
-            )
+            )  # fmt: skip
             if fmt.returncode != 0:
                 raise DevBrokerError(
                     "formatting the broker storage failed:\n" + (fmt.stdout + fmt.stderr)[-2000:]
@@ -450,14 +530,22 @@ class LocalBroker:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal must not kill the broker half-way
             cwd=self.state_dir,
+            env={**os.environ, **faketime_env(self.clock_offset_s)},
         )
         out.close()
         self._pid_path.write_text(str(self._proc.pid))
         self._bootstrap_path.write_text(self.bootstrap + "\n")
-        self._wait_ready(timeout)
-        return self.bootstrap
 
-    def _wait_ready(self, timeout: float) -> None:
+    def load_ports(self) -> None:
+        """The ports of the last fresh start (a restart keeps them: clients and voters know
+        them)."""
+        if self.port == 0 and self._bootstrap_path.exists():
+            self.port = int(self._bootstrap_path.read_text().strip().rsplit(":", 1)[1])
+        if self.controller_port == 0:
+            self.controller_port = int((self.state_dir / "controller.port").read_text())
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until this node serves metadata that lists itself (registered and unfenced)."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({**self.client_config(), "log_level": 0})
@@ -470,10 +558,11 @@ class LocalBroker:
                 )
             try:
                 md = admin.list_topics(timeout=1.0)
-                if md.brokers:
+                if self.node_id in md.brokers:
                     return
             except Exception:
                 pass
+            time.sleep(0.1)  # list_topics may fail at once (connection refused)
         self.stop()
         raise DevBrokerError(
             f"the broker did not answer on {self.bootstrap} within {timeout:.0f}s; "
@@ -527,6 +616,163 @@ class LocalBroker:
         self._proc = None
 
 
+class LocalCluster:
+    """``brokers`` KRaft nodes on loopback, each broker and controller, in one voter quorum.
+
+    Node ``i`` lives in ``state_dir/node<i>`` (a :class:`LocalBroker` with ``node.id`` ``i``
+    and ``broker.rack`` ``r<i>``); ``state_dir/cluster`` marks the folder as a cluster's, so
+    ``groupkit broker status|stop`` in another process finds every node again. Topics get
+    replication factor 3 (``default.replication.factor``, the offsets topic) and
+    ``min.insync.replicas`` 2, so one node may die without losing an acknowledged write.
+    """
+
+    MARKER = "cluster"
+    #: seconds the last node of a stopping cluster gets before SIGKILL (see :meth:`stop`)
+    last_grace = 3.0
+
+    def __init__(
+        self,
+        state_dir: Path | str | None = None,
+        version: str = DEFAULT_KAFKA_VERSION,
+        brokers: int = 3,
+        extra_properties: Mapping[str, str] | None = None,
+        heap: str = "384m",
+    ) -> None:
+        if brokers < 1:
+            raise DevBrokerError(f"a cluster needs at least one broker, got {brokers}")
+        self.state_dir = Path(state_dir) if state_dir else default_state_dir()
+        self.version = version
+        self.nodes = [
+            LocalBroker(
+                self.state_dir / f"node{i}",
+                version,
+                extra_properties=extra_properties,
+                heap=heap,
+                node_id=i,
+                rack=f"r{i}",
+                replication_factor=min(3, brokers),
+                min_insync_replicas=min(2, brokers),
+            )
+            for i in range(brokers)
+        ]
+
+    @classmethod
+    def found_in(cls, state_dir: Path | str | None) -> LocalCluster | None:
+        """The cluster whose state is in ``state_dir``, if a cluster's start left it there."""
+        folder = Path(state_dir) if state_dir else default_state_dir()
+        marker = folder / cls.MARKER
+        if not marker.exists():
+            return None
+        return cls(folder, brokers=int(marker.read_text().strip() or 3))
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def client_config(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    def node(self, node_id: int) -> LocalBroker:
+        return self.nodes[node_id]
+
+    def _wire(self) -> None:
+        """Every node's ports (fresh ones, or the last start's) and the voter set naming them."""
+        for n in self.nodes:
+            if (n.state_dir / "controller.port").exists():
+                n.load_ports()
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        for n in self.nodes:
+            n.quorum_voters = voters
+
+    def start(self, timeout: float = 120.0, fresh: bool = True) -> str:
+        """Start every node and return the bootstrap list once each serves metadata."""
+        running = [n for n in self.nodes if n.status().state == "running"]
+        if running:
+            raise DevBrokerError(
+                f"a cluster already runs from {self.state_dir} ({running[0].bootstrap}, ...); "
+                "`groupkit broker stop` first"
+            )
+        if fresh:
+            cluster_id = new_cluster_id()
+            for n in self.nodes:
+                n.cluster_id = cluster_id
+                n.port = n.port or free_port()
+                n.controller_port = free_port()
+        self._wire()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / self.MARKER).write_text(f"{len(self.nodes)}\n")
+        try:
+            # Formatting is a JVM start per node: in parallel, it costs one.
+            with ThreadPoolExecutor(len(self.nodes)) as pool:
+                list(pool.map(lambda n: n.launch(fresh), self.nodes))
+            deadline = time.monotonic() + timeout
+            for n in self.nodes:
+                n.wait_ready(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        (self.state_dir / "bootstrap").write_text(self.bootstrap + "\n")
+        return self.bootstrap
+
+    def status(self) -> BrokerStatus:
+        """``running`` when every node runs, ``degraded`` when some do, else as one broker."""
+        states = [n.status() for n in self.nodes]
+        kinds = {s.state for s in states}
+        log = self.state_dir / "node0" / "broker.log"
+        boot = ",".join(s.bootstrap for s in states if s.bootstrap) or None
+        pid = next((s.pid for s in states if s.pid is not None), None)
+        if kinds == {"running"}:
+            state = "running"
+        elif "running" in kinds:
+            state = "degraded"
+        elif kinds == {"stopped"}:
+            state = "stopped"
+        elif "crashed" in kinds:
+            state = "crashed"
+        else:
+            state = "unresponsive"
+        pairs = zip(self.nodes, states, strict=True)
+        detail = ", ".join(f"node {n.node_id} {s.state}" for n, s in pairs)
+        return BrokerStatus(state, boot, pid, log, nodes=detail)
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop the nodes one after another (SIGTERM, SIGKILL after ``timeout``); whether
+        one ran.
+
+        One after another, so each broker's controlled shutdown finds a controller quorum
+        (stopped all at once, every node waited out its timeout). The last node has no quorum
+        left to grant its controlled shutdown and would wait for one forever: it gets
+        ``last_grace`` seconds, then SIGKILL (its replicas are on the others' disks too)."""
+        stopped = []
+        for i, n in enumerate(self.nodes):
+            last = i == len(self.nodes) - 1 and len(self.nodes) > 1
+            stopped.append(n.stop(min(timeout, self.last_grace) if last else timeout))
+        (self.state_dir / self.MARKER).unlink(missing_ok=True)
+        return any(stopped)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL one node, keeping its data for :meth:`restart`."""
+        self.nodes[node_id].kill()
+
+    def restart(self, node_id: int, clock_offset_s: int = 0, timeout: float = 90.0) -> None:
+        """Start a stopped or killed node again on its data and ports, its wall clock
+        ``clock_offset_s`` seconds off (libfaketime; 0: the machine's clock)."""
+        n = self.nodes[node_id]
+        n.stop()
+        n.clock_offset_s = clock_offset_s
+        self._wire()
+        n.start(timeout=timeout, fresh=False)
+
+    def leader(self, topic: str, partition: int, timeout: float = 30.0) -> int:
+        """The node id leading ``topic``'s ``partition`` now (-1 while it has none)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({**self.client_config(), "log_level": 0})
+        md = admin.list_topics(topic, timeout=timeout)
+        leader: int = md.topics[topic].partitions[partition].leader
+        return leader
+
+
 _SASL_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -552,29 +798,43 @@ def _check_sasl_users(users: Mapping[str, str], admin_user: str, authorizer: boo
 
 
 def cli(args: argparse.Namespace) -> int:
-    """``groupkit broker start|stop|status|fetch``."""
+    """``groupkit broker start|stop|status|fetch`` (``--brokers 3``: a cluster)."""
     version = args.kafka_version or DEFAULT_KAFKA_VERSION
-    broker = LocalBroker(args.dir, version=version, port=args.port)
+    brokers = getattr(args, "brokers", 1)
     if args.action == "fetch":
         java_major_version()
         lib = ensure_jars(version)
         print(f"Apache Kafka {version} jars in {lib}")
         return 0
+    # stop/status find a cluster from its folder; start makes one when asked for more nodes.
+    found = LocalCluster.found_in(args.dir)
+    local: LocalBroker | LocalCluster
+    if args.action == "start" and brokers > 1:
+        if args.port:
+            raise DevBrokerError("--port names one listener; a cluster picks free ports")
+        local = found or LocalCluster(args.dir, version=version, brokers=brokers)
+    else:
+        local = found or LocalBroker(args.dir, version=version, port=args.port)
     if args.action == "start":
-        print(f"starting Apache Kafka {version} (KRaft, single node) ...", file=sys.stderr)
-        bootstrap = broker.start()
+        if isinstance(local, LocalCluster):
+            what = f"a cluster of {len(local.nodes)} nodes"
+        else:
+            what = "single node"
+        print(f"starting Apache Kafka {version} (KRaft, {what}) ...", file=sys.stderr)
+        bootstrap = local.start()
         print(f"broker running: bootstrap.servers={bootstrap}")
-        print(f"log: {broker.log_path}; stop with: groupkit broker stop")
+        print(f"log: {local.status().log}; stop with: groupkit broker stop")
         return 0
     if args.action == "stop":
-        st = broker.status()
-        if broker.stop():
-            print(f"stopped the broker (pid {st.pid})")
+        st = local.status()
+        if local.stop():
+            print(f"stopped the broker{'s' if isinstance(local, LocalCluster) else ''} "
+                  f"(pid {st.pid})")  # fmt: skip
         elif st.state == "crashed":
             print(f"the broker (pid {st.pid}) had already exited; cleaned up its state")
         else:
             print("no local broker was running")
         return 0
-    st = broker.status()
+    st = local.status()
     print(st.describe())
     return 0 if st.state == "running" else 1

@@ -233,28 +233,38 @@ class Chaos:
                                    "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
 
     def finish(self) -> None:
-        self.producer.stop()
-        ends = self.producer.end_offsets()
-        self.report.produced = sum(ends.values())
+        audit(self.group, self.producer, self.dup_allowed, self.report)
 
-        def drained() -> bool:
-            done = self.group.processed()
-            return all(set(range(e)) <= set(done.get(tp, {})) for tp, e in ends.items())
 
-        with contextlib.suppress(AssertionError):  # what is missing is counted as lost below
-            wait_for(drained, 60, "every produced record to be processed")
-        done = self.group.processed()
-        for tp, end in ends.items():
-            seen = done.get(tp, {})
-            self.report.lost += len(set(range(end)) - set(seen))
-            dups = [o for o, n in seen.items() if n > 1]
-            self.report.duplicates += len(dups)
-            if dups and tp not in self.dup_allowed:
-                self.report.unexplained_duplicates.append(f"{tp}: {sorted(dups)[:5]}")
-        self.report.processed = sum(sum(c.values()) for c in done.values())
-        zombies = [w.name for w in self.group.workers.values() if w.pauses]
-        self.report.running_overlaps = self.group.overlaps(ignore=zombies)
-        self.report.zombie_overlaps = len(self.group.overlaps()) - len(self.report.running_overlaps)
+def audit(
+    group: Group, producer: KeyedProducer, dup_allowed: set[TP], report: ChaosReport
+) -> ChaosReport:
+    """Stop ``producer``, wait until every acknowledged offset was processed, and count into
+    ``report``: lost records, duplicates (unexplained unless on a ``dup_allowed`` partition),
+    overlapping ownership between running members, and that of frozen members apart."""
+    producer.stop()
+    ends = producer.end_offsets()
+    report.produced = sum(ends.values())
+
+    def drained() -> bool:
+        done = group.processed()
+        return all(set(range(e)) <= set(done.get(tp, {})) for tp, e in ends.items())
+
+    with contextlib.suppress(AssertionError):  # what is missing is counted as lost below
+        wait_for(drained, 60, "every produced record to be processed")
+    done = group.processed()
+    for tp, end in ends.items():
+        seen = done.get(tp, {})
+        report.lost += len(set(range(end)) - set(seen))
+        dups = [o for o, n in seen.items() if n > 1]
+        report.duplicates += len(dups)
+        if dups and tp not in dup_allowed:
+            report.unexplained_duplicates.append(f"{tp}: {sorted(dups)[:5]}")
+    report.processed = sum(sum(c.values()) for c in done.values())
+    zombies = [w.name for w in group.workers.values() if w.pauses]
+    report.running_overlaps = group.overlaps(ignore=zombies)
+    report.zombie_overlaps = len(group.overlaps()) - len(report.running_overlaps)
+    return report
 
 
 def main() -> int:

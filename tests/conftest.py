@@ -28,7 +28,7 @@ class KafkaBackend:
     bootstrap: str
     kind: str  # "external", "testcontainers", "local"
     version: str
-    local: object | None = None  # the devbroker.LocalBroker, when kind == "local"
+    local: Any = None  # the devbroker.LocalBroker (LocalCluster) that this run started
     created_topics: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -89,6 +89,43 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
         yield backend
     finally:
         broker.stop()
+
+
+#: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
+#: elsewhere) after 4 s instead of the default 9 s, so a fault test's sessions can be short.
+#: The heartbeat interval is also each broker heartbeat's request timeout: 400 ms proved too
+#: short for a broker under libfaketime on a loaded machine (it never got unfenced).
+CLUSTER_PROPERTIES = {
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "1000",
+}
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
+    """Three KRaft brokers (``devbroker.LocalCluster``: RF 3, ``min.insync.replicas`` 2, racks
+    r0..r2), shared by the session; ``cluster.local`` is the LocalCluster to inject faults
+    with. ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test
+    that must kill or skew a broker says it cannot."""
+    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
+    if external:
+        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
+        _announce(backend)
+        yield backend
+        return
+    from groupkit.devbroker import DEFAULT_KAFKA_VERSION, LocalCluster
+
+    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+    local = LocalCluster(
+        tmp_path_factory.mktemp("cluster"), version=version, extra_properties=CLUSTER_PROPERTIES
+    )
+    bootstrap = local.start()
+    backend = KafkaBackend(bootstrap, "local 3-node cluster", version, local=local)
+    _announce(backend)
+    try:
+        yield backend
+    finally:
+        local.stop()
 
 
 @pytest.fixture(scope="session")

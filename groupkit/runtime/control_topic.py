@@ -11,11 +11,12 @@ heartbeats instead of minutes.
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Any, NamedTuple
 
 import structlog
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from groupkit.errors import BrokerError, ControlTopicError
@@ -155,10 +156,21 @@ def check_control_topic(
     """Refuse settings that break the protocol; warn of, and return, those that keep the log
     large (one ``control_topic.large_log_setting`` warning each)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
-    try:
-        configs = admin.describe_configs([resource])[resource].result(timeout=timeout)
-    except KafkaException as e:
-        raise BrokerError(f"cannot read the settings of control topic {name!r}: {e}") from e
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            configs = admin.describe_configs([resource])[resource].result(
+                timeout=max(0.5, deadline - time.monotonic())
+            )
+            break
+        except KafkaException as e:
+            # On a cluster, the broker asked may not know yet of a topic that another member
+            # just created through another broker: ask again, until the deadline.
+            err = e.args[0] if e.args else None
+            unknown = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() >= deadline:
+                raise BrokerError(f"cannot read the settings of control topic {name!r}: {e}") from e
+            time.sleep(0.1)  # metadata reaches every broker within moments; nothing to wait on
     for key, want in REQUIRED_CONFIG.items():
         entry = configs.get(key)
         have = entry.value if entry is not None else None

@@ -1,0 +1,325 @@
+"""Faults a single broker cannot show, on the session's three-broker ``cluster`` (issue 18).
+
+Each test runs a group of three GroupConsumer members, each its own process
+(``tests/group_worker.py``), on a topic with replication factor 3 while a keyed, idempotent
+producer writes, injects one fault, and audits as the chaos harness does (``tests.chaos.audit``):
+0 overlapping ownership between running members, 0 lost records, no record a frozen member was
+handed after its fence should have stopped it, and the group stable again (every partition owned
+once and consumed) within session timeout + ``MARGIN_S`` of the fault.
+
+- the broker leading the group's control partition is killed (-9) and restarted;
+- a broker leading data partitions (and not the control partition) is killed and restarted;
+- broker clock skew: one broker runs under libfaketime ``SKEW_S`` ahead; the control partition's
+  leadership moves to it (the leader's controlled shutdown) and back (preferred-leader election)
+  while a member is frozen for just under its session, with ``groupkit.max.clock.skew.ms`` above
+  the skew. The test first shows the skew is real: a LogAppendTime record led by that broker is
+  stamped ``SKEW_S`` ahead of this machine's clock.
+
+The skew test is opt-in (``GROUPKIT_SKEWED_BROKER_TESTS=1``): see its skip reason.
+
+Not here (issue 18 asks for it): a member cut off from every broker by a fault proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ElectionType, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from groupkit.devbroker import LocalCluster
+from groupkit.runtime.admin import create_topic
+from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG, partition_for_group
+from tests.chaos import ChaosReport, audit, late_records
+from tests.conftest import KafkaBackend, delete_topics, unique_name
+from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
+
+PARTITIONS = 6
+SESSION_MS = 3000
+#: Re-stabilisation allowance beyond the session: the controller fences a killed broker after
+#: 4 s (conftest.CLUSTER_PROPERTIES), clients then refresh metadata, and a member whose session
+#: lapsed meanwhile rejoins.
+MARGIN_S = 15.0
+
+SKEW_S = 1
+SKEWED_START_S = 240.0
+SKEW_SESSION_MS = 6000
+SKEW_ALLOWANCE_MS = 1500
+#: Just under the session: the issue's window (a member frozen 8.5-9 s of a 10 s session).
+PAUSE_S = SKEW_SESSION_MS / 1000 - 0.5
+
+
+def local_cluster(backend: KafkaBackend) -> LocalCluster:
+    if backend.local is None:
+        pytest.skip("GROUPKIT_BOOTSTRAP_SERVERS names a cluster whose brokers this run cannot kill")
+    lc: LocalCluster = backend.local
+    # A failed test may have left a node killed or stopped: the next one starts whole.
+    for n in lc.nodes:
+        if n.status().state != "running":
+            lc.restart(n.node_id)
+    return lc
+
+
+@dataclass
+class Run:
+    lc: LocalCluster
+    admin: AdminClient
+    group: Group
+    producer: KeyedProducer
+    topic: str
+    session_s: float
+    parts: set[TP]
+    dup_allowed: set[TP] = field(default_factory=set)
+    report: ChaosReport = field(default_factory=ChaosReport)
+    stable_after: dict[str, float] = field(default_factory=dict)
+
+    def stable(self, after: str, since: float) -> float:
+        """Wait until every partition is owned once and consumed after ``since``; return the
+        seconds from ``since``."""
+        try:
+            wait_for(lambda: self.group.consuming_since(self.parts, since),
+                     max(0.0, since + self.session_s + MARGIN_S - time.monotonic()),
+                     f"the group to own and consume everything after {after}")  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {self.group.describe()}") from None
+        took = time.monotonic() - since
+        self.stable_after[after] = round(took, 2)
+        return took
+
+    def control_partition(self) -> TopicPartition:
+        """The group's partition of its control topic (from the topic's partition count)."""
+        ctl = self.group.control_topic
+        wait_for(lambda: ctl in self.admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
+        count = len(self.admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
+        return TopicPartition(ctl, partition_for_group(self.group.group, count))
+
+    def leader(self, tp: TopicPartition) -> int:
+        return self.lc.leader(tp.topic, tp.partition)
+
+    def finish(self) -> ChaosReport:
+        dead = [w.name for w in self.group.workers.values() if not w.alive]
+        assert dead == [], f"members died: {dead}"
+        audit(self.group, self.producer, self.dup_allowed, self.report)
+        print(self.report.summary(), self.stable_after)
+        return self.report
+
+
+@contextmanager
+def running_group(
+    lc: LocalCluster,
+    workdir: Path,
+    session_ms: int = SESSION_MS,
+    control_topic: str | None = None,
+    extra: dict[str, object] | None = None,
+) -> Iterator[Run]:
+    """Three members on a fresh RF-3 topic of ``PARTITIONS`` partitions, a producer writing."""
+    admin = AdminClient(lc.client_config())
+    # -1: the brokers' default.replication.factor, 3 (tests.conftest.create_topic makes RF 1)
+    topic = unique_name("data")
+    create_topic(admin, topic, PARTITIONS, replication_factor=-1)
+    ctl = control_topic or unique_name("ctl")
+    group = Group(lc.bootstrap, unique_name("g"), [topic], workdir, session_timeout_ms=session_ms,
+                  control_topic=ctl, extra=dict(extra or {}))  # fmt: skip
+    producer = KeyedProducer(lc.bootstrap, topic, rate_per_s=100)
+    run = Run(lc, admin, group, producer, topic, session_ms / 1000,
+              {(topic, p) for p in range(PARTITIONS)})  # fmt: skip
+    try:
+        producer.start()
+        t0 = time.monotonic()
+        for _ in range(3):
+            group.spawn()
+        run.stable("start", t0)
+        yield run
+        # A member that died of a fault (its control loop failed) would hide in "stable".
+        assert [w.name for w in group.workers.values() if not w.alive] == []
+    finally:
+        producer.stop()
+        group.stop_all()
+        delete_topics(admin, [topic, ctl])
+
+
+def assert_clean(report: ChaosReport) -> None:
+    assert report.produced > 300
+    assert report.lost == 0
+    assert report.running_overlaps == []
+    assert report.unexplained_duplicates == []
+    assert report.zombie_late_records == []
+
+
+def test_cluster_shape(cluster: KafkaBackend) -> None:
+    """Three brokers on racks r0..r2; a topic gets three replicas and needs two in sync."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    assert sorted(admin.list_topics(timeout=10).brokers) == [0, 1, 2]
+    name = unique_name("shape")
+    create_topic(admin, name, 3, replication_factor=-1)
+    try:
+        parts = admin.list_topics(name, timeout=10).topics[name].partitions.values()
+        assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
+        assert len({p.leader for p in parts}) == 3  # leadership spread over the brokers
+        res = ConfigResource(ConfigResource.Type.TOPIC, name)
+        conf = admin.describe_configs([res])[res].result(timeout=30)
+        assert conf["min.insync.replicas"].value == "2"
+        for node in (0, 1, 2):
+            res = ConfigResource(ConfigResource.Type.BROKER, str(node))
+            conf = admin.describe_configs([res])[res].result(timeout=30)
+            assert conf["broker.rack"].value == f"r{node}"
+            assert conf["offsets.topic.replication.factor"].value == "3"
+    finally:
+        delete_topics(admin, [name])
+
+
+def test_kill_control_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> None:
+    lc = local_cluster(cluster)
+    with running_group(lc, tmp_path) as run:
+        ctl = run.control_partition()
+        victim = run.leader(ctl)
+        # Until the controller fences the dead leader no heartbeat lands: every member may lose
+        # its session and its partitions may be processed again from their last commit.
+        run.dup_allowed |= run.parts
+        t0 = time.monotonic()
+        lc.kill(victim)
+        run.stable(f"kill -9 of node {victim}", t0)
+        assert run.leader(ctl) not in (victim, -1)
+        lc.restart(victim)
+        run.stable(f"restart of node {victim}", time.monotonic())
+        report = run.finish()
+    assert_clean(report)
+    assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
+
+
+def test_kill_data_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> None:
+    lc = local_cluster(cluster)
+    with running_group(lc, tmp_path) as run:
+        control_leader = run.leader(run.control_partition())
+        leaders = {p: lc.leader(run.topic, p) for p in range(PARTITIONS)}
+        victim = next(n for n in leaders.values() if n != control_leader)
+        # Ownership never changes here (the control partition stays led); only fetches and
+        # produces move to another replica, so no record may be processed twice.
+        t0 = time.monotonic()
+        lc.kill(victim)
+        run.stable(f"kill -9 of node {victim}", t0)
+        moved = [p for p, n in leaders.items() if n == victim]
+        assert all(lc.leader(run.topic, p) not in (victim, -1) for p in moved)
+        lc.restart(victim)
+        run.stable(f"restart of node {victim}", time.monotonic())
+        report = run.finish()
+    assert_clean(report)
+    assert report.duplicates == 0
+    assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
+
+
+# --- broker clock skew ------------------------------------------------------------------
+
+
+def log_append_lead_s(lc: LocalCluster, node: int) -> tuple[float, float]:
+    """How far ahead of this machine's clock ``node`` stamps a LogAppendTime record: bounds
+    (stamp - time after the ack, stamp - time before the send), in seconds."""
+    admin = AdminClient(lc.client_config())
+    name = unique_name("clock")
+    others = [n.node_id for n in lc.nodes if n.node_id != node]
+    admin.create_topics([NewTopic(name, 1, replica_assignment=[[node, *others]],
+                                  config={"message.timestamp.type": "LogAppendTime"})]
+                        )[name].result(30)  # fmt: skip
+    try:
+        wait_for(lambda: lc.leader(name, 0) == node, 30, f"node {node} to lead {name}")
+        producer = Producer({**lc.client_config(), "acks": "all", "linger.ms": 0})
+        best = (float("-inf"), float("inf"))
+        # On a loaded machine one round trip can take seconds: keep the tightest of a few.
+        stamps: list[tuple[int, int]] = []
+        for _ in range(20):
+            stamps.clear()
+            before = time.time()
+            producer.produce(name, b"x", on_delivery=lambda e, m: stamps.append(m.timestamp()))
+            assert producer.flush(30) == 0
+            after = time.time()
+            ((kind, ts_ms),) = stamps
+            assert kind == 2  # TIMESTAMP_LOG_APPEND_TIME: the leader's clock, not ours
+            if after - before < best[1] - best[0]:
+                best = (ts_ms / 1000 - after, ts_ms / 1000 - before)
+            if after - before < 0.1:
+                break
+        return best
+    finally:
+        delete_topics(admin, [name])
+
+
+def freeze_through(run: Run, w: Worker, move: object, what: str) -> None:
+    """Freeze ``w`` (SIGSTOP) for ``PAUSE_S``, calling ``move()`` meanwhile; audit its fence."""
+    frozen = w.owned()
+    run.dup_allowed |= frozen
+    paused_at = w.pause()
+    paused_wall = time.time()  # records created after this exist only after the freeze
+    move()  # type: ignore[operator]
+    left = paused_at + PAUSE_S - time.monotonic()
+    assert left > 0, f"moving the leadership took longer than the freeze ({what})"
+    time.sleep(left)  # the fault itself: a freeze of a fixed length, not a wait for a condition
+    resumed_at = w.resume()
+    run.stable(what, resumed_at)
+    run.report.zombie_late_records += late_records(w, frozen, paused_at, paused_wall)
+
+
+@pytest.mark.skipif(
+    os.environ.get("GROUPKIT_SKEWED_BROKER_TESTS") != "1",
+    reason="opt-in (GROUPKIT_SKEWED_BROKER_TESTS=1): a Kafka broker under libfaketime is too "
+    "slow for CI (plain build: hangs at start; MT build: controller events of 2-5 s, a single "
+    "node ~150 s to start on an idle 2-core machine), and the one cluster run whose skewed "
+    "node did start measured no offset in its LogAppendTime (unexplained)",
+)
+def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
+    lc = local_cluster(cluster)
+    home, skewed = 0, 2  # the control partition's replicas, in preference order: home, skewed
+    third = 1
+    # libfaketime slows every clock read of the JVM: a skewed broker starts slowly.
+    lc.restart(skewed, clock_offset_s=SKEW_S, timeout=SKEWED_START_S)
+    try:
+        lo, hi = log_append_lead_s(lc, skewed)
+        print(f"node {skewed} stamps {lo:.3f}..{hi:.3f} s ahead")
+        assert lo > SKEW_S - 0.3 and hi < SKEW_S + 0.3
+        base_lo, base_hi = log_append_lead_s(lc, home)
+        assert base_lo > -0.3 and base_hi < 0.3
+
+        admin = AdminClient(lc.client_config())
+        ctl = unique_name("ctl")
+        admin.create_topics([NewTopic(ctl, 1, replica_assignment=[[home, skewed, third]],
+                                      config={**REQUIRED_CONFIG, **TUNING_CONFIG})]
+                            )[ctl].result(30)  # fmt: skip
+        extra = {"groupkit.max.clock.skew.ms": SKEW_ALLOWANCE_MS,
+                 "groupkit.control.topic.partitions": 1}  # fmt: skip
+        with running_group(lc, tmp_path, SKEW_SESSION_MS, ctl, extra) as run:
+            tp = run.control_partition()
+            assert run.leader(tp) == home
+
+            def to_skewed() -> None:
+                # A controlled shutdown hands the leadership over at once (no outage).
+                lc.node(home).stop()
+                wait_for(lambda: run.leader(tp) == skewed, 3, f"node {skewed} to lead {tp}")
+
+            first = next(w for w in run.group.live() if w.owned())
+            freeze_through(run, first, to_skewed, f"leadership to the +{SKEW_S}s node")
+
+            lc.restart(home)
+            wait_for(lambda: home in run.admin.list_topics(tp.topic, timeout=10)
+                     .topics[tp.topic].partitions[tp.partition].isrs, 30,
+                     f"node {home} back in the ISR")  # fmt: skip
+
+            def to_home() -> None:
+                run.admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(timeout=10)
+                wait_for(lambda: run.leader(tp) == home, 3, f"node {home} to lead {tp} again")
+
+            second = next(w for w in run.group.live() if w.owned() and w is not first)
+            freeze_through(run, second, to_home, "leadership back to the true-clock node")
+            report = run.finish()
+        assert_clean(report)
+        assert all(t <= SKEW_SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
+    finally:
+        with suppress(Exception):
+            lc.restart(skewed, clock_offset_s=0, timeout=SKEWED_START_S)
+        if lc.node(home).status().state != "running":
+            lc.restart(home)
