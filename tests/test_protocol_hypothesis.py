@@ -1,6 +1,8 @@
 """Random schedules of a simulated group, both protocols, every registered assignor.
 
-After every step: (1) no partition is owned by two running members; (2) members that replayed
+Members revoke at once, or defer revocations as the runtime does (``release_delay_ms``: a revoked
+partition stays owned until its commit is done). After every step: (1) no partition is owned by
+two running members; (2) members that replayed
 to the same offset agree on leader, generation and assignment; (4) cooperative never revokes a
 partition that keeps its owner. After the schedule, a quiet period: (3) every subscribed
 partition is owned by exactly one live subscriber, and (5) that happens within a bounded number
@@ -43,11 +45,15 @@ class GroupSchedule(RuleBasedStateMachine):
         assignor=st.sampled_from(assignor_names()),
         t0=st.integers(1, 8),
         t1=st.integers(0, 4),
+        release=st.sampled_from([None, None, 0, 100, 700]),
     )
-    def start(self, protocol: str, assignor: str, t0: int, t1: int) -> None:
+    def start(self, protocol: str, assignor: str, t0: int, t1: int, release: int | None) -> None:
+        # release: deferred revocation as the runtime runs it (GroupSim.release_delay_ms): a
+        # revoked partition stays owned, and claimed, until its commit is done that much later
         self.sim = GroupSim(
-            {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor, **self.sim_options()
-        )
+            {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor,
+            release_delay_ms=release, **self.sim_options(),
+        )  # fmt: skip
         self.sim.lags = {}
 
     def sim_options(self) -> dict[str, int]:

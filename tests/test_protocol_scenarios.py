@@ -309,3 +309,30 @@ def test_a_leader_that_reads_the_last_record_before_the_tombstone_frees_at_once(
     ticks = sim.settle()
     assert a.member.owned == frozenset(sim.expected_partitions())
     assert ticks * sim.tick_ms < sim.session_timeout_ms / 10, sim.describe()
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_deferred_revocation_keeps_the_partition_claimed_until_released(protocol: str) -> None:
+    # As the runtime runs a member (defer_revocations): a revoked partition stays owned, and
+    # claimed in the member's records, until its commit is done; only then is it granted on.
+    sim = GroupSim({"t0": 4}, protocol=protocol, release_delay_ms=700)
+    sim.join("a")
+    sim.settle()
+    sim.join("b")
+    released_at = None
+    while not sim.is_stable():
+        sim.tick()
+        assert not sim.violations()
+        a, b = sim.members["a"], sim.members["b"]
+        if a.releasing and released_at is None:
+            released_at = a.releasing[0][0]
+        if released_at is not None and sim.clock < released_at:
+            # a's record still claims what it is revoking: nobody may be granted it
+            claimed = sim.view().members["a"].claims
+            assert not (b.member.owned & claimed)
+            assert len(a.member.owned) == 4 or protocol == "eager"
+    assert released_at is not None
+    assert sim.members["b"].member.owned == {("t0", 2), ("t0", 3)}
+    sim.leave("a")  # the close commits first, then leaves
+    sim.settle()
+    assert sim.members["b"].member.owned == {("t0", p) for p in range(4)}

@@ -18,6 +18,13 @@ visible the moment it is written): a record a member writes at ``t`` is appended
 a delivery report) and readers see it from ``t + produce_delay + fetch_delay`` on. One *hop* of
 the control log (a record written and read back by another member) then takes their sum.
 
+Deferred revocation (``release_delay_ms``, default ``None``: off): members run as the runtime
+runs them, with ``Member(defer_revocations=True)``: a revoked partition stays owned (and claimed
+in the member's records) until its commit is done, which takes ``release_delay_ms`` after the
+poll that revoked it; then the sim calls :meth:`Node.released` and polls at once, as the
+runtime's poll thread does (``Coordinator.released``). Without it, revocations are carried out
+between the poll and the write.
+
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
 """
@@ -108,6 +115,10 @@ class SimMember:
     catch_up: str = ""
     #: records it replayed to catch up (after the snapshot's ``as_of``, or all of them)
     replayed: int = 0
+    #: deferred revocations under way: (when the commit is done, partitions)
+    releasing: list[tuple[int, frozenset[TopicPartition]]] = field(default_factory=list)
+    #: with deferred revocation, a leave waits for the commit of what it owns (runtime: close)
+    leave_at: int | None = None
 
     @property
     def member(self) -> Member:
@@ -143,6 +154,7 @@ class GroupSim:
         produce_delay_ms: int = 0,
         fetch_delay_ms: int = 0,
         snapshot_every_ms: int | None = None,
+        release_delay_ms: int | None = None,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -164,6 +176,8 @@ class GroupSim:
         #: older tests stay as they were (a snapshot changes no replayed state)
         self.snapshot_every_ms = snapshot_every_ms
         self.fetch_delay_ms = fetch_delay_ms
+        #: deferred revocation (module docstring); ``None``: revocations are immediate
+        self.release_delay_ms = release_delay_ms
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
@@ -213,6 +227,7 @@ class GroupSim:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             signer=self.signer,
             max_clock_skew_ms=self.max_clock_skew_ms,
+            defer_revocations=self.release_delay_ms is not None,
         )
         old = self.members.get(member_id)
         if old is not None and not old.crashed:
@@ -260,7 +275,13 @@ class GroupSim:
             sm.catch_up, sm.replayed = "full", end
 
     def leave(self, member_id: str) -> None:
-        self.members[member_id].member.leave()
+        sm = self.members[member_id]
+        if self.release_delay_ms is None:
+            sm.member.leave()
+        elif sm.leave_at is None:
+            # as the runtime's close: commit what it owns, then release it with the leave
+            sm.releasing.append((self.clock + self.release_delay_ms, sm.member.owned))
+            sm.leave_at = self.clock + self.release_delay_ms
 
     def crash(self, member_id: str) -> None:
         self.members[member_id].crashed = True
@@ -299,6 +320,7 @@ class GroupSim:
         else:
             self._read(sm)
         self._act(sm)
+        self._release(sm)
 
     def _read(self, sm: SimMember) -> None:
         records = self.log.records
@@ -313,12 +335,7 @@ class GroupSim:
     def _act(self, sm: SimMember) -> None:
         node = sm.node
         step = node.step(self.clock, self.partitions)
-        acts = step.actions
-        if self.keep_actions and not acts.idle:
-            sm.actions.append(acts)
-        self._check_actions(sm, acts)
-        for w in acts.writes:
-            self._produce(w.raw_key, w.raw_value)
+        self._carry_out(sm, step.actions)
         lead = step.lead
         if lead is not None and lead.action == NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
@@ -328,6 +345,36 @@ class GroupSim:
             self._produce(*step.snapshot)
         for k, v in step.tombstones:
             self._produce(k, v)
+
+    def _carry_out(self, sm: SimMember, acts: Actions) -> None:
+        if self.keep_actions and not acts.idle:
+            sm.actions.append(acts)
+        self._check_actions(sm, acts)
+        if self.release_delay_ms is not None:
+            # as the runtime's coordinator: a revocation is handed to the poll thread once
+            # (it repeats in every poll until released); what is lost is not committed
+            under_way = frozenset[TopicPartition]().union(*(p for _, p in sm.releasing))
+            new = acts.revoke - under_way
+            if new:
+                sm.releasing.append((self.clock + self.release_delay_ms, new))
+            if acts.lost:
+                sm.releasing = [(t, p - acts.lost) for t, p in sm.releasing if p - acts.lost]
+        for w in acts.writes:
+            self._produce(w.raw_key, w.raw_value)
+
+    def _release(self, sm: SimMember) -> None:
+        """Deferred revocations whose commit is done: released, and a poll at once."""
+        due = [p for t, p in sm.releasing if t <= self.clock]
+        leave = sm.leave_at is not None and sm.leave_at <= self.clock
+        if not due and not leave:
+            return
+        sm.releasing = [(t, p) for t, p in sm.releasing if t > self.clock]
+        sm.node.released(frozenset[TopicPartition]().union(*due))
+        if leave and sm.member.state not in (LEAVING, LEFT):
+            sm.leave_at = None
+            sm.node.leave()
+        if sm.member.state != LEFT:
+            self._carry_out(sm, sm.node.poll(self.clock))
 
     def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
         if self.produce_delay_ms == 0:
@@ -428,6 +475,8 @@ class GroupSim:
         obs = self.running()
         if not obs:
             return True
+        if any(sm.releasing or sm.leave_at is not None for sm in obs):
+            return False  # deferred revocations (or a leave) still under way
         st = self.view()
         if st.assignment is None:
             return False
