@@ -88,7 +88,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
@@ -587,20 +587,16 @@ def _is_assignment(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
 
 
+#: MemberState's fields, which a SnapshotMember carries under the same names
+_MEMBER_FIELDS = tuple(f.name for f in fields(MemberState))
+
+
 def _member_to_snapshot(m: MemberState) -> SnapshotMember:
-    return SnapshotMember(
-        m.member_id, m.incarnation, m.seq, m.topics, m.claims, m.owned_generation,
-        m.acked_generation, m.seen_generation, m.joined_at, m.last_seen, m.since_generation,
-        m.rack, m.capacity, m.client, m.ready,
-    )  # fmt: skip
+    return SnapshotMember(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
 
 
 def _member_from_snapshot(m: SnapshotMember) -> MemberState:
-    return MemberState(
-        m.member_id, m.incarnation, m.seq, m.topics, m.claims, m.owned_generation,
-        m.acked_generation, m.seen_generation, m.joined_at, m.last_seen, m.since_generation,
-        m.rack, m.capacity, m.client, m.ready,
-    )  # fmt: skip
+    return MemberState(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
 
 
 def _is_snapshot(key: bytes | None) -> bool:
