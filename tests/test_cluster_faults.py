@@ -200,8 +200,11 @@ def test_kill_data_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> No
         control_leader = run.leader(run.control_partition())
         leaders = {p: lc.leader(run.topic, p) for p in range(PARTITIONS)}
         victim = next(n for n in leaders.values() if n != control_leader)
-        # Ownership never changes here (the control partition stays led); only fetches and
-        # produces move to another replica, so no record may be processed twice.
+        # The control partition stays led, so ownership need not change: only fetches and
+        # produces move to another replica, and a partition that keeps its owner must not
+        # have a record processed twice. (On a loaded machine a member may still miss its own
+        # session while the brokers fail over; a partition that changes hands after the kill
+        # is then re-read from its last commit, as at-least-once allows.)
         t0 = time.monotonic()
         lc.kill(victim)
         run.stable(f"kill -9 of node {victim}", t0)
@@ -209,9 +212,11 @@ def test_kill_data_partition_leader(cluster: KafkaBackend, tmp_path: Path) -> No
         assert all(lc.leader(run.topic, p) not in (victim, -1) for p in moved)
         lc.restart(victim)
         run.stable(f"restart of node {victim}", time.monotonic())
+        handed_over = {tp for tp, spans in run.group.intervals().items()
+                       if any(start > t0 for start, _, _ in spans)}  # fmt: skip
+        run.dup_allowed |= handed_over
         report = run.finish()
-    assert_clean(report)
-    assert report.duplicates == 0
+    assert_clean(report)  # no duplicate on a partition that kept its owner
     assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
 
 
