@@ -255,21 +255,10 @@ class GroupSim:
         since = CatchUp.window_start_ms(self.clock, self.session_timeout_ms)
         start = next((r.offset for r in records if r.timestamp >= since), end)
         cu = CatchUp(self.group, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer)
-        verdict: tuple[str, GroupState | int] = ("full", 0)
-        for _ in range(2):
-            if not 0 < start < end:
-                break
-            cu.start(start)
-            for r in records[start:]:
-                cu.feed(r.offset, r.key, r.value, r.timestamp)
-            verdict = cu.finish()
-            if verdict[0] != "reread":
-                break
-            assert isinstance(verdict[1], int)
-            start = verdict[1]
-        if verdict[0] == "state":
-            assert isinstance(verdict[1], GroupState)
-            sm.node.restored(verdict[1])
+        state = cu.run(start, end, lambda at: (
+            (r.offset, r.key, r.value, r.timestamp) for r in records[at:]))  # fmt: skip
+        if state is not None:
+            sm.node.restored(state)
             sm.pos, sm.catch_up, sm.replayed = end, "state", cu.replayed
         else:  # from the beginning, at its read rate, as before snapshots
             sm.catch_up, sm.replayed = "full", end

@@ -22,7 +22,7 @@ contiguous and otherwise declines; the caller then replays from the start of the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -141,7 +141,6 @@ class CatchUp:
         self.verifier = verifier
         self._records: list[_Buffered] = []
         self._start = 0
-        self._rereads = 0
         self.read = 0
         self.replayed = 0
 
@@ -164,9 +163,6 @@ class CatchUp:
             return "full", 0
         as_of = got[1].as_of
         if as_of + 1 < self._start:
-            if self._rereads:
-                return "full", 0
-            self._rereads += 1
             return "reread", as_of + 1
         state = restore(
             self._records, self.group, self.session_timeout_ms, self.rebalance_timeout_ms,
@@ -176,6 +172,32 @@ class CatchUp:
             return "full", 0
         self.replayed = sum(1 for r in self._records if r.offset > as_of)
         return "state", state
+
+    def run(
+        self,
+        start: int | None,
+        end: int,
+        read: Callable[[int], Iterable[tuple[int, bytes | None, bytes | None, int]]],
+    ) -> GroupState | None:
+        """The whole catch-up: read (``read(offset)`` yields ``(offset, key, value,
+        timestamp)`` from ``offset`` to the high watermark ``end``) from ``start``, and once
+        more from the snapshot's ``as_of`` if :meth:`finish` asks; the restored state, or
+        ``None``: replay the whole log."""
+        for _ in range(2):  # the window, then at most one re-read
+            if start is None or not 0 < start < end:
+                return None
+            self.start(start)
+            for r in read(start):
+                self.feed(*r)
+            verdict, got = self.finish()
+            if verdict == "state":
+                assert isinstance(got, GroupState)
+                return got
+            if verdict != "reread":
+                return None
+            assert isinstance(got, int)
+            start = got
+        return None
 
     @staticmethod
     def window_start_ms(end_time_ms: int, session_timeout_ms: int) -> int:

@@ -11,7 +11,7 @@ watermark, and read again from the snapshot's ``as_of`` if the window began afte
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from groupkit.protocol.records import Signer
@@ -43,25 +43,19 @@ def bounded_catch_up(
 ) -> CaughtUp:
     """Restore the group at ``end`` (the high watermark) from its newest snapshot, if it can.
 
-    On ``state=None`` the reader's position is undefined: rewind it and replay everything.
+    On ``state=None`` the reader is rewound: the caller replays the log from its beginning.
     """
-    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
-    since = CatchUp.window_start_ms(now_ms(), session_timeout_ms)
-    start = reader.offset_for_time(since) if end > 0 else None
-    for _ in range(2):
-        if start is None or not 0 < start < end:
-            return CaughtUp(None, cu.read, 0)
-        reader.seek(start)
-        cu.start(start)
+
+    def read(offset: int) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
+        reader.seek(offset)
         while reader.position < end and not stopped():
             for r in reader.poll(0.1):
-                cu.feed(r.offset, r.key, r.value, r.timestamp_ms)
-        verdict, got = cu.finish()
-        if verdict == "state":
-            assert isinstance(got, GroupState)
-            return CaughtUp(got, cu.read, cu.replayed)
-        if verdict != "reread":
-            return CaughtUp(None, cu.read, 0)
-        assert isinstance(got, int)
-        start = got
-    return CaughtUp(None, cu.read, 0)
+                yield r.offset, r.key, r.value, r.timestamp_ms
+
+    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    since = CatchUp.window_start_ms(now_ms(), session_timeout_ms)
+    state = cu.run(reader.offset_for_time(since) if end > 0 else None, end, read)
+    if state is None:
+        reader.rewind()
+        return CaughtUp(None, cu.read, 0)
+    return CaughtUp(state, cu.read, cu.replayed)

@@ -126,11 +126,8 @@ class ControlReader:
 
     def _assign(self) -> None:
         """Start reading, on first use (so constructing a reader never blocks on the broker)."""
-        if self._open:
-            return
-        self.warm()
-        self._consumer.assign([TopicPartition(self.topic, self.partition, OFFSET_BEGINNING)])
-        self._open = True
+        if not self._open:
+            self.rewind()
 
     def high_watermark(self, timeout: float = 10.0) -> int:
         """The end of the partition, asked of its leader; retried while the error is retriable.

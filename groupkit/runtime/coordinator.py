@@ -250,8 +250,7 @@ class Coordinator:
             self.cfg.rebalance_timeout_ms, self.signer, self._stop.is_set,
         )  # fmt: skip
         self.stats.catch_up_scanned = got.scanned
-        if got.state is None:
-            self.reader.rewind()
+        if got.state is None:  # the reader is rewound: _run replays the whole log
             self.stats.catch_up = "full"
             return
         with self.lock:

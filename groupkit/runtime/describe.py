@@ -51,8 +51,6 @@ def describe_group(
                                lambda: time.monotonic() >= deadline)  # fmt: skip
         if got.state is not None:
             state = got.state
-        else:
-            reader.rewind()
         while reader.position < end and time.monotonic() < deadline:
             for r in reader.poll(0.2):
                 state.replay(r.offset, r.key, r.value, r.timestamp_ms)
