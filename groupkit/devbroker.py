@@ -20,7 +20,7 @@ A cluster (``LocalCluster``, ``groupkit broker start --brokers 3``): three such 
 broker and controller, in one static three-voter quorum, in ``<state>/node<i>``, with
 ``broker.rack`` ``r<i>``, replication factor 3 and ``min.insync.replicas`` 2. A node can be
 killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
-seconds under libfaketime (``faketime_env``), to show a broker whose clock is skewed.
+seconds (``skewed_clock_jvm_args``), to show a broker whose clock is skewed.
 
 Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
 ``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
@@ -212,38 +212,40 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-_FAKETIME_LIBS = (
-    "/usr/lib/x86_64-linux-gnu/faketime",
-    "/usr/lib/aarch64-linux-gnu/faketime",
-    "/usr/lib/faketime",
-    "/usr/local/lib/faketime",
-)
+_SKEW_CLOCK_SOURCE = Path(__file__).parent / "skewclock" / "SystemTime.java"
 
 
-def faketime_env(offset_s: int) -> dict[str, str]:
-    """Environment that runs a JVM with its wall clock ``offset_s`` seconds off (libfaketime).
+def skewed_clock_jvm_args(lib: Path, offset_s: int) -> tuple[list[str], list[str]]:
+    """JVM arguments that run a broker with its wall clock ``offset_s`` seconds off.
 
-    Only the wall clock moves: a faked CLOCK_MONOTONIC would disturb the JVM's timed waits,
-    and the broker's log timestamps (``System.currentTimeMillis``) are what a skewed broker
-    shows its clients. The MT build is preloaded: under the plain one the broker hung early in
-    its start (after registering its log4j MBean), though a one-thread JVM ran. The cost is
-    the MT build's lock on every clock read (~7 us against 0.1 us without libfaketime): a
-    skewed broker starts several times slower, so give its start a long timeout.
+    Kafka reads wall-clock time through one class, ``org.apache.kafka.common.utils.SystemTime``;
+    ``skewclock/SystemTime.java`` replaces it (compiled once against this Kafka's clients jar,
+    put before the jars on the class path) with the machine's clock plus
+    ``-Dgroupkit.clock.offset.ms``. The broker then stamps LogAppendTime and times sessions as a
+    broker whose clock is off; the monotonic clock stays, as a skewed wall clock leaves it.
+    (libfaketime, which shifts the whole process's clock, made a broker take minutes to start
+    here: a lock on every clock read.) Returns the class-path entries to put first and the
+    JVM options; nothing for ``offset_s`` 0.
     """
     if offset_s == 0:
-        return {}
-    for folder in _FAKETIME_LIBS:
-        lib = Path(folder) / "libfaketimeMT.so.1"
-        if lib.exists():
-            return {
-                "LD_PRELOAD": str(lib),
-                "FAKETIME": f"{offset_s:+d}",
-                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
-            }
-    raise DevBrokerError(
-        "libfaketime not found: a broker with a skewed clock needs it "
-        "(Debian: apt-get install faketime)"
-    )
+        return [], []
+    out = cache_root() / "skewclock" / lib.parent.name
+    built = out / "org" / "apache" / "kafka" / "common" / "utils" / "SystemTime.class"
+    if not built.exists() or built.stat().st_mtime < _SKEW_CLOCK_SOURCE.stat().st_mtime:
+        javac = shutil.which("javac")
+        if javac is None:
+            raise DevBrokerError("a broker with a skewed clock needs javac (a Java JDK, not a JRE)")
+        clients = sorted(lib.glob("kafka-clients-*.jar"))
+        if not clients:
+            raise DevBrokerError(f"no kafka-clients jar in {lib}")
+        out.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [javac, "-nowarn", "-cp", str(clients[0]), "-d", str(out), str(_SKEW_CLOCK_SOURCE)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise DevBrokerError("compiling the skewed clock failed:\n" + done.stderr[-2000:])
+    return [str(out)], [f"-Dgroupkit.clock.offset.ms={offset_s * 1000}"]
 
 
 _LOG4J2 = """status = warn
@@ -324,7 +326,7 @@ class LocalBroker:
         self.rack = rack
         self.replication_factor = replication_factor
         self.min_insync_replicas = min_insync_replicas
-        #: seconds this node's wall clock is off (libfaketime), from its next start on
+        #: seconds this node's wall clock is off (``skewed_clock_jvm_args``), from its next start on
         self.clock_offset_s = clock_offset_s
         self.controller_port = 0
         #: a static controller quorum (``id@host:port,...``), set by :class:`LocalCluster`;
@@ -495,7 +497,8 @@ class LocalBroker:
         props.write_text(self._properties(self.controller_port))
         log4j = self.state_dir / "log4j2.properties"
         log4j.write_text(_LOG4J2.format(log=self.log_path))
-        classpath = f"{lib}/*"
+        skew_path, skew_opts = skewed_clock_jvm_args(lib, self.clock_offset_s)
+        classpath = os.pathsep.join([*skew_path, f"{lib}/*"])
         jvm = [
             "java",
             f"-Xmx{self.heap}",
@@ -504,6 +507,7 @@ class LocalBroker:
             "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
+            *skew_opts,
             "-cp",
             classpath,
         ]
@@ -530,7 +534,6 @@ class LocalBroker:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal must not kill the broker half-way
             cwd=self.state_dir,
-            env={**os.environ, **faketime_env(self.clock_offset_s)},
         )
         out.close()
         self._pid_path.write_text(str(self._proc.pid))
@@ -756,7 +759,7 @@ class LocalCluster:
 
     def restart(self, node_id: int, clock_offset_s: int = 0, timeout: float = 90.0) -> None:
         """Start a stopped or killed node again on its data and ports, its wall clock
-        ``clock_offset_s`` seconds off (libfaketime; 0: the machine's clock)."""
+        ``clock_offset_s`` seconds off (``skewed_clock_jvm_args``; 0: the machine's clock)."""
         n = self.nodes[node_id]
         n.stop()
         n.clock_offset_s = clock_offset_s

@@ -94,7 +94,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
 #: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
 #: elsewhere) after 4 s instead of the default 9 s, so a fault test's sessions can be short.
 #: The heartbeat interval is also each broker heartbeat's request timeout: 400 ms proved too
-#: short for a broker under libfaketime on a loaded machine (it never got unfenced).
+#: short for a broker on a loaded machine (it never got unfenced).
 CLUSTER_PROPERTIES = {
     "broker.session.timeout.ms": "4000",
     "broker.heartbeat.interval.ms": "1000",
