@@ -757,12 +757,16 @@ class LocalCluster:
         """SIGKILL one node, keeping its data for :meth:`restart`."""
         self.nodes[node_id].kill()
 
-    def restart(self, node_id: int, clock_offset_s: int = 0, timeout: float = 90.0) -> None:
+    def restart(
+        self, node_id: int, clock_offset_s: int | None = None, timeout: float = 90.0
+    ) -> None:
         """Start a stopped or killed node again on its data and ports, its wall clock
-        ``clock_offset_s`` seconds off (``skewed_clock_jvm_args``; 0: the machine's clock)."""
+        ``clock_offset_s`` seconds off (``skewed_clock_jvm_args``; 0: the machine's clock;
+        ``None``: as it was)."""
         n = self.nodes[node_id]
         n.stop()
-        n.clock_offset_s = clock_offset_s
+        if clock_offset_s is not None:
+            n.clock_offset_s = clock_offset_s
         self._wire()
         n.start(timeout=timeout, fresh=False)
 

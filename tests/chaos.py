@@ -1,15 +1,23 @@
 """Chaos: a group of member processes under random faults, audited for ownership and delivery.
 
-Used by ``tests/test_chaos.py`` (a short run in CI) and by ``make soak``
-(``python -m tests.chaos --duration 600``). Everything runs on loopback against a broker this
-run starts itself (so it can stop and restart it), and every wait is bounded.
+Used by ``tests/test_chaos.py`` (short runs in CI) and by ``make soak``
+(``python -m tests.chaos --duration 600``, and ``--brokers 3``). Everything runs on loopback
+against a broker (or a three-broker cluster) this run starts itself, so it can stop, kill and
+restart it, and every wait is bounded.
 
 1. Start a broker, a topic, a keyed producer and ``members`` worker processes (one of them
    reads its control log slowly).
 2. Inject faults, first one of each kind in a fixed order, then at random (seeded) until the
    duration is up: kill -9 a member; freeze a member (SIGSTOP) past its session timeout, then
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
-   broker; start a member whose control-topic reads are delayed.
+   broker; start a member whose control-topic reads are delayed. On a cluster (``brokers=3``,
+   ``groupkit.devbroker.LocalCluster``; topics with three replicas, ``min.insync.replicas`` 2)
+   the broker fault restarts one node, and three more faults join: kill -9 the node leading
+   the group's control partition; kill -9 one leading data partitions only; and move the
+   control partition's leadership (the leader's controlled shutdown, then its restart) while
+   a member is frozen just under its session. One node of the cluster runs with its wall clock
+   ``SKEW_S`` ahead (``LocalCluster.restart(clock_offset_s=...)``), and the members allow for
+   it (``groupkit.max.clock.skew.ms``): as leadership moves, log time jumps back and forth.
 3. After each fault, the group must be stable again (every partition owned by exactly one
    running member) within ``session timeout + margin``.
 4. At the end: stop the producer, wait until every acknowledged offset was processed, and
@@ -33,11 +41,16 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from groupkit.devbroker import LocalBroker
+from groupkit.devbroker import LocalBroker, LocalCluster
 from groupkit.runtime.admin import create_topic
+from groupkit.runtime.control_topic import partition_for_group
 from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
 
 FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member")
+CLUSTER_FAULTS = (*FAULTS, "kill_control_leader", "kill_data_leader", "frozen_leader_move")
+#: seconds the skewed node of a cluster run is ahead, and the members' allowance for it
+SKEW_S = 1
+SKEW_ALLOWANCE_MS = 1500
 
 
 @dataclass
@@ -107,6 +120,7 @@ class Chaos:
         margin_s: float = 20.0,
         seed: int = 7,
         protocol: str = "cooperative",
+        brokers: int = 1,
         log: Callable[[str], None] = print,
     ) -> None:
         self.workdir = workdir
@@ -116,13 +130,27 @@ class Chaos:
         self.margin_s = margin_s
         self.rng = random.Random(seed)
         self.log = log
-        self.broker = LocalBroker(workdir / "broker")
-        self.bootstrap = self.broker.start()
+        extra: dict[str, object] = {}
+        self.cluster: LocalCluster | None = None
+        if brokers > 1:
+            from tests.conftest import CLUSTER_PROPERTIES
+
+            self.cluster = LocalCluster(workdir / "cluster", brokers=brokers,
+                                        extra_properties=CLUSTER_PROPERTIES)  # fmt: skip
+            self.cluster.nodes[-1].clock_offset_s = SKEW_S
+            self.bootstrap = self.cluster.start()
+            extra = {"groupkit.max.clock.skew.ms": SKEW_ALLOWANCE_MS}
+        else:
+            self.broker = LocalBroker(workdir / "broker")
+            self.bootstrap = self.broker.start()
+        self.faults = CLUSTER_FAULTS if self.cluster else FAULTS
         self.topic = "chaos"
-        create_topic(AdminClient({"bootstrap.servers": self.bootstrap}), self.topic, partitions)
+        self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        # -1: the brokers' default replication factor (3 on the cluster)
+        create_topic(self.admin, self.topic, partitions, replication_factor=-1)
         self.parts: set[TP] = {(self.topic, p) for p in range(partitions)}
         self.group = Group(self.bootstrap, "chaos-group", [self.topic], workdir, protocol=protocol,
-                           session_timeout_ms=session_timeout_ms)  # fmt: skip
+                           session_timeout_ms=session_timeout_ms, extra=extra)  # fmt: skip
         self.producer = KeyedProducer(self.bootstrap, self.topic, rate_per_s=200)
         self.report = ChaosReport()
         #: partitions on which a duplicate is explained by a crash, a freeze or an outage
@@ -137,15 +165,19 @@ class Chaos:
                 self.group.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
             self.stable("start")
             end = time.monotonic() + duration_s
-            for fault in FAULTS:
+            for fault in self.faults:
                 self.inject(fault)
             while time.monotonic() < end:
-                self.inject(self.rng.choice(FAULTS))
+                self.inject(self.rng.choice(self.faults))
             self.finish()
         finally:
             self.producer.stop()
             self.group.stop_all()
-            self.broker.stop()
+            del self.admin  # its handle must not outlive the brokers
+            if self.cluster is not None:
+                self.cluster.stop()
+            else:
+                self.broker.stop()
         return self.report
 
     def stable(self, after: str, since: float | None = None) -> float:
@@ -219,6 +251,13 @@ class Chaos:
             wait_for(lambda: any(f["e"] == "started" for f in newcomer.facts()), self.margin_s,
                      "the newcomer to join")  # fmt: skip
             self.crash(lead)  # ...and the leader dies while planning it
+        elif fault == "broker_restart" and self.cluster is not None:
+            # One node stopped and started again (a rolling restart's step): leaderships move
+            # away and back by controlled shutdown; members may lose sessions meanwhile.
+            self.dup_allowed |= self.parts
+            node = self.rng.randrange(len(self.cluster.nodes))
+            self.cluster.node(node).stop()
+            self.cluster.restart(node)
         elif fault == "broker_restart":
             # Every member loses its session while the broker is down: any partition may
             # then be processed again from its last commit.
@@ -228,9 +267,80 @@ class Chaos:
             t0 = time.monotonic()  # time to recover is counted from the broker's return
         elif fault == "slow_member":
             self.replace(self.rng.choice(victims), slow_control_ms=300)
+        elif fault == "kill_control_leader":
+            # No heartbeat lands until the controller fences the dead leader: every member may
+            # lose its session, so any partition may be processed again from its last commit.
+            self.dup_allowed |= self.parts
+            t0 = self.kill_node(self.control_leader())
+        elif fault == "kill_data_leader":
+            # The control partition stays led: a partition may change hands only if a member
+            # misses its session while clients fail over (counted after the run, handed_over).
+            ctl = self.control_leader()
+            leaders = {self.node_leading(self.topic, p) for p in range(self.partitions)} - {ctl, -1}
+            killed_at = time.monotonic()
+            t0 = self.kill_node(self.rng.choice(sorted(leaders)) if leaders else ctl)
+            self.dup_allowed |= self.handed_over(killed_at)
+        elif fault == "frozen_leader_move":
+            t0 = self.frozen_leader_move(victims)
         took = self.stable(fault, since=t0)
         self.report.faults.append({"fault": fault, "stable_after_s": round(took, 3),
                                    "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+
+    # ------------------------------------------------------------------ cluster faults
+
+    def node_leading(self, topic: str, partition: int) -> int:
+        assert self.cluster is not None
+        return self.cluster.leader(topic, partition)
+
+    def control_leader(self) -> int:
+        """The node leading the group's partition of its control topic."""
+        ctl = self.group.control_topic
+        wait_for(lambda: ctl in self.admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
+        count = len(self.admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
+        return self.node_leading(ctl, partition_for_group(self.group.group, count))
+
+    def kill_node(self, node: int) -> float:
+        """kill -9 ``node``, wait for the group to be stable without it, restart it; the time
+        to recover is counted from the restart (the caller's ``stable``)."""
+        assert self.cluster is not None
+        t0 = time.monotonic()
+        self.cluster.kill(node)
+        self.log(f"[chaos] killed node {node}")
+        self.stable(f"kill -9 of node {node}", since=t0)
+        self.cluster.restart(node)
+        return time.monotonic()
+
+    def handed_over(self, since: float) -> set[TP]:
+        """Partitions that changed hands after ``since``: after a data leader's kill, such a
+        partition may be re-read from its last commit (a member that missed its session while
+        clients failed over); one that kept its owner must not be."""
+        return {tp for tp, spans in self.group.intervals().items()
+                if any(start > since for start, _, _ in spans)}  # fmt: skip
+
+    def frozen_leader_move(self, victims: list[Worker]) -> float:
+        """Freeze a member just under its session while the control partition's leadership
+        moves (its leader's controlled shutdown): with one node's clock ahead, log time may
+        jump forward by the skew meanwhile. The member must fence itself in time (no record
+        handed to it after the others may own its partitions: ``late_records``)."""
+        assert self.cluster is not None
+        owners = [w for w in victims if w.owned()] or victims
+        z = self.rng.choice(owners)
+        frozen = z.owned()
+        self.dup_allowed |= frozen
+        node = self.control_leader()
+        paused_at = z.pause()
+        paused_wall = time.time()
+        self.cluster.node(node).stop()  # a controlled shutdown hands leadership over at once
+        self.log(f"[chaos] {z.name} frozen; node {node} stopped (control leader now "
+                 f"{self.control_leader()})")  # fmt: skip
+        left = paused_at + self.session_s - 0.5 - time.monotonic()
+        if left > 0:
+            time.sleep(left)  # the fault itself: a freeze of a fixed length
+        resumed_at = z.resume()
+        self.stable(f"{z.name} frozen through a leadership move", since=resumed_at)
+        self.report.zombie_late_records += late_records(z, frozen, paused_at, paused_wall)
+        self.cluster.restart(node)
+        return time.monotonic()
 
     def finish(self) -> None:
         audit(self.group, self.producer, self.dup_allowed, self.report)
@@ -272,12 +382,21 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600, help="seconds of random faults")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--protocol", default="cooperative")
+    ap.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        choices=(1, 3),
+        help="3: a local three-broker cluster, with its faults",
+    )
     ap.add_argument("--workdir", default=None, help="keep audits and logs here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="groupkit-soak-") as tmp:
         workdir = Path(args.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol)
+        session = 3000 if args.brokers == 1 else 4000  # the cluster's allows for the skew
+        chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol, brokers=args.brokers,
+                      session_timeout_ms=session)  # fmt: skip
         report = chaos.run(args.duration)
     print(f"seed {args.seed}: {len(report.faults)} faults")
     for f in report.faults:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chaos import FAULTS, Chaos
+from tests.chaos import CLUSTER_FAULTS, FAULTS, Chaos
 
 
 def test_chaos_short(tmp_path: Path) -> None:
@@ -20,3 +20,17 @@ def test_chaos_short(tmp_path: Path) -> None:
     # Each fault was followed by a stable group within session timeout + margin (else
     # wait_stable would have failed the run); record how fast, for the log.
     assert all(float(f["stable_after_s"]) <= 3.0 + 20.0 for f in report.faults)  # type: ignore[arg-type]
+
+
+def test_chaos_cluster_short(tmp_path: Path) -> None:
+    """The short run on a three-broker cluster (one node's clock 1 s ahead): every fault once,
+    the cluster's own included."""
+    chaos = Chaos(tmp_path, members=4, partitions=8, session_timeout_ms=4000, seed=13, brokers=3)
+    report = chaos.run(duration_s=0)
+    print(report.summary())
+    assert [f["fault"] for f in report.faults] == list(CLUSTER_FAULTS)
+    assert report.produced > 500
+    assert report.lost == 0
+    assert report.running_overlaps == []
+    assert report.unexplained_duplicates == []
+    assert report.zombie_late_records == []
