@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest bench soak kafka-jars clean
+.PHONY: test demo lint typecheck pytest bench soak soak-cluster kafka-jars clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,13 @@ test: lint typecheck pytest
 demo: $(STAMP) kafka-jars
 	$(BIN)/groupkit demo
 
-# Ten minutes of random faults against a group of five members (see tests/chaos.py).
+# Ten minutes of random faults against a group of five members (see tests/chaos.py), on one
+# broker; soak-cluster: on a three-broker cluster with its own faults (one node's clock ahead).
 soak: $(STAMP) kafka-jars
 	$(BIN)/python -m tests.chaos --duration 600
+
+soak-cluster: $(STAMP) kafka-jars
+	$(BIN)/python -m tests.chaos --duration 600 --brokers 3
 
 # Full runs (tens of minutes; results to bench/results/). Each bench also has --quick.
 bench: $(STAMP) kafka-jars
