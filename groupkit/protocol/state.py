@@ -89,24 +89,38 @@ starts there instead of looking its committed offset up (:meth:`GroupState.hints
   dropped when a later generation does not assign the partition to that receiver, and when any
   member's record (accepted or not) claims the partition: from then on an owner may have
   committed further, so a later owner looks the offset up.
+- It is used within a session (by log time) of the release, and dropped when the group has
+  no live member left. The committed offsets of a group whose members do not join the broker's
+  group can be rewritten at any time (``kafka-consumer-groups --reset-offsets`` finds it empty);
+  an operator who stops the group, or leaves a topic unconsumed, and resets its offsets must
+  find them used when it starts again, not a hint from before. A reset while a partition is
+  between two owners (milliseconds) is overridden by the hint.
 
-Why it never loses a record: the offset was committed by the releasing owner after it had been
-handed every record below it (the runtime commits the positions of what ``poll`` returned), so
-nothing below a hint is unprocessed, whatever happened to the committed offset since. And it
-only lags the committed offset, never leads it: once the releasing owner has written the record,
-it no longer owns the partition and commits nothing more for it (``Member.check_commit``); no
-one else owns it until the receiver takes it (a grant needs the release, ``_check_safe``), and
-the receiver's own commits come after it started at the hint. So at the receiver's take the
-committed offset *is* the hint, unless someone outside the group rewrote it meanwhile (an
-operator's ``reset-offsets`` while the partition moves, which the hint overrides), or a zombie
-of an earlier owner committed an older offset late (the hint is then ahead of the committed
-offset, but the records in between were processed). A receiver that then crashes without its
-claim in the log may have committed further: whoever is granted the partition next is not the
-receiver, finds no hint and looks up. A receiver that takes the partition a second time (it
-lost it, and the same incarnation is granted it again without ever being seen to claim it)
-restarts at the hint: duplicates, never a loss. Hints are not in snapshots, and a reader of a
-compacted log seldom sees both records of a release: a hint it does not have only means a
-look-up. They are no part of what members must agree on (``fingerprint``).
+Why a hint never loses a record, and at worst repeats some:
+
+1. Nothing below a hint is unprocessed. The releasing owner committed it after it had been
+   handed every record below it (the runtime commits the positions of what ``poll`` returned,
+   and only offsets whose synchronous commit succeeded go in the record), and it had itself
+   started no further than its predecessor's progress. This holds whatever happens to the
+   committed offset later, and only depends on the record being genuine (signing).
+2. A hint only lags the group's progress, never leads it. Once the releasing owner has written
+   the record it no longer owns the partition and commits nothing more for it
+   (``Member.check_commit``); nobody else owns it until the receiver takes it (a grant needs the
+   release: ``_check_safe``); so when the receiver takes it, the committed offset *is* the hint
+   and the receiver starts exactly where its predecessor stopped. Only someone outside the
+   group can have changed it meanwhile: an operator's reset during those milliseconds (the hint
+   wins), or a zombie of an earlier owner whose refused-too-late commit lands (an older offset:
+   the records in between were processed, by point 1).
+3. Anyone else looks up. The receiver's own commits come after it started, so once it may have
+   committed further the hint is gone: its claim drops it, and if it crashes before its claim
+   is in the log, the next member granted the partition is not the receiver. A receiver granted
+   the partition again in an unbroken run of generations (it lost it by a fence, and was never
+   seen to claim it) restarts at the hint: duplicates, never a loss.
+
+Hints are not in snapshots, and a reader of a compacted log seldom sees both records of a
+release (a hint is taken only from a record that continues a membership whose claims the reader
+knows): a hint a reader does not have only means a look-up. Hints are no part of what members
+must agree on (``fingerprint``): each member uses its own only for what it takes itself.
 
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
@@ -212,6 +226,8 @@ class OffsetHint:
     """The offset committed for a partition by the member that released it (module docstring)."""
 
     offset: int
+    #: log time of the record that released the partition
+    at: int
     #: (member id, incarnation) of the first member granted the partition since, once one is
     receiver: tuple[str, str] | None = None
 
@@ -362,10 +378,11 @@ class GroupState:
         if not hints:
             return {}
         me = (member_id, incarnation)
+        since = self.log_time - self.session_timeout_ms
         out: dict[TopicPartition, int] = {}
         for p in partitions:
             h = hints.get(p)
-            if h is not None and (h.receiver is None or h.receiver == me):
+            if h is not None and h.at > since and (h.receiver is None or h.receiver == me):
                 out[p] = h.offset
         return out
 
@@ -377,7 +394,7 @@ class GroupState:
             elif p not in old.claims:  # (never in v.owned: the decoder refuses that)
                 self.hints_ignored["not_released"] += 1
             else:
-                self.offset_hints[p] = OffsetHint(o)
+                self.offset_hints[p] = OffsetHint(o, self.log_time)
 
     def _hint_granted(self, a: AssignmentRecord) -> None:
         """Name each hint's receiver at the first generation that assigns its partition; drop
@@ -387,13 +404,13 @@ class GroupState:
         for mid, c in a.members.items():
             for p in c.assigned & hints.keys():
                 to[p] = (mid, c.incarnation)
+        since = self.log_time - self.session_timeout_ms
         for p, h in list(hints.items()):
             r = to.get(p)
-            if h.receiver is None:
-                if r is not None:
-                    hints[p] = OffsetHint(h.offset, r)
-            elif r != h.receiver:
-                del hints[p]
+            if h.at <= since or (h.receiver is not None and r != h.receiver):
+                del hints[p]  # (an old one is no use: hints_for; and they would pile up)
+            elif h.receiver is None and r is not None:
+                hints[p] = OffsetHint(h.offset, h.at, r)
 
     def fingerprint(self) -> tuple[object, ...]:
         """What members that replayed to the same offset must agree on."""
@@ -454,6 +471,8 @@ class GroupState:
         """Re-elect if the leader expired; forget holds whose time has passed."""
         if self.leader is not None and not self.is_live(self.leader):
             self._elect()
+            if self.leader is None:
+                self.offset_hints.clear()  # an empty group (see "Offset hints")
         if self.holds and any(h.until <= self.log_time for h in self.holds):
             self.holds = [h for h in self.holds if h.until > self.log_time]
 
@@ -568,6 +587,8 @@ class GroupState:
                 del self.members[k.member_id]
             if self.leader == k.member_id:
                 self._elect()
+                if self.leader is None:
+                    self.offset_hints.clear()  # an empty group (see "Offset hints")
         return Replayed(offset, "leave", k)
 
     def _apply_assignment(
