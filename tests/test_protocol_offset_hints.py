@@ -26,6 +26,7 @@ from groupkit.assignors import assignor_names
 from groupkit.protocol.sim import GroupSim
 from tests.test_protocol_hypothesis import EXAMPLES, GroupSchedule, schedule_settings
 
+
 class HintSchedule(GroupSchedule):
     #: a crash, pause or forged record happened: hints may lag the committed offset
     disturbed: bool
@@ -70,4 +71,3 @@ class HintSchedule(GroupSchedule):
 
 HintSchedule.TestCase.settings = schedule_settings(EXAMPLES)
 TestHintSchedule = HintSchedule.TestCase
-

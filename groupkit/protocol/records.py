@@ -271,7 +271,7 @@ def member_record(
     seen_generation: int | None = None,
     prev_ts: int | Literal["legacy"] | None = "legacy",
     since_generation: int = 0,
-    committed: Mapping[tuple[str, int], int] | None = None,
+    committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -938,7 +938,8 @@ def _committed(
                     and _is_int(pair[0]) and _is_int(pair[1])):  # fmt: skip
                 raise RecordRejected("wrong_type", f"committed: bad entry {pair!r}")
             tp = TopicPartition(t, pair[0])
-            if not (0 <= pair[0] < MAX_RANGE and 0 <= pair[1] < 1 << 63) or tp in out or tp in owned:
+            bad = not (0 <= pair[0] < MAX_RANGE and 0 <= pair[1] < 1 << 63)
+            if bad or tp in out or tp in owned:
                 raise RecordRejected("bad_value", f"committed: bad entry {t}-{pair!r}")
             out[tp] = pair[1]
     return tuple(sorted(out.items()))
