@@ -49,6 +49,11 @@ lock, without weakening any of the above:
   (``rd_kafka_assignment_handle_OffsetFetch``, ``rd_kafka_assignment_serve_pending``). So for a
   while after each assignment the messages are scanned for that error, and the partitions that
   have not started are assigned again, with a growing back-off (see ``_refetch_offsets``).
+- Most assignments need no look-up at all: when a revocation's commit of the positions succeeds,
+  the record that releases the partitions carries those offsets, and their next owner is
+  assigned them at those offsets (``Handoff.offsets``; protocol/state.py, "Offset hints"). Only
+  partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
+  or whose previous owner did not release them (a crash) are looked up.
 """
 
 from __future__ import annotations
