@@ -11,6 +11,7 @@ is handed to the consumer as librdkafka words it; everything else here is real.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 import structlog
 from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit import GroupConsumer
 from tests.groupharness import wait_for
@@ -105,3 +107,101 @@ def test_the_users_on_commit_hears_each_auto_commit(
     # (before the first records, librdkafka answers an auto-commit with _NO_OFFSET)
     assert all(e is None or e.code() == KafkaError._NO_OFFSET for e, _ in heard), heard
     assert len(c._commits.sent) <= 1  # never more than one auto-commit waiting
+
+
+class _Member:
+    """A ``GroupConsumer`` polled by the test, recording what it was handed and, from
+    librdkafka's statistics, how many committed-offset look-ups (OffsetFetch) its data consumer
+    sent."""
+
+    def __init__(self, conf: dict[str, Any], topic: str, consumers: list[GroupConsumer]) -> None:
+        self.got: dict[int, list[int]] = {}
+        self.offset_fetches = -1  # no statistics yet
+        self.stats_seen = 0
+        self.c = GroupConsumer({**conf, "statistics.interval.ms": 100, "stats_cb": self._stats})
+        consumers.append(self.c)
+        self.c.subscribe([topic])
+
+    def _stats(self, raw: str) -> None:
+        brokers = json.loads(raw).get("brokers", {}).values()
+        self.offset_fetches = sum(b.get("req", {}).get("OffsetFetch", 0) for b in brokers)
+        self.stats_seen += 1
+
+    def poll(self) -> None:
+        m = self.c.poll(0.01)
+        if m is not None and m.error() is None:
+            self.got.setdefault(m.partition() or 0, []).append(m.offset() or 0)
+            if not self.c._cfg.enable_auto_commit:
+                self.c.commit(message=m, asynchronous=False)  # the user commits each record
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+
+def _move_one_partition(
+    bootstrap: str, topic: str, conf: dict[str, Any], consumers: list[GroupConsumer]
+) -> tuple[_Member, _Member, int]:
+    """``a`` consumes part of both partitions of ``topic``, then ``b`` joins and one partition
+    moves to it; returns ``(a, b, the partition that moved)`` once ``b`` had its first record
+    of it (and a statistics report after that)."""
+    _produce(bootstrap, topic, {0: 30, 1: 30})
+    a = _Member(conf, topic, consumers)
+    wait_for(lambda: a.poll() or all(len(a.got.get(p, [])) >= 5 for p in (0, 1)), 30,
+             "a's first records of both partitions", step=0)  # fmt: skip
+    b = _Member(conf, topic, consumers)
+
+    def pump(cond: Callable[[], bool]) -> Callable[[], bool]:
+        def step() -> bool:
+            a.poll()
+            b.poll()
+            return cond()
+
+        return step
+
+    wait_for(pump(lambda: len(a.partitions()) == len(b.partitions()) == 1), 30,
+             "a partition moved from a to b", step=0)  # fmt: skip
+    _produce(bootstrap, topic, {0: 10, 1: 10})  # (a may have had every record before)
+    wait_for(pump(lambda: bool(b.got)), 30, "b's first record", step=0)
+    (p,) = b.got
+    seen = b.stats_seen
+    wait_for(lambda: b.poll() or b.stats_seen > seen + 1, 10, "b's statistics", step=0)
+    return a, b, p
+
+
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
+def test_the_new_owner_starts_at_the_offset_the_release_carried(
+    bootstrap: str,
+    topic_factory: Callable[..., str],
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+    protocol: str,
+) -> None:
+    """Issue 14: the owner that gives a partition up commits its position, and the record by
+    which it lets go carries that offset; the new owner is assigned the partition at it, so it
+    starts right after the last record the old owner was handed, without asking the group
+    coordinator for the committed offset (its data consumer sends no OffsetFetch at all)."""
+    topic = topic_factory(partitions=2)
+    conf = {**conf, "groupkit.rebalance.protocol": protocol}
+    a, b, p = _move_one_partition(bootstrap, topic, conf, consumers)
+    assert b.got[p][0] == a.got[p][-1] + 1, (a.got[p][-3:], b.got[p][:3])
+    assert b.got[p] == list(range(b.got[p][0], b.got[p][0] + len(b.got[p])))
+    assert b.offset_fetches == 0, "the new owner looked its committed offset up"
+    # the hint was what the broker holds: the committed offset is where b started (or later)
+    (committed,) = b.c.committed([KTopicPartition(topic, p)])
+    assert committed.offset >= b.got[p][0]
+
+
+def test_without_auto_commit_the_new_owner_looks_the_offset_up(
+    bootstrap: str,
+    topic_factory: Callable[..., str],
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+) -> None:
+    """With ``enable.auto.commit`` off the user commits (here: each record, synchronously), so
+    groupkit cannot know the offsets when it lets go: the release carries none, and the new
+    owner looks the committed offset up, which is still right after the last record."""
+    topic = topic_factory(partitions=2)
+    conf = {**conf, "enable.auto.commit": False}
+    a, b, p = _move_one_partition(bootstrap, topic, conf, consumers)
+    assert b.got[p][0] == a.got[p][-1] + 1, (a.got[p][-3:], b.got[p][:3])
+    assert b.offset_fetches >= 1, "the new owner started without looking its offset up"

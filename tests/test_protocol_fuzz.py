@@ -36,6 +36,7 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.state import GroupState
+from groupkit.types import TopicPartition
 from tests.test_protocol_records import mutations
 
 # ------------------------------------------------------------------ allocation bombs
@@ -187,11 +188,16 @@ def a_member_record(draw: st.DrawFn) -> tuple[bytes, bytes | None]:
     prev = draw(st.one_of(st.just("legacy"), st.none(), st.integers(0, 4000)))
     if isinstance(prev, int):  # a record with prev_ts says when the membership began
         joined_at = prev if joined_at is None else min(joined_at, prev)
+    owned = draw(subsets)
+    # offsets committed for what it lets go (issue 14), or for what it never had
+    free = [p for p in PARTS if p not in owned]
+    released = draw(st.lists(st.sampled_from(free), max_size=2, unique=True)) if free else []
     k, v = member_record(
         "g", mid, incarnation=draw(st.sampled_from(["i1", "i2"])), seq=draw(st.integers(0, 6)),
-        topics=draw(st.sampled_from([["t0"], ["t0", "t1"], []])), owned=draw(subsets),
+        topics=draw(st.sampled_from([["t0"], ["t0", "t1"], []])), owned=owned,
         owned_generation=draw(st.integers(0, 4)), acked_generation=draw(st.integers(0, 4)),
         joined_at=joined_at, prev_ts=prev, since_generation=draw(st.integers(0, 4)),
+        committed={p: draw(st.integers(0, 100)) for p in released},
     )  # fmt: skip
     return encode(k, v)
 
@@ -256,6 +262,8 @@ def test_fuzz_replay_never_raises_and_counts_rejections(
     for mid in state.live_members():  # every query answers
         state.may_hold(mid)
         state.is_lagging(mid)
+        hints = state.hints_for(mid, "i1", [TopicPartition(*p) for p in PARTS])
+        assert all(o >= 0 for o in hints.values())
     state.holders()
     state.in_flight()
 

@@ -6,7 +6,10 @@ it answers with :class:`Actions`, which the runtime carries out **in this order*
 
 1. ``lost``: stop processing these at once and do **not** commit them (``on_lost``).
 2. ``revoke``: stop processing, **commit** their offsets, call ``on_revoke``.
-3. ``assign``: call ``on_assign`` and start processing (``incremental_assign`` in cooperative).
+3. ``assign``: call ``on_assign`` and start processing (``incremental_assign`` in cooperative),
+   at ``offsets`` where given: the offsets their previous owner committed and named in the
+   record that released them (``GroupState.hints_for``), so no look-up is needed; the others
+   start at their committed offsets, looked up.
 4. ``writes``: produce these records, in order, only after 1-3 are done. A record that says a
    partition is gone is written after its offsets are committed, because the leader grants it
    to the next owner as soon as that record is in the log.
@@ -79,7 +82,7 @@ Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raise
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from groupkit.errors import FencedError, ProtocolError
 from groupkit.protocol.records import (
@@ -161,6 +164,8 @@ class Actions:
     lost: Partitions = EMPTY
     revoke: Partitions = EMPTY
     assign: Partitions = EMPTY
+    #: where to start some of ``assign`` (the rest: look the committed offset up)
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     writes: tuple[Write, ...] = ()
     #: the generation the member's partitions belong to after these actions
     generation: int = 0
@@ -242,6 +247,8 @@ class Member:
         #: the newest record sent said "no prev_ts"; when that changes, write at once
         self._unready_sent: int | None = None
         self._dirty = True  # something the log should hear about at once
+        #: offsets committed for released partitions, for the next record (then forgotten)
+        self._committed: dict[TopicPartition, int] = {}
 
     # ------------------------------------------------------------------ inputs
 
@@ -252,16 +259,24 @@ class Member:
             self.topics = topics
             self._dirty = True
 
-    def revoked(self, partitions: Iterable[tuple[str, int]]) -> None:
+    def revoked(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        committed: Mapping[TopicPartition, int] | None = None,
+    ) -> None:
         """The runtime has committed and stopped ``partitions``: stop claiming them.
 
         Only meaningful with ``defer_revocations``; the next :meth:`poll` writes the record
-        that lets the leader grant them to their next owner.
+        that lets the leader grant them to their next owner. ``committed``: the offsets whose
+        synchronous commit just succeeded (only those: the next owner starts there without a
+        look-up, see state.py "Offset hints"); that record carries them.
         """
         gone = self.owned & frozenset(TopicPartition(t, p) for t, p in partitions)
         if gone:
             self.owned -= gone
             self._dirty = True
+            if committed:
+                self._committed.update((p, o) for p, o in committed.items() if p in gone)
 
     def leave(self) -> None:
         """Start a clean leave; the next :meth:`poll` revokes everything and says goodbye."""
@@ -397,6 +412,7 @@ class Member:
             lost=lost,
             revoke=revoked,
             assign=added,
+            offsets=group.hints_for(self.member_id, self.incarnation, added) if added else {},
             writes=tuple(writes),
             generation=self.generation,
             state=self.state,
@@ -456,6 +472,8 @@ class Member:
         self._unready_sent = now_ms if basis is None else None
         self._last_send = now_ms
         self._dirty = False
+        committed = {p: o for p, o in self._committed.items() if p not in self.owned}
+        self._committed = {}
         key, value = member_record(
             self.group,
             self.member_id,
@@ -472,6 +490,7 @@ class Member:
             rack=self.rack,
             capacity=self.capacity,
             client=self.client,
+            committed=committed,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)

@@ -148,9 +148,14 @@ class Node:
         """The member's step alone (e.g. right after :meth:`released`); never leads."""
         return self.member.poll(self.state, now_ms)
 
-    def released(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Revoked ``partitions`` are committed and stopped: the next poll's record lets go."""
-        self.member.revoked(partitions)
+    def released(
+        self,
+        partitions: Iterable[tuple[str, int]],
+        committed: Mapping[TopicPartition, int] | None = None,
+    ) -> None:
+        """Revoked ``partitions`` are committed and stopped: the next poll's record lets go
+        (and carries ``committed``, the offsets just committed for them: ``Member.revoked``)."""
+        self.member.revoked(partitions, committed)
 
     def leave(self) -> None:
         """Start a clean leave: the next poll revokes everything and writes the tombstone."""

@@ -39,6 +39,12 @@ or lapsed); with it the replay decides from the record alone whether it continue
 which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Records of members that
 predate it lack both fields (:attr:`MemberRecord.legacy`) and still decode.
 
+``committed`` (optional, ``{"t": [[partition, offset], ...]}``): in the record by which a member
+lets partitions go, the offsets it committed for them just before (issue 14), so that their next
+owner starts there without looking them up (``GroupState.offset_hints`` says when it may).
+Absent means none; records that predate it decode with none. Like every field, it is inside the
+signed payload.
+
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
 ``missing_field``, ``wrong_type``, ``bad_value``, ``too_large``, ``unsigned``,
@@ -146,6 +152,12 @@ class MemberRecord:
     #: written by a member that predates ``prev_ts`` (the field is absent): the replay decides
     #: new membership or continuation the old way, by what the reader has seen of the member
     legacy: bool = True
+    #: the offsets the member committed, synchronously and successfully, for partitions this
+    #: record no longer claims, just before writing it: the next owner starts there instead of
+    #: looking them up (``GroupState.offset_hints``). Sorted; never a partition in ``owned``.
+    #: Absent (empty) in records of members that predate it, and whenever the offsets are not
+    #: known (auto-commit off, offsets stored by the user, transactional commits).
+    committed: tuple[tuple[TopicPartition, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,11 +271,13 @@ def member_record(
     seen_generation: int | None = None,
     prev_ts: int | Literal["legacy"] | None = "legacy",
     since_generation: int = 0,
+    committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
     ``prev_ts`` (with ``joined_at`` and ``since_generation``): see :class:`MemberRecord`; the
-    default writes a record in the format of members that predate it.
+    default writes a record in the format of members that predate it. ``committed``: offsets
+    just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -276,11 +290,17 @@ def member_record(
     if prev is not None and joined_at is None:
         # (joined_at may be after prev_ts: brokers' clocks differ; see _check_prev_ts)
         raise ValueError(f"prev_ts {prev} needs joined_at")
+    owned_set = _tps(owned)
+    hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
+                         (committed or {}).items()))  # fmt: skip
+    for tp, o in hints:
+        if o < 0 or tp in owned_set:
+            raise ValueError(f"committed offset {o} of {tp}: negative, or of a partition owned")
     return MemberKey(group, member_id), MemberRecord(
         incarnation=incarnation,
         seq=seq,
         topics=tuple(sorted(set(topics))),
-        owned=_tps(owned),
+        owned=owned_set,
         owned_generation=owned_generation,
         acked_generation=acked_generation,
         joined_at=joined_at,
@@ -291,6 +311,7 @@ def member_record(
         prev_ts=prev,
         since_generation=0 if legacy else since_generation,
         legacy=legacy,
+        committed=hints,
     )
 
 
@@ -464,6 +485,11 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
     if not v.legacy:
         doc["prev_ts"] = v.prev_ts
         doc["since_gen"] = v.since_generation
+    if v.committed:  # optional: absent means none (and in every record that predates it)
+        by_topic: dict[str, list[list[int]]] = {}
+        for tp, o in v.committed:
+            by_topic.setdefault(tp.topic, []).append([tp.partition, o])
+        doc["committed"] = by_topic
     return doc
 
 
@@ -722,7 +748,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
-                                    k.since_generation, k.legacy)  # fmt: skip
+                                    k.since_generation, k.legacy, k.committed)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -874,11 +900,13 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     prev = None if legacy else _opt(doc, "prev_ts", int)
     _check_prev_ts(prev, joined_at)
     since = 0 if legacy else _nat(doc, "since_gen")
+    budget = _Budget()
+    owned = decode_partitions(_get(doc, "owned", dict), "owned", budget)
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
         topics=_topics(doc, "topics"),
-        owned=decode_partitions(_get(doc, "owned", dict), "owned", _Budget()),
+        owned=owned,
         owned_generation=_nat(doc, "owned_gen"),
         acked_generation=acked,
         joined_at=joined_at,
@@ -889,7 +917,32 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         prev_ts=prev,
         since_generation=since,
         legacy=legacy,
+        committed=_committed(doc, owned, budget) if "committed" in doc else (),
     )
+
+
+def _committed(
+    doc: Mapping[str, Any], owned: Partitions, budget: _Budget
+) -> tuple[tuple[TopicPartition, int], ...]:
+    """``{"t": [[partition, offset], ...]}``: each partition once, none of them ``owned``
+    (a record cannot let go of what it claims), offsets >= 0. Counted against the record's
+    partition budget."""
+    v = _get(doc, "committed", dict)
+    out: dict[TopicPartition, int] = {}
+    for t, pairs in v.items():
+        if not t or not isinstance(pairs, list):
+            raise RecordRejected("wrong_type", "committed: bad topic entry")
+        budget.take(len(pairs), "committed")
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2
+                    and _is_int(pair[0]) and _is_int(pair[1])):  # fmt: skip
+                raise RecordRejected("wrong_type", f"committed: bad entry {pair!r}")
+            tp = TopicPartition(t, pair[0])
+            bad = not (0 <= pair[0] < MAX_RANGE and 0 <= pair[1] < 1 << 63)
+            if bad or tp in out or tp in owned:
+                raise RecordRejected("bad_value", f"committed: bad entry {t}-{pair!r}")
+            out[tp] = pair[1]
+    return tuple(sorted(out.items()))
 
 
 def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> AssignmentRecord:

@@ -25,6 +25,19 @@ poll that revoked it; then the sim calls :meth:`Node.released` and polls at once
 runtime's poll thread does (``Coordinator.released``). Without it, revocations are carried out
 between the poll and the write.
 
+Committed offsets (issue 14). Each partition is a stream of records 0, 1, 2, ...; every tick
+each running member processes the next record of every partition it owns and has not stopped
+(its ``positions``), and commits them every :data:`COMMIT_EVERY_TICKS` ticks (the group's
+``committed`` offsets, as the broker keeps them). A revoked partition is stopped at once; with
+deferred revocation it is committed when its release is due, and the release passes the offsets
+just committed (:meth:`Node.released`), as the runtime does, so the record that lets it go
+carries them; without, it is committed at once and its record carries none. Lost partitions are
+not committed. A member that takes a partition starts at the offset its actions give
+(``Actions.offsets``: a hint, no look-up) or at the committed one. :meth:`violations` reports a
+start beyond every record processed so far (a record skipped, never processed: a loss) and a
+hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
+committed offset at that moment.
+
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
 """
@@ -42,6 +55,9 @@ from groupkit.protocol.records import Signer
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
+
+#: every member commits the positions of what it owns every this many ticks (and on revocation)
+COMMIT_EVERY_TICKS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +135,10 @@ class SimMember:
     releasing: list[tuple[int, frozenset[TopicPartition]]] = field(default_factory=list)
     #: with deferred revocation, a leave waits for the commit of what it owns (runtime: close)
     leave_at: int | None = None
+    #: the next record to process of each partition it owns (the data consumer's position)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: revoked, not released yet: no longer processed (the runtime unassigns it first)
+    stopped: set[TopicPartition] = field(default_factory=set)
 
     @property
     def member(self) -> Member:
@@ -189,6 +209,13 @@ class GroupSim:
         self._incarnations = 0
         self.errors: list[str] = []
         self._view = self.new_state()
+        #: the group's committed offsets (next record to process), as the broker keeps them
+        self.committed: dict[TopicPartition, int] = {}
+        #: per partition, one past the highest record any member has processed
+        self.processed: dict[TopicPartition, int] = {}
+        #: (member, partition, hint, committed offset then) of every start at a hint
+        self.hint_starts: list[tuple[str, TopicPartition, int, int]] = []
+        self._ticks = 0
 
     # ------------------------------------------------------------------ schedule
 
@@ -270,6 +297,7 @@ class GroupSim:
         elif sm.leave_at is None:
             # as the runtime's close: commit what it owns, then release it with the leave
             sm.releasing.append((self.clock + self.release_delay_ms, sm.member.owned))
+            sm.stopped |= sm.member.owned
             sm.leave_at = self.clock + self.release_delay_ms
 
     def crash(self, member_id: str) -> None:
@@ -299,6 +327,7 @@ class GroupSim:
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
             self.log.clock += self.tick_ms
+            self._ticks += 1
             self._deliver()
             for sm in self.running():
                 self._step(sm)
@@ -310,6 +339,51 @@ class GroupSim:
             self._read(sm)
         self._act(sm)
         self._release(sm)
+        self._process(sm)
+
+    def _process(self, sm: SimMember) -> None:
+        """Process one record of each partition it owns and has not stopped; commit now and
+        then (module docstring)."""
+        commit = self._ticks % COMMIT_EVERY_TICKS == 0
+        for p in sm.member.owned - sm.stopped:
+            pos = sm.positions.get(p)
+            if pos is None:
+                continue
+            sm.positions[p] = pos = pos + 1
+            if pos > self.processed.get(p, 0):
+                self.processed[p] = pos
+            if commit:
+                self.committed[p] = pos
+
+    def _commit(
+        self, sm: SimMember, parts: Iterable[TopicPartition], owned: bool = True
+    ) -> dict[TopicPartition, int]:
+        """Commit the positions of ``parts`` (that it still owns, if ``owned``); the offsets
+        committed."""
+        out: dict[TopicPartition, int] = {}
+        for p in parts:
+            pos = sm.positions.pop(p, None)
+            if pos is not None and (not owned or p in sm.member.owned):
+                self.committed[p] = out[p] = pos
+        return out
+
+    def _take(self, sm: SimMember, acts: Actions) -> None:
+        """Start what it is assigned: at the hint if given, else at the committed offset."""
+        for p in acts.assign:
+            committed = self.committed.get(p, 0)
+            hint = acts.offsets.get(p)
+            start = committed if hint is None else hint
+            if hint is not None:
+                self.hint_starts.append((sm.member_id, p, hint, committed))
+                if hint > committed:
+                    self.errors.append(f"{sm.member_id} took {p} at hint {hint} > {committed}")
+            if start > self.processed.get(p, 0):
+                self.errors.append(f"{sm.member_id} took {p} at {start}, beyond every record "
+                                   f"processed ({self.processed.get(p, 0)}): a loss")  # fmt: skip
+            sm.positions[p] = start
+            sm.stopped.discard(p)
+        for p in set(acts.offsets) - acts.assign:
+            self.errors.append(f"{sm.member_id}: offset for {p}, which it does not take")
 
     def _read(self, sm: SimMember) -> None:
         records = self.log.records
@@ -339,6 +413,9 @@ class GroupSim:
         if self.keep_actions and not acts.idle:
             sm.actions.append(acts)
         self._check_actions(sm, acts)
+        for p in acts.lost:
+            sm.positions.pop(p, None)
+        sm.stopped -= acts.lost
         if self.release_delay_ms is not None:
             # as the runtime's coordinator: a revocation is handed to the poll thread once
             # (it repeats in every poll until released); what is lost is not committed
@@ -346,8 +423,15 @@ class GroupSim:
             new = acts.revoke - under_way
             if new:
                 sm.releasing.append((self.clock + self.release_delay_ms, new))
+                sm.stopped |= new
             if acts.lost:
                 sm.releasing = [(t, p - acts.lost) for t, p in sm.releasing if p - acts.lost]
+        else:
+            # revoked between the poll and its write: committed now (the record, written in
+            # the poll, carries no offsets)
+            self._commit(sm, acts.revoke, owned=False)  # (no longer in member.owned)
+            sm.stopped -= acts.revoke
+        self._take(sm, acts)
         for w in acts.writes:
             self._produce(w.raw_key, w.raw_value)
 
@@ -358,7 +442,10 @@ class GroupSim:
         if not due and not leave:
             return
         sm.releasing = [(t, p) for t, p in sm.releasing if t > self.clock]
-        sm.node.released(frozenset[TopicPartition]().union(*due))
+        released = frozenset[TopicPartition]().union(*due)
+        # committed first, then released with the offsets just committed (as the runtime)
+        sm.node.released(released, self._commit(sm, released))
+        sm.stopped -= released
         if leave and sm.member.state not in (LEAVING, LEFT):
             sm.leave_at = None
             sm.node.leave()

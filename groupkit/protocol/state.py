@@ -74,6 +74,54 @@ after that offset exactly as the state it was taken from would. ``replay`` of a 
 changes nothing but what every record changes (offset, log time, expiry): it is a copy of a
 past state, not an event, and its value is not even parsed (``tests/test_protocol_snapshot.py``).
 
+Offset hints (issue 14). A member's record that lets partitions go may carry the offsets it
+committed for them just before (``MemberRecord.committed``: only offsets whose synchronous
+commit succeeded; none when they are unknown: auto-commit off, offsets stored by the user,
+transactional commits). The replay keeps, per partition, the offset of the newest record that
+released it (:attr:`GroupState.offset_hints`), and the member that takes the partition next
+starts there instead of looking its committed offset up (:meth:`GroupState.hints_for`). Rules:
+
+- A hint is taken only from a record that *continues* a membership and releases the partition
+  in that record: the membership claimed it before and the record no longer does. Anything else
+  is ignored and counted in :attr:`GroupState.hints_ignored` (never rejects the record).
+- It is for the *first* member that receives the partition after that release: the first
+  accepted generation that assigns it names its receiver (member id and incarnation). It is
+  dropped when a later generation does not assign the partition to that receiver, and when any
+  member's record (accepted or not) claims the partition: from then on an owner may have
+  committed further, so a later owner looks the offset up.
+- It is used within a session (by log time) of the release, and dropped when the group has
+  no live member left. The committed offsets of a group whose members do not join the broker's
+  group can be rewritten at any time (``kafka-consumer-groups --reset-offsets`` finds it empty);
+  an operator who stops the group, or leaves a topic unconsumed, and resets its offsets must
+  find them used when it starts again, not a hint from before. A reset while a partition is
+  between two owners (milliseconds) is overridden by the hint.
+
+Why a hint never loses a record, and at worst repeats some:
+
+1. Nothing below a hint is unprocessed. The releasing owner committed it after it had been
+   handed every record below it (the runtime commits the positions of what ``poll`` returned,
+   and only offsets whose synchronous commit succeeded go in the record), and it had itself
+   started no further than its predecessor's progress. This holds whatever happens to the
+   committed offset later, and only depends on the record being genuine (signing).
+2. A hint only lags the group's progress, never leads it. Once the releasing owner has written
+   the record it no longer owns the partition and commits nothing more for it
+   (``Member.check_commit``); nobody else owns it until the receiver takes it (a grant needs the
+   release: ``_check_safe``); so when the receiver takes it, the committed offset *is* the hint
+   and the receiver starts exactly where its predecessor stopped. Only someone outside the
+   group can have changed it meanwhile: an operator's reset during those milliseconds (the hint
+   wins), or a zombie of an earlier owner whose refused-too-late commit lands (an older offset:
+   the records in between were processed, by point 1).
+3. Anyone else looks up. The receiver's own commits come after it started, so once it may have
+   committed further the hint is gone: its claim drops it, and if it crashes before its claim
+   is in the log, the next member granted the partition is not the receiver. A receiver granted
+   the partition again in an unbroken run of generations (it lost it by a fence, and was never
+   seen to claim it) restarts at the hint: duplicates, never a loss.
+
+Hints are not in snapshots, and a reader of a compacted log seldom sees both records of a
+release (a hint is taken only from a record that continues a membership whose claims the reader
+knows): a hint a reader does not have only means a look-up. Hints are no part of what members
+must agree on (``fingerprint``): each member uses its own only for what it takes itself.
+
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
@@ -87,7 +135,7 @@ hold a tombstone starts is unknown to a reader that never saw it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 
 from groupkit.errors import RecordRejected
@@ -174,6 +222,17 @@ class Hold:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetHint:
+    """The offset committed for a partition by the member that released it (module docstring)."""
+
+    offset: int
+    #: log time of the record that released the partition
+    at: int
+    #: (member id, incarnation) of the first member granted the partition since, once one is
+    receiver: tuple[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
 
@@ -208,6 +267,13 @@ class GroupState:
     assignment_clobbered: bool = False
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
+    #: per partition, the offset its releasing owner committed (see "Offset hints" above);
+    #: not part of snapshots nor of what members must agree on
+    offset_hints: dict[TopicPartition, OffsetHint] = field(default_factory=dict)
+    #: committed offsets in member records that were not taken as hints, by reason
+    #: (``not_released``: the record does not let that partition go; ``not_continued``: the
+    #: record starts a membership, or is the first of it this reader sees)
+    hints_ignored: Counter[str] = field(default_factory=Counter)
 
     # ------------------------------------------------------------------ queries
 
@@ -302,6 +368,50 @@ class GroupState:
                 return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
         return False
 
+    def hints_for(
+        self, member_id: str, incarnation: str, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The offsets at which this member may start ``partitions`` it takes now, without
+        looking them up: those with a hint whose receiver it is (or that no generation has
+        granted yet: a partition handed over at its release). The others it looks up."""
+        hints = self.offset_hints
+        if not hints:
+            return {}
+        me = (member_id, incarnation)
+        since = self.log_time - self.session_timeout_ms
+        out: dict[TopicPartition, int] = {}
+        for p in partitions:
+            h = hints.get(p)
+            if h is not None and h.at > since and (h.receiver is None or h.receiver == me):
+                out[p] = h.offset
+        return out
+
+    def _hint_released(self, old: MemberState | None, v: MemberRecord, continues: bool) -> None:
+        """Take the offsets ``v`` carries for what it releases as hints (module docstring)."""
+        for p, o in v.committed:
+            if not continues or old is None:
+                self.hints_ignored["not_continued"] += 1
+            elif p not in old.claims:  # (never in v.owned: the decoder refuses that)
+                self.hints_ignored["not_released"] += 1
+            else:
+                self.offset_hints[p] = OffsetHint(o, self.log_time)
+
+    def _hint_granted(self, a: AssignmentRecord) -> None:
+        """Name each hint's receiver at the first generation that assigns its partition; drop
+        it when a later one does not assign it to that receiver."""
+        hints = self.offset_hints
+        to: dict[TopicPartition, tuple[str, str]] = {}
+        for mid, c in a.members.items():
+            for p in c.assigned & hints.keys():
+                to[p] = (mid, c.incarnation)
+        since = self.log_time - self.session_timeout_ms
+        for p, h in list(hints.items()):
+            r = to.get(p)
+            if h.at <= since or (h.receiver is not None and r != h.receiver):
+                del hints[p]  # (an old one is no use: hints_for; and they would pile up)
+            elif h.receiver is None and r is not None:
+                hints[p] = OffsetHint(h.offset, h.at, r)
+
     def fingerprint(self) -> tuple[object, ...]:
         """What members that replayed to the same offset must agree on."""
         return (self.offset, self.leader, self.generation, self.assignment)
@@ -361,6 +471,8 @@ class GroupState:
         """Re-elect if the leader expired; forget holds whose time has passed."""
         if self.leader is not None and not self.is_live(self.leader):
             self._elect()
+            if self.leader is None:
+                self.offset_hints.clear()  # an empty group (see "Offset hints")
         if self.holds and any(h.until <= self.log_time for h in self.holds):
             self.holds = [h for h in self.holds if h.until > self.log_time]
 
@@ -371,6 +483,10 @@ class GroupState:
     def _apply_member(self, offset: int, k: MemberKey, v: MemberRecord, ts: int) -> Replayed:
         mid = k.member_id
         old = self.members.get(mid)
+        if self.offset_hints and v.owned:
+            # someone claims it: it may commit further from here (module docstring)
+            for p in v.owned & self.offset_hints.keys():
+                del self.offset_hints[p]
         live = old is not None and self.is_live(mid)
         same = old is not None and old.incarnation == v.incarnation
         if v.legacy:
@@ -440,6 +556,8 @@ class GroupState:
                     v.client, v.legacy or v.prev_ts is not None,
                 )  # fmt: skip
             new_membership = not first_sight
+        if v.committed:
+            self._hint_released(old, v, continues and old is not None)
         self.members[mid] = m
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
@@ -469,6 +587,8 @@ class GroupState:
                 del self.members[k.member_id]
             if self.leader == k.member_id:
                 self._elect()
+                if self.leader is None:
+                    self.offset_hints.clear()  # an empty group (see "Offset hints")
         return Replayed(offset, "leave", k)
 
     def _apply_assignment(
@@ -494,6 +614,8 @@ class GroupState:
         self._history[a.generation] = a
         self._gen_time[a.generation] = ts
         self._prune_history()
+        if self.offset_hints:
+            self._hint_granted(a)
         return Replayed(offset, "assignment", k)
 
     def _check_leader(self, a: AssignmentRecord) -> None:

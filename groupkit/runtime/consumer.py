@@ -49,6 +49,11 @@ lock, without weakening any of the above:
   (``rd_kafka_assignment_handle_OffsetFetch``, ``rd_kafka_assignment_serve_pending``). So for a
   while after each assignment the messages are scanned for that error, and the partitions that
   have not started are assigned again, with a growing back-off (see ``_refetch_offsets``).
+- Most assignments need no look-up at all: when a revocation's commit of the positions succeeds,
+  the record that releases the partitions carries those offsets, and their next owner is
+  assigned them at those offsets (``Handoff.offsets``; protocol/state.py, "Offset hints"). Only
+  partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
+  or whose previous owner did not release them (a crash) are looked up.
 """
 
 from __future__ import annotations
@@ -98,8 +103,19 @@ _msg_topic = Message.topic
 _msg_partition = Message.partition
 
 
-def _ktps(parts: Iterable[TopicPartition]) -> list[KTopicPartition]:
-    return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
+def _ktps(
+    parts: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
+) -> list[KTopicPartition]:
+    """confluent-kafka's partitions; at ``offsets`` where given (else: the committed offset,
+    looked up when assigned)."""
+    if not offsets:
+        return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
+    return [
+        KTopicPartition(tp.topic, tp.partition, offsets[tp])
+        if tp in offsets
+        else KTopicPartition(tp.topic, tp.partition)
+        for tp in sorted(parts)
+    ]
 
 
 def _counts(msgs: list[Message]) -> list[tuple[tuple[str, int], int]]:
@@ -530,11 +546,14 @@ class GroupConsumer:
         if h.assign:
             add = h.assign - frozenset(self._owned)
             if add:
+                # At the offsets the previous owner committed and named in its release, where
+                # it did: no look-up for those (state.py, "Offset hints").
+                start = {p: o for p, o in h.offsets.items() if p in add}
                 if self._cfg.protocol == "cooperative":
-                    self._data.incremental_assign(_ktps(add))
+                    self._data.incremental_assign(_ktps(add, start))
                 else:
                     self._owned |= add
-                    self._data.assign(_ktps(self._owned))
+                    self._data.assign(_ktps(self._owned, start))
                 self._owned |= add
                 self._watch_offsets()
                 if self._on_assign is not None:
@@ -744,6 +763,9 @@ class GroupConsumer:
         assert c is not None
 
         def run() -> None:
+            #: what the commit below stored for sure, for the release record to carry (only
+            #: offsets we named: what a commit of stored offsets covers we cannot know)
+            committed: dict[TopicPartition, int] = {}
             while offsets != []:
                 try:
                     with c.lock:
@@ -752,7 +774,12 @@ class GroupConsumer:
                     if offsets is None:
                         commit(asynchronous=False)
                     else:
-                        commit(offsets=offsets, asynchronous=False)
+                        done = commit(offsets=offsets, asynchronous=False)
+                        committed = {
+                            TopicPartition(p.topic, p.partition): p.offset
+                            for p in done or ()
+                            if p.error is None and p.offset >= 0
+                        }
                     break
                 except FencedError as e:
                     _log.warning("commit.refused", member=c.member_id, error=str(e))
@@ -765,7 +792,7 @@ class GroupConsumer:
                     time.sleep(0.2)  # the coordinator is moving; try again shortly
                 except RuntimeError:
                     return  # the consumer was closed under us
-            c.released(release, leave=leave)
+            c.released(release, leave=leave, committed=committed)
 
         t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
         t.start()

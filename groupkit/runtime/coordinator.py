@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -88,6 +88,9 @@ class Handoff:
     revoke: Partitions
     assign: Partitions
     generation: int
+    #: where to start some of ``assign``: the offsets their previous owner committed and named
+    #: in its release (``Actions.offsets``); the others look their committed offset up
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -350,7 +353,9 @@ class Coordinator:
         if acts.lost or new_revoke or acts.assign:
             self._revoking |= new_revoke
             self._revoking -= acts.lost
-            self.handoffs.append(Handoff(acts.lost, new_revoke, acts.assign, acts.generation))
+            self.handoffs.append(
+                Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets)
+            )
             for e in acts.events:
                 _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
                           what=e, generation=acts.generation)  # fmt: skip
@@ -358,12 +363,19 @@ class Coordinator:
             self._write(w.raw_key, w.raw_value, service=service)
         return acts
 
-    def released(self, partitions: Partitions, leave: bool = False) -> None:
+    def released(
+        self,
+        partitions: Partitions,
+        leave: bool = False,
+        committed: Mapping[TopicPartition, int] | None = None,
+    ) -> None:
         """Called by the ``poll`` thread once revoked partitions are committed and stopped.
 
         The record that no longer claims them is produced right here: the leader grants them
         to their next owner as soon as it reads it, so waiting for the control thread's next
-        turn would only add to the time they are without an owner.
+        turn would only add to the time they are without an owner. It carries ``committed``,
+        the offsets whose synchronous commit just succeeded, so that the next owner starts
+        there without looking them up (state.py, "Offset hints").
 
         ``leave``: the member is closing, and this record is its last, produced together with
         its tombstone. Apart, a leader reading the record first sees a member that acknowledged
@@ -373,7 +385,7 @@ class Coordinator:
         """
         with self.lock:
             self._revoking -= partitions
-            self.node.released(partitions)
+            self.node.released(partitions, committed)
             if leave and self.member.state not in ("leaving", "left"):
                 self.node.leave()
             if self.member.state == "left":
