@@ -186,7 +186,7 @@ class GroupConsumer:
         self._registry = registry
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
-        self._admin: AdminClient | None = connect_admin(cfg.client_config())
+        self._admin: AdminClient | None = connect_admin(cfg.client_config("admin"))
         #: the control clients the next join takes (opened here: see _open_control)
         self._control: ControlClients | None = None
         try:

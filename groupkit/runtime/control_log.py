@@ -99,6 +99,7 @@ class ControlReader:
         self.partition = partition
         self._consumer = Consumer(
             cfg.client_config(
+                "control-reader",
                 **{
                     "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
                     "enable.auto.commit": False,
@@ -274,6 +275,7 @@ class ControlWriter:
 
         producer = Producer(
             self._cfg.client_config(
+                "control-writer",
                 **{
                     "enable.idempotence": True,
                     "acks": "all",

@@ -538,7 +538,9 @@ class TelemetryPublisher(GroupObserver):
             self._topic_ready = True
         if self._producer is None:
             self._producer = Producer(
-                self.cfg.client_config(**{"linger.ms": 5, "acks": "all", "compression.type": "lz4"})
+                self.cfg.client_config(
+                    "telemetry", **{"linger.ms": 5, "acks": "all", "compression.type": "lz4"}
+                )
             )
         errors: list[str] = []
 
