@@ -110,7 +110,7 @@ class ControlReader:
                     "fetch.min.bytes": 1,
                     "fetch.error.backoff.ms": 50,
                     "socket.nagle.disable": True,
-                }
+                },
             )
         )
         self.position = 0  # the offset of the next record to read
@@ -283,7 +283,7 @@ class ControlWriter:
                     "socket.nagle.disable": True,
                     "message.max.bytes": 8 * 1024 * 1024,
                     "error_cb": on_error,
-                }
+                },
             )
         )
         return producer
