@@ -105,8 +105,10 @@ CLUSTER_PROPERTIES = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
     """Three KRaft brokers (``devbroker.LocalCluster``: RF 3, ``min.insync.replicas`` 2, racks
     r0..r2), shared by the session; ``cluster.local`` is the LocalCluster to inject faults
-    with. ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test
-    that must kill or skew a broker says it cannot."""
+    with; each node also has a ``PROXIED`` listener for a fault proxy
+    (``groupkit.devbroker_proxy``, tests/test_cluster_partition.py).
+    ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test that must
+    kill, skew or cut off a broker says it cannot."""
     external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
     if external:
         backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
@@ -117,7 +119,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
 
     version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
     local = LocalCluster(
-        tmp_path_factory.mktemp("cluster"), version=version, extra_properties=CLUSTER_PROPERTIES
+        tmp_path_factory.mktemp("cluster"),
+        version=version,
+        extra_properties=CLUSTER_PROPERTIES,
+        proxied=True,
     )
     bootstrap = local.start()
     backend = KafkaBackend(bootstrap, "local 3-node cluster", version, local=local)

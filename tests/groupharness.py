@@ -119,19 +119,27 @@ class Group:
     workers: dict[str, Worker] = field(default_factory=dict)
 
     def spawn(
-        self, name: str | None = None, topics: Iterable[str] | None = None, slow_control_ms: int = 0
+        self,
+        name: str | None = None,
+        topics: Iterable[str] | None = None,
+        slow_control_ms: int = 0,
+        bootstrap: str | None = None,
+        client_id: str | None = None,
     ) -> Worker:
+        """``bootstrap``: this worker's own (e.g. through a fault proxy); ``client_id``: its
+        ``client.id`` (its internal clients append ``.<role>``)."""
         name = name or f"w{len(self.workers)}"
         audit = self.workdir / f"{name}.jsonl"
         cmd = [
             sys.executable, "-m", "tests.group_worker",
-            "--bootstrap", self.bootstrap, "--group", self.group,
+            "--bootstrap", bootstrap or self.bootstrap, "--group", self.group,
             "--topics", ",".join(topics or self.topics), "--audit", str(audit),
             "--protocol", self.protocol, "--assignor", self.assignor,
             "--session-timeout-ms", str(self.session_timeout_ms),
             "--heartbeat-ms", str(max(100, self.session_timeout_ms // 10)),
             "--control-topic", self.control_topic, "--extra", json.dumps(self.extra),
             "--slow-control-ms", str(slow_control_ms),
+            *(["--client-id", client_id] if client_id else []),
         ]  # fmt: skip
         proc = subprocess.Popen(
             cmd,

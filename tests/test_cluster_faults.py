@@ -17,7 +17,7 @@ once and consumed) within session timeout + ``MARGIN_S`` of the fault.
 
 The skew test is opt-in (``GROUPKIT_SKEWED_BROKER_TESTS=1``): see its skip reason.
 
-Not here (issue 18 asks for it): a member cut off from every broker by a fault proxy.
+A member cut off from every broker by a fault proxy: tests/test_cluster_partition.py.
 """
 
 from __future__ import annotations
@@ -117,8 +117,12 @@ def running_group(
     session_ms: int = SESSION_MS,
     control_topic: str | None = None,
     extra: dict[str, object] | None = None,
+    first_via: str | None = None,
 ) -> Iterator[Run]:
-    """Three members on a fresh RF-3 topic of ``PARTITIONS`` partitions, a producer writing."""
+    """Three members on a fresh RF-3 topic of ``PARTITIONS`` partitions, a producer writing.
+
+    ``first_via``: the first member (``w0``, ``client.id`` ``w0``) bootstraps from there, e.g.
+    through a fault proxy."""
     admin = AdminClient(lc.client_config())
     # -1: the brokers' default.replication.factor, 3 (tests.conftest.create_topic makes RF 1)
     topic = unique_name("data")
@@ -132,7 +136,8 @@ def running_group(
     try:
         producer.start()
         t0 = time.monotonic()
-        for _ in range(3):
+        group.spawn(bootstrap=first_via, client_id="w0" if first_via else None)
+        for _ in range(2):
             group.spawn()
         run.stable("start", t0)
         yield run

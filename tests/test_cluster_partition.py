@@ -1,0 +1,124 @@
+"""A member cut off from the brokers while its process runs, on the session's 3-broker ``cluster``
+(issue 18 §2), through the fault proxy (``groupkit.devbroker_proxy``).
+
+A group of three member processes reads an RF-3 topic while a keyed producer writes. Member
+``w0`` bootstraps through the proxy, so every connection of its four clients goes through it
+(``client.id`` ``w0`` for the data consumer, ``w0.control-reader``, ``w0.control-writer``,
+``w0.admin``); the other members and the producer talk to the brokers directly. Then, for longer
+than a session, the proxy holds (as an iptables DROP would) the traffic of:
+
+- every client of ``w0``: cut off both ways;
+- only its control producer: it can read but not write (its heartbeats stop landing);
+- only its consumers (control reader and data consumer): it can write but not read (its
+  heartbeats land, but it cannot see them, so it cannot know its session holds).
+
+Each case must show, within session timeout + ``MARGIN_S`` of the cut: ``w0`` reports everything
+it owned lost (it fenced itself), the other two own and consume every partition, and no
+partition is owned by two members at once (audited at the end, over the whole run, ``w0``
+included: it keeps running throughout). While cut off and fenced, every commit ``w0`` tries is
+refused as fenced. After the heal ``w0`` rejoins and the group is whole again within session
+timeout + ``MARGIN_S``; finally ``tests.chaos.audit``: 0 lost records, duplicates only on
+partitions ``w0`` owned when it was cut off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from groupkit.devbroker_proxy import FaultProxy
+from tests.conftest import KafkaBackend
+from tests.groupharness import TP, Worker, wait_for
+from tests.test_cluster_faults import (
+    MARGIN_S,
+    SESSION_MS,
+    Run,
+    assert_clean,
+    local_cluster,
+    running_group,
+)
+
+CUTS = {
+    # id: (what the member can still do, client.id pattern held)
+    "both-ways": r"w0(\..+)?",
+    "read-not-write": r"w0\.control-writer",
+    "write-not-read": r"w0(\.control-reader)?",
+}
+
+
+@pytest.fixture
+def proxy(cluster: KafkaBackend) -> Iterator[FaultProxy]:
+    lc = local_cluster(cluster)
+    with FaultProxy.for_cluster(lc) as p:
+        yield p
+
+
+def others_took_over(run: Run, w: Worker, since: float) -> bool:
+    """``w`` owns nothing; the others own every partition once and consumed each after
+    ``since``."""
+    if w.owned():
+        return False
+    own: dict[TP, list[str]] = {}
+    for o in run.group.live():
+        if o is not w:
+            for tp in o.owned():
+                own.setdefault(tp, []).append(o.name)
+    if set(own) != run.parts or any(len(ws) != 1 for ws in own.values()):
+        return False
+    fresh = {
+        tuple(f["tp"])
+        for o in run.group.live()
+        if o is not w
+        for f in o.facts()
+        if f["e"] == "msg" and f["t"] > since and tuple(f["tp"]) in o.owned()
+    }
+    return fresh >= run.parts
+
+
+@pytest.mark.parametrize("case", list(CUTS))
+def test_member_cut_off_then_healed(
+    case: str, cluster: KafkaBackend, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    lc = local_cluster(cluster)
+    with running_group(lc, tmp_path, first_via=lc.proxy_bootstrap) as run:
+        w = run.group.workers["w0"]
+        # Every client of w0 really goes through the proxy (and nobody else's does).
+        seen = set(proxy.clients())
+        assert {"w0", "w0.control-reader", "w0.control-writer"} <= seen, seen
+        assert all(c is not None and c.startswith("w0") for c in seen), seen
+        owned = w.owned()
+        assert owned
+        run.dup_allowed |= owned  # what it processed but could not commit is read again
+        lost_before = len(w.events("lost"))
+
+        t0 = time.monotonic()
+        cut = proxy.cut("both", CUTS[case])
+        try:
+            wait_for(lambda: others_took_over(run, w, t0), run.session_s + MARGIN_S,
+                     f"the others to take over w0's partitions ({case})")  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {run.group.describe()}") from None
+        run.stable_after[f"cut {case}"] = round(time.monotonic() - t0, 2)
+        assert set(w.events("lost")[lost_before:]) >= owned, "w0 did not fence itself"
+        assert w.alive
+
+        # A fenced member's commits are refused (by groupkit, before anything is sent).
+        facts = len(w.facts())
+        w.send("commit")
+        wait_for(lambda: any(f["e"] == "commit_done" for f in w.facts()[facts:]), 30,
+                 "w0 to try its commits")  # fmt: skip
+        tries = [f for f in w.facts()[facts:] if f["e"] in ("committed", "commit_refused")]
+        assert tries, "w0 processed nothing to commit"
+        assert all(f["e"] == "commit_refused" and f["fenced"] for f in tries), tries
+
+        proxy.heal(cut)
+        t1 = time.monotonic()
+        run.stable(f"heal {case}", t1)
+        assert w.owned(), "w0 did not rejoin"
+        report = run.finish()
+    assert_clean(report)
+    assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
+
