@@ -78,6 +78,15 @@ def others_took_over(run: Run, w: Worker, since: float) -> bool:
     return fresh >= run.parts
 
 
+def fenced_after(w: Worker, since: float) -> float:
+    return max(f["t"] for f in w.facts() if f["e"] == "lost" and f["t"] > since) - since
+
+
+def granted_after(run: Run, w: Worker, since: float) -> float:
+    return max(f["t"] for o in run.group.workers.values() if o is not w for f in o.facts()
+               if f["e"] == "assign" and f["t"] > since) - since  # fmt: skip
+
+
 @pytest.mark.parametrize("case", list(CUTS))
 def test_member_cut_off_then_healed(
     case: str, cluster: KafkaBackend, proxy: FaultProxy, tmp_path: Path
@@ -103,6 +112,8 @@ def test_member_cut_off_then_healed(
             raise AssertionError(f"{e}: {run.group.describe()}") from None
         run.stable_after[f"cut {case}"] = round(time.monotonic() - t0, 2)
         assert set(w.events("lost")[lost_before:]) >= owned, "w0 did not fence itself"
+        print(f"{case}: w0 lost its partitions {fenced_after(w, t0):.2f}s after the cut, the "
+              f"others owned them all {granted_after(run, w, t0):.2f}s after")  # fmt: skip
         assert w.alive
 
         # A fenced member's commits are refused (by groupkit, before anything is sent).
