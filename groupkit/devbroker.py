@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gc
 import os
 import re
 import shutil
@@ -210,6 +211,36 @@ def _pid_alive(pid: int) -> bool:
         return done == 0
     except ChildProcessError:
         return True
+
+
+def live_client_handles() -> int:
+    """Live librdkafka clients (Producer, Consumer, AdminClient) in this process.
+
+    Each handle runs one ``rdk:main`` thread, which destroying the handle joins, so counting
+    those threads counts handles (Linux: ``/proc/self/task``; elsewhere 0)."""
+    n = 0
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    n += f.read().strip() == "rdk:main"
+            except OSError:  # a thread that just ended
+                pass
+    return n
+
+
+def wait_clients_closed(timeout: float = 10.0, baseline: int = 0) -> int:
+    """Before stopping a broker: collect garbage and wait until at most ``baseline`` clients
+    live (a handle dropped on another thread takes a moment to join its threads); return how
+    many still do. A client that outlives its broker retries it for ever (``Connect to ipv4#...
+    failed: Connection refused`` at the end of a run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        live = live_client_handles()
+        if live <= baseline or time.monotonic() >= deadline:
+            return live
+        time.sleep(0.05)
 
 
 _FAKETIME_LIBS = (

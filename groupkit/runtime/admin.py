@@ -75,10 +75,12 @@ def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> GroupkitAdm
                     "(SASL_*/SSL) settings?"
                 )
             if failure is not None:
-                # The error's traceback holds this frame: a handle kept alive by it would go
-                # on reconnecting to the unreachable cluster for as long as the error lives.
+                # A handle kept alive by the error would go on reconnecting to the unreachable
+                # cluster for as long as the error lives: the new error's traceback holds this
+                # frame, and the cause's runs through confluent-kafka's list_topics, whose
+                # frame holds the admin too (the message says all the cause's traceback did).
                 del admin
-                raise failure from e
+                raise failure from e.with_traceback(None)
             time.sleep(0.1 if fast_failures else 0)
 
 
