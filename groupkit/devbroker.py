@@ -396,6 +396,17 @@ class LocalBroker:
     def _proxy_ports_path(self) -> Path:
         return self.state_dir / "proxy.ports"
 
+    @property
+    def proxy_bootstrap(self) -> str:
+        """The bootstrap address through the fault proxy (``proxied``, started)."""
+        return f"127.0.0.1:{self.proxy_port}"
+
+    def proxy_routes(self) -> dict[int, int]:
+        """The port the fault proxy must listen on -> the ``PROXIED`` listener's."""
+        if not (self.proxied and self.proxy_port):
+            raise DevBrokerError("proxy_routes: start a LocalBroker(proxied=True) first")
+        return {self.proxy_port: self.proxied_port}
+
     def client_config(self, user: str | None = None) -> dict[str, str]:
         """confluent-kafka settings to reach this broker (as ``user`` on a SASL broker;
         default ``admin_user``)."""

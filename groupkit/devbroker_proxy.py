@@ -38,9 +38,12 @@ import struct
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from groupkit.errors import DevBrokerError
+
+if TYPE_CHECKING:
+    from groupkit.devbroker import LocalBroker, LocalCluster
 
 Direction = Literal["up", "down", "both"]
 #: client -> broker, broker -> client
@@ -103,10 +106,9 @@ class FaultProxy:
         self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def for_cluster(cls, cluster: object) -> FaultProxy:
-        """A proxy for a started ``LocalCluster(proxied=True)``."""
-        routes = getattr(cluster, "proxy_routes")()  # noqa: B009 - no import cycle on devbroker
-        return cls(routes)
+    def for_cluster(cls, cluster: LocalBroker | LocalCluster) -> FaultProxy:
+        """A proxy for a started ``LocalCluster(proxied=True)`` (or ``LocalBroker``)."""
+        return cls(cluster.proxy_routes())
 
     # ------------------------------------------------------------------ life cycle
 

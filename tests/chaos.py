@@ -9,7 +9,10 @@ run starts itself (so it can stop and restart it), and every wait is bounded.
 2. Inject faults, first one of each kind in a fixed order, then at random (seeded) until the
    duration is up: kill -9 a member; freeze a member (SIGSTOP) past its session timeout, then
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
-   broker; start a member whose control-topic reads are delayed.
+   broker; start a member whose control-topic reads are delayed; cut a running member off from
+   the broker past its session, then heal it (``partition``: every member talks to the broker
+   through a fault proxy, groupkit.devbroker_proxy, under its own client.id; the cut is picked
+   from ``groupharness.CUTS``: both ways, read but not write, write but not read).
 3. After each fault, the group must be stable again (every partition owned by exactly one
    running member) within ``session timeout + margin``.
 4. At the end: stop the producer, wait until every acknowledged offset was processed, and
@@ -34,10 +37,12 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from groupkit.devbroker import LocalBroker
+from groupkit.devbroker_proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
-from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
+from tests.groupharness import CUTS, TP, Group, KeyedProducer, Worker, cut_pattern, wait_for
 
-FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member")
+FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member",
+          "partition")  # fmt: skip
 
 
 @dataclass
@@ -116,8 +121,9 @@ class Chaos:
         self.margin_s = margin_s
         self.rng = random.Random(seed)
         self.log = log
-        self.broker = LocalBroker(workdir / "broker")
+        self.broker = LocalBroker(workdir / "broker", proxied=True)
         self.bootstrap = self.broker.start()
+        self.proxy = FaultProxy.for_cluster(self.broker).start()
         self.topic = "chaos"
         create_topic(AdminClient({"bootstrap.servers": self.bootstrap}), self.topic, partitions)
         self.parts: set[TP] = {(self.topic, p) for p in range(partitions)}
@@ -134,7 +140,7 @@ class Chaos:
         try:
             self.producer.start()
             for i in range(self.members):
-                self.group.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
+                self.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
             self.stable("start")
             end = time.monotonic() + duration_s
             for fault in FAULTS:
@@ -145,8 +151,15 @@ class Chaos:
         finally:
             self.producer.stop()
             self.group.stop_all()
+            self.proxy.stop()
             self.broker.stop()
         return self.report
+
+    def spawn(self, slow_control_ms: int = 0) -> Worker:
+        """A member that talks to the broker through the fault proxy, as client.id its name."""
+        name = f"w{len(self.group.workers)}"
+        return self.group.spawn(name, slow_control_ms=slow_control_ms,
+                                bootstrap=self.broker.proxy_bootstrap, client_id=name)  # fmt: skip
 
     def stable(self, after: str, since: float | None = None) -> float:
         """Wait until every partition is owned once and consumed again after ``since``."""
@@ -189,10 +202,11 @@ class Chaos:
     def replace(self, w: Worker, slow_control_ms: int = 0) -> None:
         """kill -9 ``w`` and start a new member in its place: the group keeps its size."""
         self.crash(w)
-        self.group.spawn(slow_control_ms=slow_control_ms)
+        self.spawn(slow_control_ms=slow_control_ms)
 
     def inject(self, fault: str) -> None:
         t0 = time.monotonic()
+        extra: dict[str, object] = {}
         victims = [w for w in self.running() if not w.paused]
         self.log(f"[chaos] fault {fault}")
         if fault == "kill":
@@ -215,7 +229,7 @@ class Chaos:
             wait_for(lambda: self.leader() is not None, self.margin_s, "a leader")
             lead = self.leader()
             assert lead is not None
-            newcomer = self.group.spawn()  # its join starts a rebalance...
+            newcomer = self.spawn()  # its join starts a rebalance...
             wait_for(lambda: any(f["e"] == "started" for f in newcomer.facts()), self.margin_s,
                      "the newcomer to join")  # fmt: skip
             self.crash(lead)  # ...and the leader dies while planning it
@@ -228,9 +242,25 @@ class Chaos:
             t0 = time.monotonic()  # time to recover is counted from the broker's return
         elif fault == "slow_member":
             self.replace(self.rng.choice(victims), slow_control_ms=300)
+        elif fault == "partition":
+            z = self.rng.choice(victims)
+            how = self.rng.choice(sorted(CUTS))
+            extra["cut"] = f"{z.name} {how}"
+            self.dup_allowed |= z.owned()  # what it processed but could not commit is re-read
+            cut = self.proxy.cut("both", cut_pattern(how, z.name))
+            try:
+                wait_for(lambda: self.group.taken_over(z, self.parts, t0),
+                         self.session_s + self.margin_s,
+                         f"the others to take over from {z.name}, cut off {how}")  # fmt: skip
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {self.group.describe()}") from None
+            extra["taken_over_s"] = round(time.monotonic() - t0, 3)
+            self.proxy.heal(cut)
+            t0 = time.monotonic()  # time to recover is counted from the heal
         took = self.stable(fault, since=t0)
+        total = round(time.monotonic() - t0, 3)
         self.report.faults.append({"fault": fault, "stable_after_s": round(took, 3),
-                                   "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+                                   "total_s": total, **extra})  # fmt: skip
 
     def finish(self) -> None:
         audit(self.group, self.producer, self.dup_allowed, self.report)

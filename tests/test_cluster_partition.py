@@ -31,7 +31,7 @@ import pytest
 
 from groupkit.devbroker_proxy import FaultProxy
 from tests.conftest import KafkaBackend
-from tests.groupharness import TP, Worker, wait_for
+from tests.groupharness import CUTS, Worker, cut_pattern, wait_for
 from tests.test_cluster_faults import (
     MARGIN_S,
     SESSION_MS,
@@ -41,41 +41,12 @@ from tests.test_cluster_faults import (
     running_group,
 )
 
-CUTS = {
-    # id: (what the member can still do, client.id pattern held)
-    "both-ways": r"w0(\..+)?",
-    "read-not-write": r"w0\.control-writer",
-    "write-not-read": r"w0(\.control-reader)?",
-}
-
 
 @pytest.fixture
 def proxy(cluster: KafkaBackend) -> Iterator[FaultProxy]:
     lc = local_cluster(cluster)
     with FaultProxy.for_cluster(lc) as p:
         yield p
-
-
-def others_took_over(run: Run, w: Worker, since: float) -> bool:
-    """``w`` owns nothing; the others own every partition once and consumed each after
-    ``since``."""
-    if w.owned():
-        return False
-    own: dict[TP, list[str]] = {}
-    for o in run.group.live():
-        if o is not w:
-            for tp in o.owned():
-                own.setdefault(tp, []).append(o.name)
-    if set(own) != run.parts or any(len(ws) != 1 for ws in own.values()):
-        return False
-    fresh = {
-        tuple(f["tp"])
-        for o in run.group.live()
-        if o is not w
-        for f in o.facts()
-        if f["e"] == "msg" and f["t"] > since and tuple(f["tp"]) in o.owned()
-    }
-    return fresh >= run.parts
 
 
 def fenced_after(w: Worker, since: float) -> float:
@@ -104,9 +75,9 @@ def test_member_cut_off_then_healed(
         lost_before = len(w.events("lost"))
 
         t0 = time.monotonic()
-        cut = proxy.cut("both", CUTS[case])
+        cut = proxy.cut("both", cut_pattern(case, "w0"))
         try:
-            wait_for(lambda: others_took_over(run, w, t0), run.session_s + MARGIN_S,
+            wait_for(lambda: run.group.taken_over(w, run.parts, t0), run.session_s + MARGIN_S,
                      f"the others to take over w0's partitions ({case})")  # fmt: skip
         except AssertionError as e:
             raise AssertionError(f"{e}: {run.group.describe()}") from None
