@@ -165,6 +165,12 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
     name = unique_name("shape")
     create_topic(admin, name, 3, replication_factor=-1)
     try:
+        # Any broker may answer, and a fresh cluster's may not know the topic yet (seen once:
+        # no partitions at all, right after create_topic saw every one led).
+        def described() -> bool:
+            return len(admin.list_topics(name, timeout=10).topics[name].partitions) == 3
+
+        wait_for(described, 30, f"every broker to describe {name}")
         parts = admin.list_topics(name, timeout=10).topics[name].partitions.values()
         assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
         assert len({p.leader for p in parts}) == 3  # leadership spread over the brokers
