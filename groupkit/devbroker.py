@@ -21,6 +21,14 @@ broker and controller, in one static three-voter quorum, in ``<state>/node<i>``,
 ``broker.rack`` ``r<i>``, replication factor 3 and ``min.insync.replicas`` 2. A node can be
 killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
 seconds under libfaketime (``faketime_env``), to show a broker whose clock is skewed.
+``LocalCluster(proxied=True)`` (or ``LocalBroker(proxied=True)``) gives every node a second
+plaintext listener, ``PROXIED``, advertising a port that ``groupkit.devbroker_proxy.FaultProxy``
+listens on, so a client that bootstraps there (``proxy_bootstrap``) reaches every broker through
+the proxy, which can cut it off.
+
+``live_client_handles()`` counts this process's librdkafka clients; ``wait_clients_closed()``
+is what a test fixture or bench calls before stopping its broker, since a client that outlives
+its broker retries it for ever.
 
 Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
 ``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
@@ -631,6 +639,7 @@ class LocalBroker:
             except Exception:
                 pass
             time.sleep(0.1)  # list_topics may fail at once (connection refused)
+        del admin  # (the error's traceback would keep it retrying the stopped broker)
         self.stop()
         raise DevBrokerError(
             f"the broker did not answer on {self.bootstrap} within {timeout:.0f}s; "
