@@ -10,7 +10,9 @@ than a session, the proxy holds (as an iptables DROP would) the traffic of:
 - every client of ``w0``: cut off both ways;
 - only its control producer: it can read but not write (its heartbeats stop landing);
 - only its consumers (control reader and data consumer): it can write but not read (its
-  heartbeats land, but it cannot see them, so it cannot know its session holds).
+  heartbeats land, but it cannot see them, so it cannot know its session holds);
+- one direction of every client of ``w0``: its requests reach the brokers but no answer comes
+  back (``answers-lost``: its heartbeats land, unacknowledged, and it reads nothing).
 
 Each case must show, within session timeout + ``MARGIN_S`` of the cut: ``w0`` reports everything
 it owned lost (it fenced itself), the other two own and consume every partition, and no
@@ -58,7 +60,11 @@ def granted_after(run: Run, w: Worker, since: float) -> float:
                if f["e"] == "assign" and f["t"] > since) - since  # fmt: skip
 
 
-@pytest.mark.parametrize("case", list(CUTS))
+#: case -> (the clients held, as a groupharness.CUTS kind; the direction held)
+CASES = {kind: (kind, "both") for kind in CUTS} | {"answers-lost": ("both-ways", "down")}
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_member_cut_off_then_healed(
     case: str, cluster: KafkaBackend, proxy: FaultProxy, tmp_path: Path
 ) -> None:
@@ -75,7 +81,8 @@ def test_member_cut_off_then_healed(
         lost_before = len(w.events("lost"))
 
         t0 = time.monotonic()
-        cut = proxy.cut("both", cut_pattern(case, "w0"))
+        clients, direction = CASES[case]
+        cut = proxy.cut(direction, cut_pattern(clients, "w0"))  # type: ignore[arg-type]
         try:
             wait_for(lambda: run.group.taken_over(w, run.parts, t0), run.session_s + MARGIN_S,
                      f"the others to take over w0's partitions ({case})")  # fmt: skip
