@@ -171,13 +171,13 @@ def bootstrap(kafka: KafkaBackend) -> str:
     return kafka.bootstrap
 
 
-class _ReleasedAdmin:
-    """An AdminClient whose handle :meth:`release` destroys.
+class ReleasedAdmin:
+    """An AdminClient whose handle :meth:`release` destroys (for session and module fixtures).
 
     An AdminClient has no close(): only its last reference going destroys it, and pytest still
-    holds a session fixture's value (the last test's arguments) while the session's other
-    fixtures are torn down, i.e. when ``kafka`` stops the broker. So the fixture hands out
-    this, and drops the client itself at its own teardown."""
+    holds a session or module fixture's value (the last test's arguments) while the other
+    fixtures of that scope are torn down, i.e. when the broker fixture stops the broker. So
+    such a fixture hands out this, and drops the client itself at its own teardown."""
 
     def __init__(self, conf: dict[str, Any]) -> None:
         from confluent_kafka.admin import AdminClient
@@ -196,7 +196,7 @@ class _ReleasedAdmin:
 @pytest.fixture(scope="session")
 def admin(bootstrap: str):  # type: ignore[no-untyped-def]
     """The session's AdminClient (released before ``kafka`` stops the broker)."""
-    client = _ReleasedAdmin({"bootstrap.servers": bootstrap})
+    client = ReleasedAdmin({"bootstrap.servers": bootstrap})
     yield client
     client.release()
 

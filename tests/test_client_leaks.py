@@ -38,15 +38,10 @@ def baseline() -> Iterator[int]:
 
 
 def settled(n: int, what: str, timeout: float = 10) -> None:
-    """Wait until ``n`` handles live. An AdminClient has no close(): it is destroyed with its
-    last reference, and a failed control loop's error is a reference cycle (its traceback holds
-    the loop's frame, whose coordinator holds the error and the admin), so collect garbage."""
-
-    def count() -> bool:
-        gc.collect()
-        return live_client_handles() == n
-
-    wait_for(count, timeout,
+    """Wait until ``n`` handles live, without collecting garbage: an AdminClient has no close(),
+    it is destroyed with its last reference, so one held in a reference cycle would live on
+    until a collection (a failed control loop's error was such a cycle)."""
+    wait_for(lambda: live_client_handles() == n, timeout,
              f"{what}: {n} live librdkafka clients (now {live_client_handles()})")  # fmt: skip
 
 

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
@@ -837,6 +838,12 @@ class GroupConsumer:
         finally:
             c.stop()
             c.control.close(1)
+            # The failure's traceback holds the loop's frame, which holds the coordinator (and
+            # the admin), which holds the failure: a cycle only a garbage collection frees, so
+            # the admin kept reconnecting meanwhile. The loop has ended: its frames' locals can
+            # go (the traceback still says where it failed).
+            if c.failure is not None:
+                traceback.clear_frames(c.failure.__traceback__)
         raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
 
     def close(self) -> None:
