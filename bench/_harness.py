@@ -241,40 +241,45 @@ class Pacer:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, period: float = 0.01) -> None:
         self.topic, self.partitions, self.period = topic, partitions, period
-        self._p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "acks": 1,
-                            "socket.nagle.disable": True})  # fmt: skip
+        self._p: Producer | None = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2,
+                                             "acks": 1, "socket.nagle.disable": True})  # fmt: skip
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.sent = 0
         self.dropped_rounds = 0
 
     def _run(self) -> None:
+        producer = self._p
+        assert producer is not None
         nxt = time.monotonic()
         value = b"x" * 64
         while not self._stop.is_set():
             try:
                 for p in range(self.partitions):
-                    self._p.produce(self.topic, value=value, partition=p)
+                    producer.produce(self.topic, value=value, partition=p)
                     self.sent += 1
             except BufferError:  # the broker fell behind (a loaded machine): skip this round
                 self.dropped_rounds += 1
-                self._p.poll(self.period)
-            self._p.poll(0)
+                producer.poll(self.period)
+            producer.poll(0)
             nxt += self.period
             delay = nxt - time.monotonic()
             if delay > 0:
                 self._stop.wait(delay)
             else:
                 nxt = time.monotonic()  # fell behind: do not burst
-        self._p.flush(10)
+        producer.flush(10)
 
     def start(self) -> Pacer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop producing and destroy the producer (flushed by the thread; the last reference
+        goes here), so it does not outlive the broker: the bench keeps the Pacer object."""
         self._stop.set()
         self._thread.join(30)
+        self._p = None
 
 
 # --------------------------------------------------------------------------- measuring
@@ -429,11 +434,16 @@ def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any
     if bootstrap:
         yield bootstrap
         return
-    from groupkit.devbroker import LocalBroker
+    from groupkit.devbroker import LocalBroker, wait_clients_closed
 
     b = LocalBroker(state_dir, extra_properties=extra)
     boot = b.start()
     try:
         yield boot
     finally:
+        # Every client of the bench must be gone first, or it retries the stopped broker for
+        # the rest of the run ("Connect to ipv4#127.0.0.1:... failed").
+        left = wait_clients_closed(10.0)
+        if left:
+            print(f"bench: {left} librdkafka client(s) outlived the run", file=sys.stderr)
         b.stop()

@@ -376,6 +376,9 @@ class Demo:
 
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         create_topic(admin, self.topic, a.partitions, exist_ok=True)
+        # Not kept for the run: this frame lives on (in Ctrl-C's traceback too) while stop()
+        # stops the broker, and the admin would keep reconnecting to it.
+        del admin
         self._say(f"topic {self.topic} ({a.partitions} partitions), group {self.group}, "
                   f"protocol {a.protocol}, assignor {a.assignor}")  # fmt: skip
         self.producer = self._spawn("produce", "producer", [

@@ -21,6 +21,14 @@ broker and controller, in one static three-voter quorum, in ``<state>/node<i>``,
 ``broker.rack`` ``r<i>``, replication factor 3 and ``min.insync.replicas`` 2. A node can be
 killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
 seconds (``skewed_clock_jvm_args``), to show a broker whose clock is skewed.
+``LocalCluster(proxied=True)`` (or ``LocalBroker(proxied=True)``) gives every node a second
+plaintext listener, ``PROXIED``, advertising a port that ``groupkit.devbroker_proxy.FaultProxy``
+listens on, so a client that bootstraps there (``proxy_bootstrap``) reaches every broker through
+the proxy, which can cut it off.
+
+``live_client_handles()`` counts this process's librdkafka clients; ``wait_clients_closed()``
+is what a test fixture or bench calls before stopping its broker, since a client that outlives
+its broker retries it for ever.
 
 Security (for the security tests; off by default, so ``groupkit broker start`` is unchanged):
 ``LocalBroker(sasl_users={"admin": "admin-secret", "alice": "alice-secret"})`` serves only
@@ -37,6 +45,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import gc
 import os
 import re
 import shutil
@@ -212,6 +221,36 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def live_client_handles() -> int:
+    """Live librdkafka clients (Producer, Consumer, AdminClient) in this process.
+
+    Each handle runs one ``rdk:main`` thread, which destroying the handle joins, so counting
+    those threads counts handles (Linux: ``/proc/self/task``; elsewhere 0)."""
+    n = 0
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    n += f.read().strip() == "rdk:main"
+            except OSError:  # a thread that just ended
+                pass
+    return n
+
+
+def wait_clients_closed(timeout: float = 10.0, baseline: int = 0) -> int:
+    """Before stopping a broker: collect garbage and wait until at most ``baseline`` clients
+    live (a handle dropped on another thread takes a moment to join its threads); return how
+    many still do. A client that outlives its broker retries it for ever (``Connect to ipv4#...
+    failed: Connection refused`` at the end of a run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        live = live_client_handles()
+        if live <= baseline or time.monotonic() >= deadline:
+            return live
+        time.sleep(0.05)
+
+
 _SKEW_CLOCK_SOURCE = Path(__file__).parent / "skewclock" / "SystemTime.java"
 
 
@@ -312,6 +351,7 @@ class LocalBroker:
         replication_factor: int = 1,
         min_insync_replicas: int = 1,
         clock_offset_s: int = 0,
+        proxied: bool = False,
     ) -> None:
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
         self.version = version
@@ -322,6 +362,8 @@ class LocalBroker:
         self.admin_user = admin_user
         self.authorizer = authorizer
         _check_sasl_users(self.sasl_users, admin_user, authorizer)
+        if proxied and self.sasl_users:
+            raise DevBrokerError("the PROXIED listener is plaintext: not with sasl_users")
         self.node_id = node_id
         self.rack = rack
         self.replication_factor = replication_factor
@@ -329,6 +371,13 @@ class LocalBroker:
         #: seconds this node's wall clock is off (``skewed_clock_jvm_args``), from its next start on
         self.clock_offset_s = clock_offset_s
         self.controller_port = 0
+        #: a second plaintext listener, ``PROXIED``, on ``proxied_port``, that advertises
+        #: ``proxy_port`` instead: a fault proxy (devbroker_proxy) listens there and forwards
+        #: to ``proxied_port``, so a client that bootstraps through the proxy is told the proxy's
+        #: address of every broker by the metadata, and all of its traffic keeps going through it
+        self.proxied = proxied
+        self.proxy_port = 0
+        self.proxied_port = 0
         #: a static controller quorum (``id@host:port,...``), set by :class:`LocalCluster`;
         #: ``None`` is a quorum of this one node
         self.quorum_voters: str | None = None
@@ -352,6 +401,21 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def _proxy_ports_path(self) -> Path:
+        return self.state_dir / "proxy.ports"
+
+    @property
+    def proxy_bootstrap(self) -> str:
+        """The bootstrap address through the fault proxy (``proxied``, started)."""
+        return f"127.0.0.1:{self.proxy_port}"
+
+    def proxy_routes(self) -> dict[int, int]:
+        """The port the fault proxy must listen on -> the ``PROXIED`` listener's."""
+        if not (self.proxied and self.proxy_port):
+            raise DevBrokerError("proxy_routes: start a LocalBroker(proxied=True) first")
+        return {self.proxy_port: self.proxied_port}
 
     def client_config(self, user: str | None = None) -> dict[str, str]:
         """confluent-kafka settings to reach this broker (as ``user`` on a SASL broker;
@@ -436,6 +500,11 @@ class LocalBroker:
         }
         if self.rack is not None:
             props["broker.rack"] = self.rack
+        if self.proxied:
+            # Kafka answers metadata with the endpoints of the listener the request came in on.
+            props["listeners"] += f",PROXIED://127.0.0.1:{self.proxied_port}"
+            props["advertised.listeners"] += f",PROXIED://127.0.0.1:{self.proxy_port}"
+            props["listener.security.protocol.map"] += ",PROXIED:PLAINTEXT"
         props.update(self._security_properties(controller_port))
         props.update(self.extra_properties)
         return "".join(f"{k}={v}\n" for k, v in props.items())
@@ -491,6 +560,10 @@ class LocalBroker:
             if self.controller_port == 0:
                 self.controller_port = free_port()
             (self.state_dir / "controller.port").write_text(str(self.controller_port))
+            if self.proxied:
+                self.proxy_port = self.proxy_port or free_port()
+                self.proxied_port = self.proxied_port or free_port()
+                self._proxy_ports_path.write_text(f"{self.proxy_port} {self.proxied_port}\n")
         else:
             self.load_ports()
         props = self.state_dir / "server.properties"
@@ -546,6 +619,9 @@ class LocalBroker:
             self.port = int(self._bootstrap_path.read_text().strip().rsplit(":", 1)[1])
         if self.controller_port == 0:
             self.controller_port = int((self.state_dir / "controller.port").read_text())
+        if self.proxied and self.proxy_port == 0 and self._proxy_ports_path.exists():
+            ports = self._proxy_ports_path.read_text().split()
+            self.proxy_port, self.proxied_port = int(ports[0]), int(ports[1])
 
     def wait_ready(self, timeout: float) -> None:
         """Wait until this node serves metadata that lists itself (registered and unfenced)."""
@@ -566,6 +642,7 @@ class LocalBroker:
             except Exception:
                 pass
             time.sleep(0.1)  # list_topics may fail at once (connection refused)
+        del admin  # (the error's traceback would keep it retrying the stopped broker)
         self.stop()
         raise DevBrokerError(
             f"the broker did not answer on {self.bootstrap} within {timeout:.0f}s; "
@@ -640,7 +717,10 @@ class LocalCluster:
         brokers: int = 3,
         extra_properties: Mapping[str, str] | None = None,
         heap: str = "384m",
+        proxied: bool = False,
     ) -> None:
+        """``proxied``: every node also gets a ``PROXIED`` listener that advertises a port a
+        fault proxy listens on (:meth:`proxy_routes`, ``groupkit.devbroker_proxy``)."""
         if brokers < 1:
             raise DevBrokerError(f"a cluster needs at least one broker, got {brokers}")
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()
@@ -655,6 +735,7 @@ class LocalCluster:
                 rack=f"r{i}",
                 replication_factor=min(3, brokers),
                 min_insync_replicas=min(2, brokers),
+                proxied=proxied,
             )
             for i in range(brokers)
         ]
@@ -666,11 +747,23 @@ class LocalCluster:
         marker = folder / cls.MARKER
         if not marker.exists():
             return None
-        return cls(folder, brokers=int(marker.read_text().strip() or 3))
+        proxied = (folder / "node0" / "proxy.ports").exists()
+        return cls(folder, brokers=int(marker.read_text().strip() or 3), proxied=proxied)
 
     @property
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def proxy_bootstrap(self) -> str:
+        """The bootstrap list through the fault proxy (a ``proxied`` cluster, started)."""
+        return ",".join(f"127.0.0.1:{n.proxy_port}" for n in self.nodes)
+
+    def proxy_routes(self) -> dict[int, int]:
+        """Per node, the port the fault proxy must listen on -> the ``PROXIED`` listener's."""
+        if not all(n.proxied and n.proxy_port for n in self.nodes):
+            raise DevBrokerError("proxy_routes: start a LocalCluster(proxied=True) first")
+        return {n.proxy_port: n.proxied_port for n in self.nodes}
 
     def client_config(self) -> dict[str, str]:
         return {"bootstrap.servers": self.bootstrap}
@@ -701,6 +794,7 @@ class LocalCluster:
                 n.cluster_id = cluster_id
                 n.port = n.port or free_port()
                 n.controller_port = free_port()
+                n.proxy_port = n.proxied_port = 0  # launch() picks fresh ones
         self._wire()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / self.MARKER).write_text(f"{len(self.nodes)}\n")

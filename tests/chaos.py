@@ -10,14 +10,18 @@ restart it, and every wait is bounded.
 2. Inject faults, first one of each kind in a fixed order, then at random (seeded) until the
    duration is up: kill -9 a member; freeze a member (SIGSTOP) past its session timeout, then
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
-   broker; start a member whose control-topic reads are delayed. On a cluster (``brokers=3``,
-   ``groupkit.devbroker.LocalCluster``; topics with three replicas, ``min.insync.replicas`` 2)
-   the broker fault restarts one node, and three more faults join: kill -9 the node leading
-   the group's control partition; kill -9 one leading data partitions only; and move the
-   control partition's leadership (the leader's controlled shutdown, then its restart) while
-   a member is frozen just under its session. One node of the cluster runs with its wall clock
-   ``SKEW_S`` ahead (``LocalCluster.restart(clock_offset_s=...)``), and the members allow for
-   it (``groupkit.max.clock.skew.ms``): as leadership moves, log time jumps back and forth.
+   broker; start a member whose control-topic reads are delayed; cut a running member off from
+   the brokers past its session, then heal it (``partition``: every member talks to the brokers
+   through a fault proxy, groupkit.devbroker_proxy, under its own client.id; the cut is picked
+   from ``groupharness.CUTS``: both ways, read but not write, write but not read).
+   On a cluster (``brokers=3``, ``groupkit.devbroker.LocalCluster``; topics with three
+   replicas, ``min.insync.replicas`` 2) the broker fault restarts one node, and three more
+   faults join: kill -9 the node leading the group's control partition; kill -9 one leading
+   data partitions only; and move the control partition's leadership (the leader's controlled
+   shutdown, then its restart) while a member is frozen just under its session. One node of
+   the cluster runs with its wall clock ``SKEW_S`` ahead (``LocalCluster.restart(
+   clock_offset_s=...)``), and the members allow for it (``groupkit.max.clock.skew.ms``): as
+   leadership moves, log time jumps back and forth.
 3. After each fault, the group must be stable again (every partition owned by exactly one
    running member) within ``session timeout + margin``.
 4. At the end: stop the producer, wait until every acknowledged offset was processed, and
@@ -42,11 +46,13 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from groupkit.devbroker import LocalBroker, LocalCluster
+from groupkit.devbroker_proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import partition_for_group
-from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
+from tests.groupharness import CUTS, TP, Group, KeyedProducer, Worker, cut_pattern, wait_for
 
-FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member")
+FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member",
+          "partition")  # fmt: skip
 CLUSTER_FAULTS = (*FAULTS, "kill_control_leader", "kill_data_leader", "frozen_leader_move")
 #: seconds the skewed node of a cluster run is ahead, and the members' allowance for it
 SKEW_S = 1
@@ -132,17 +138,21 @@ class Chaos:
         self.log = log
         extra: dict[str, object] = {}
         self.cluster: LocalCluster | None = None
+        self.brokers: LocalBroker | LocalCluster
         if brokers > 1:
             from tests.conftest import CLUSTER_PROPERTIES
 
-            self.cluster = LocalCluster(workdir / "cluster", brokers=brokers,
+            self.cluster = LocalCluster(workdir / "cluster", brokers=brokers, proxied=True,
                                         extra_properties=CLUSTER_PROPERTIES)  # fmt: skip
             self.cluster.nodes[-1].clock_offset_s = SKEW_S
             self.bootstrap = self.cluster.start()
+            self.brokers = self.cluster
             extra = {"groupkit.max.clock.skew.ms": SKEW_ALLOWANCE_MS}
         else:
-            self.broker = LocalBroker(workdir / "broker")
+            self.broker = LocalBroker(workdir / "broker", proxied=True)
             self.bootstrap = self.broker.start()
+            self.brokers = self.broker
+        self.proxy = FaultProxy.for_cluster(self.brokers).start()
         self.faults = CLUSTER_FAULTS if self.cluster else FAULTS
         self.topic = "chaos"
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -162,7 +172,7 @@ class Chaos:
         try:
             self.producer.start()
             for i in range(self.members):
-                self.group.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
+                self.spawn(slow_control_ms=150 if i == self.members - 1 else 0)
             self.stable("start")
             end = time.monotonic() + duration_s
             for fault in self.faults:
@@ -174,11 +184,18 @@ class Chaos:
             self.producer.stop()
             self.group.stop_all()
             del self.admin  # its handle must not outlive the brokers
+            self.proxy.stop()
             if self.cluster is not None:
                 self.cluster.stop()
             else:
                 self.broker.stop()
         return self.report
+
+    def spawn(self, slow_control_ms: int = 0) -> Worker:
+        """A member that talks to the broker through the fault proxy, as client.id its name."""
+        name = f"w{len(self.group.workers)}"
+        return self.group.spawn(name, slow_control_ms=slow_control_ms,
+                                bootstrap=self.brokers.proxy_bootstrap, client_id=name)  # fmt: skip
 
     def stable(self, after: str, since: float | None = None) -> float:
         """Wait until every partition is owned once and consumed again after ``since``."""
@@ -221,10 +238,11 @@ class Chaos:
     def replace(self, w: Worker, slow_control_ms: int = 0) -> None:
         """kill -9 ``w`` and start a new member in its place: the group keeps its size."""
         self.crash(w)
-        self.group.spawn(slow_control_ms=slow_control_ms)
+        self.spawn(slow_control_ms=slow_control_ms)
 
     def inject(self, fault: str) -> None:
         t0 = time.monotonic()
+        extra: dict[str, object] = {}
         victims = [w for w in self.running() if not w.paused]
         self.log(f"[chaos] fault {fault}")
         if fault == "kill":
@@ -247,7 +265,7 @@ class Chaos:
             wait_for(lambda: self.leader() is not None, self.margin_s, "a leader")
             lead = self.leader()
             assert lead is not None
-            newcomer = self.group.spawn()  # its join starts a rebalance...
+            newcomer = self.spawn()  # its join starts a rebalance...
             wait_for(lambda: any(f["e"] == "started" for f in newcomer.facts()), self.margin_s,
                      "the newcomer to join")  # fmt: skip
             self.crash(lead)  # ...and the leader dies while planning it
@@ -282,9 +300,25 @@ class Chaos:
             self.dup_allowed |= self.handed_over(killed_at)
         elif fault == "frozen_leader_move":
             t0 = self.frozen_leader_move(victims)
+        elif fault == "partition":
+            z = self.rng.choice(victims)
+            how = self.rng.choice(sorted(CUTS))
+            extra["cut"] = f"{z.name} {how}"
+            self.dup_allowed |= z.owned()  # what it processed but could not commit is re-read
+            cut = self.proxy.cut("both", cut_pattern(how, z.name))
+            try:
+                wait_for(lambda: self.group.taken_over(z, self.parts, t0),
+                         self.session_s + self.margin_s,
+                         f"the others to take over from {z.name}, cut off {how}")  # fmt: skip
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {self.group.describe()}") from None
+            extra["taken_over_s"] = round(time.monotonic() - t0, 3)
+            self.proxy.heal(cut)
+            t0 = time.monotonic()  # time to recover is counted from the heal
         took = self.stable(fault, since=t0)
+        total = round(time.monotonic() - t0, 3)
         self.report.faults.append({"fault": fault, "stable_after_s": round(took, 3),
-                                   "total_s": round(time.monotonic() - t0, 3)})  # fmt: skip
+                                   "total_s": total, **extra})  # fmt: skip
 
     # ------------------------------------------------------------------ cluster faults
 

@@ -30,6 +30,9 @@ class KafkaBackend:
     version: str
     local: Any = None  # the devbroker.LocalBroker (LocalCluster) that this run started
     created_topics: list[str] = field(default_factory=list)
+    #: librdkafka clients still alive when this run stopped its broker (leaks)
+    outlived: int = 0
+    stopped: bool = False
 
     def describe(self) -> str:
         return f"{self.kind} broker, Apache Kafka {self.version}, at {self.bootstrap}"
@@ -47,6 +50,36 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which broker served, so a CI log shows the tests ran against a real one."""
     for backend in _SERVED:
         terminalreporter.write_line(f"groupkit tests ran against: {backend.describe()}")
+        if backend.outlived:
+            terminalreporter.write_line(
+                f"groupkit: {backend.outlived} librdkafka client(s) were still alive when the "
+                f"{backend.kind} broker stopped: a test or fixture leaks a client", red=True
+            )
+
+
+def stop_after_clients(backend: KafkaBackend, stop: Callable[[], object]) -> None:
+    """Stop this run's broker only once every client of the session is gone (a client that
+    outlives its broker retries it for ever, logging ``Connect ... failed``)."""
+    from groupkit.devbroker import wait_clients_closed
+
+    # While another broker of this session still serves, its own clients (e.g. the ``admin``
+    # fixture's) may live on: nothing can be told apart, so only wait briefly.
+    others = [b for b in _SERVED if b is not backend and b.local is not None and not b.stopped]
+    try:
+        live = wait_clients_closed(1.0 if others else 10.0)
+        if live and os.environ.get("GK_DEBUG_LEAKS"):  # who holds them (closed ones too)
+            import gc
+
+            from confluent_kafka import Consumer, Producer
+            from confluent_kafka.admin import AdminClient
+
+            for o in gc.get_objects():
+                if isinstance(o, (AdminClient, Producer, Consumer)):
+                    print("client", o, "held by", [str(r)[:200] for r in gc.get_referrers(o)])
+        backend.outlived = 0 if others else live
+    finally:
+        backend.stopped = True
+        stop()
 
 
 def _docker_engine_answers() -> bool:
@@ -88,7 +121,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
     try:
         yield backend
     finally:
-        broker.stop()
+        stop_after_clients(backend, broker.stop)
 
 
 #: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
@@ -105,8 +138,10 @@ CLUSTER_PROPERTIES = {
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
     """Three KRaft brokers (``devbroker.LocalCluster``: RF 3, ``min.insync.replicas`` 2, racks
     r0..r2), shared by the session; ``cluster.local`` is the LocalCluster to inject faults
-    with. ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test
-    that must kill or skew a broker says it cannot."""
+    with; each node also has a ``PROXIED`` listener for a fault proxy
+    (``groupkit.devbroker_proxy``, tests/test_cluster_partition.py).
+    ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test that must
+    kill, skew or cut off a broker says it cannot."""
     external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
     if external:
         backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
@@ -117,7 +152,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
 
     version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
     local = LocalCluster(
-        tmp_path_factory.mktemp("cluster"), version=version, extra_properties=CLUSTER_PROPERTIES
+        tmp_path_factory.mktemp("cluster"),
+        version=version,
+        extra_properties=CLUSTER_PROPERTIES,
+        proxied=True,
     )
     bootstrap = local.start()
     backend = KafkaBackend(bootstrap, "local 3-node cluster", version, local=local)
@@ -125,7 +163,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
     try:
         yield backend
     finally:
-        local.stop()
+        stop_after_clients(backend, local.stop)
 
 
 @pytest.fixture(scope="session")
@@ -133,11 +171,34 @@ def bootstrap(kafka: KafkaBackend) -> str:
     return kafka.bootstrap
 
 
+class ReleasedAdmin:
+    """An AdminClient whose handle :meth:`release` destroys (for session and module fixtures).
+
+    An AdminClient has no close(): only its last reference going destroys it, and pytest still
+    holds a session or module fixture's value (the last test's arguments) while the other
+    fixtures of that scope are torn down, i.e. when the broker fixture stops the broker. So
+    such a fixture hands out this, and drops the client itself at its own teardown."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self._client: Any = AdminClient(conf)
+
+    def __getattr__(self, name: str) -> Any:
+        if self.__dict__.get("_client") is None:
+            raise RuntimeError("the session's admin client was released")
+        return getattr(self._client, name)
+
+    def release(self) -> None:
+        self._client = None
+
+
 @pytest.fixture(scope="session")
 def admin(bootstrap: str):  # type: ignore[no-untyped-def]
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap})
+    """The session's AdminClient (released before ``kafka`` stops the broker)."""
+    client = ReleasedAdmin({"bootstrap.servers": bootstrap})
+    yield client
+    client.release()
 
 
 def unique_name(prefix: str = "t") -> str:

@@ -9,7 +9,8 @@ written before it):
 - ``{"e": "msg", "tp": [...], "o": offset, "ts": create_time_ms, "t": ...}``: a processed
   record (``ts`` is the producer's timestamp, epoch ms);
 - ``{"e": "state", "member": id, "generation": n, "leader": bool, "t": ...}`` when it changes;
-- ``{"e": "commit_refused", ...}``, ``{"e": "closed"}``;
+- ``{"e": "commit_refused" | "committed", "tp": [...], "o": offset, "error": ...}``: the outcome
+  of the ``commit`` command, per partition; ``{"e": "closed"}``;
 - ``{"e": "failed", "error": ...}`` when ``consume`` raised (the control loop failed): the worker
   closes and exits with status 3, so the harness sees it dead instead of silently idle;
 - with ``GK_TRACE_BATCHES=1``: ``{"e": "batch", "n": ..., "age_ms": ..., "fence_until": ...}``
@@ -17,7 +18,9 @@ written before it):
 
 groupkit's own log events go to stdout (the harness's ``NAME.out``) as JSON lines.
 
-Commands on stdin, one per line: ``subscribe t1,t2`` and ``close``.
+Commands on stdin, one per line: ``subscribe t1,t2``, ``close``, and ``commit``: commit,
+synchronously and one partition at a time, the offset after the last record processed of every
+partition this worker ever processed (a fenced member's commits must all be refused).
 ``time.monotonic`` is the machine's CLOCK_MONOTONIC, comparable across processes here.
 """
 
@@ -32,10 +35,11 @@ import threading
 import time
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
-from groupkit.errors import GroupkitError
+from groupkit.errors import FencedError, GroupkitError
 from groupkit.log import configure as configure_logs
 from groupkit.protocol import GroupState
 from groupkit.runtime.hooks import GroupObserver
@@ -76,6 +80,7 @@ def main() -> None:
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--reset", default="earliest")
     ap.add_argument("--extra", default="{}", help="JSON of extra config")
+    ap.add_argument("--client-id", default=None, help="client.id (a fault proxy cuts by it)")
     ap.add_argument(
         "--slow-control-ms",
         type=int,
@@ -100,6 +105,8 @@ def main() -> None:
         "groupkit.control.topic": args.control_topic,
         **json.loads(args.extra),
     }
+    if args.client_id:
+        conf["client.id"] = args.client_id
     if os.environ.get("GK_DATA_DEBUG"):  # e.g. "cgrp,fetch": librdkafka debug of the data consumer
         conf["debug"] = os.environ["GK_DATA_DEBUG"]
 
@@ -131,6 +138,7 @@ def main() -> None:
                        on_lost=on_lost)  # fmt: skip
     audit.write(e="started", member=consumer.member_id)
     last_state: tuple[Any, ...] = ()
+    last_offset: dict[tuple[str, int], int] = {}
     while True:
         while commands:
             cmd = commands.pop(0)
@@ -138,6 +146,15 @@ def main() -> None:
                 consumer.close()
                 audit.write(e="closed")
                 return
+            if cmd == "commit":
+                for (topic, part), off in sorted(last_offset.items()):
+                    try:
+                        consumer.commit(offsets=[KTP(topic, part, off + 1)], asynchronous=False)
+                        audit.write(e="committed", tp=[topic, part], o=off + 1)
+                    except (GroupkitError, KafkaException) as e:
+                        audit.write(e="commit_refused", tp=[topic, part], o=off + 1,
+                                    error=str(e), fenced=isinstance(e, FencedError))  # fmt: skip
+                audit.write(e="commit_done")
             if cmd.startswith("subscribe "):
                 consumer.subscribe(cmd.split(" ", 1)[1].split(","), on_assign=on_assign,
                                    on_revoke=on_revoke, on_lost=on_lost)  # fmt: skip
@@ -162,6 +179,7 @@ def main() -> None:
                 continue
             audit.write(e="msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
                         ts=msg.timestamp()[1])  # fmt: skip
+            last_offset[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
         state = (consumer.member_id, consumer.generation, consumer.is_leader)
         if state != last_state:
             last_state = state

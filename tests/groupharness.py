@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,20 @@ from confluent_kafka import KafkaError, Message, Producer
 
 TP = tuple[str, int]
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Ways to cut a member off through the fault proxy (groupkit.devbroker_proxy): what it can
+#: still do -> the client.ids to hold, as a pattern of its own client.id (groupkit names its
+#: internal clients ``<client.id>.<role>``, the data consumer ``<client.id>``: runtime/config.py).
+CUTS = {
+    "both-ways": r"{id}(\..+)?",
+    "read-not-write": r"{id}\.control-writer",
+    "write-not-read": r"{id}(\.control-reader)?",
+}
+
+
+def cut_pattern(kind: str, client_id: str) -> str:
+    """The client.id pattern that cuts member ``client_id`` off as ``kind`` (see CUTS)."""
+    return CUTS[kind].replace("{id}", re.escape(client_id))
 
 
 def wait_for(cond: Callable[[], bool], timeout: float, what: str, step: float = 0.05) -> float:
@@ -119,19 +134,27 @@ class Group:
     workers: dict[str, Worker] = field(default_factory=dict)
 
     def spawn(
-        self, name: str | None = None, topics: Iterable[str] | None = None, slow_control_ms: int = 0
+        self,
+        name: str | None = None,
+        topics: Iterable[str] | None = None,
+        slow_control_ms: int = 0,
+        bootstrap: str | None = None,
+        client_id: str | None = None,
     ) -> Worker:
+        """``bootstrap``: this worker's own (e.g. through a fault proxy); ``client_id``: its
+        ``client.id`` (its internal clients append ``.<role>``)."""
         name = name or f"w{len(self.workers)}"
         audit = self.workdir / f"{name}.jsonl"
         cmd = [
             sys.executable, "-m", "tests.group_worker",
-            "--bootstrap", self.bootstrap, "--group", self.group,
+            "--bootstrap", bootstrap or self.bootstrap, "--group", self.group,
             "--topics", ",".join(topics or self.topics), "--audit", str(audit),
             "--protocol", self.protocol, "--assignor", self.assignor,
             "--session-timeout-ms", str(self.session_timeout_ms),
             "--heartbeat-ms", str(max(100, self.session_timeout_ms // 10)),
             "--control-topic", self.control_topic, "--extra", json.dumps(self.extra),
             "--slow-control-ms", str(slow_control_ms),
+            *(["--client-id", client_id] if client_id else []),
         ]  # fmt: skip
         proc = subprocess.Popen(
             cmd,
@@ -182,6 +205,26 @@ class Group:
                     tp: TP = tuple(f["tp"])  # type: ignore[assignment]
                     if tp in mine:
                         fresh.add(tp)
+        return fresh >= partitions
+
+    def taken_over(self, w: Worker, partitions: set[TP], since: float) -> bool:
+        """``w`` (still running, e.g. cut off) owns nothing, and the other live workers own
+        every partition once and have each consumed one of their records after ``since``."""
+        if w.owned():
+            return False
+        others = [o for o in self.live() if o is not w]
+        own: dict[TP, list[str]] = defaultdict(list)
+        for o in others:
+            for tp in o.owned():
+                own[tp].append(o.name)
+        if set(own) != partitions or any(len(ws) != 1 for ws in own.values()):
+            return False
+        fresh: set[TP] = set()
+        for o in others:
+            mine = o.owned()
+            for f in o.facts():
+                if f["e"] == "msg" and f["t"] > since and tuple(f["tp"]) in mine:
+                    fresh.add(tuple(f["tp"]))  # type: ignore[arg-type]
         return fresh >= partitions
 
     def describe(self) -> str:
@@ -248,8 +291,8 @@ class KeyedProducer:
         self.topic = topic
         self.rate = rate_per_s
         self.acked: dict[TP, set[int]] = defaultdict(set)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                                   "linger.ms": 5})  # fmt: skip
+        conf = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+        self._producer: Producer | None = Producer(conf)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.count = 0
@@ -259,23 +302,29 @@ class KeyedProducer:
             self.acked[(msg.topic() or "", msg.partition() or 0)].add(msg.offset() or 0)
 
     def _run(self) -> None:
+        producer = self._producer
+        assert producer is not None
         i = 0
         while not self._stop.is_set():
-            self._producer.produce(self.topic, key=f"k{i % 97}".encode(), value=str(i).encode(),
-                                   on_delivery=self._delivered)  # fmt: skip
+            producer.produce(self.topic, key=f"k{i % 97}".encode(), value=str(i).encode(),
+                             on_delivery=self._delivered)  # fmt: skip
             i += 1
             self.count = i
-            self._producer.poll(0)
+            producer.poll(0)
             self._stop.wait(1 / self.rate)
-        self._producer.flush(30)
+        producer.flush(30)
 
     def start(self) -> KeyedProducer:
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop producing; the producer (flushed by the thread) is destroyed here, so it does not
+        outlive the broker however long this object lives."""
         self._stop.set()
-        self._thread.join(60)
+        if self._thread.is_alive():
+            self._thread.join(60)
+        self._producer = None
 
     def end_offsets(self) -> dict[TP, int]:
         return {tp: max(offs) + 1 for tp, offs in self.acked.items()}

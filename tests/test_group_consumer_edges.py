@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.devbroker import live_client_handles
 from groupkit.errors import (
     BrokerError,
     ConfigError,
@@ -68,17 +68,9 @@ def test_control_topic_with_wrong_config(
     wait_for(lambda: _librdkafka_handles() <= before, 10, "the failed consumer's admin destroyed")
 
 
-def _librdkafka_handles() -> int:
-    """Live librdkafka clients in this process: each handle runs one ``rdk:main`` thread, which
-    destroying the handle joins."""
-    n = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                n += f.read().strip() == "rdk:main"
-        except OSError:  # a thread that just ended
-            pass
-    return n
+# Live librdkafka clients in this process (one ``rdk:main`` thread per handle); more paths in
+# tests/test_client_leaks.py.
+_librdkafka_handles = live_client_handles
 
 
 def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(

@@ -51,6 +51,18 @@ def test_security_settings_reach_every_internal_client() -> None:
     assert cfg.client_config(**{"acks": "all"})["acks"] == "all"
 
 
+def test_internal_clients_have_their_own_client_id() -> None:
+    """Each internal client says what it is (a fault proxy cuts one by its client.id); the data
+    consumer keeps the user's client.id."""
+    cfg = GroupConfig.from_dict({**BASE, "client.id": "app"})
+    assert cfg.client_config("control-writer")["client.id"] == "app.control-writer"
+    assert cfg.client_config()["client.id"] == "app"
+    assert cfg.data_consumer["client.id"] == "app"
+    plain = GroupConfig.from_dict(BASE)
+    assert plain.client_config("admin")["client.id"] == "groupkit.admin"
+    assert "client.id" not in plain.client_config()
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -52,7 +52,7 @@ from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.describe import describe_group
 from groupkit.runtime.lag import committed_offsets
 from groupkit.types import TopicPartition
-from tests.conftest import unique_name
+from tests.conftest import ReleasedAdmin, unique_name
 from tests.groupharness import wait_for
 
 USERS = {
@@ -78,8 +78,11 @@ def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
 
 
 @pytest.fixture(scope="module")
-def root(sasl: LocalBroker) -> AdminClient:
-    return AdminClient(sasl.client_config("admin"))
+def root(sasl: LocalBroker) -> Iterator[AdminClient]:
+    """(Released before ``sasl`` stops its broker: see conftest.ReleasedAdmin.)"""
+    client = ReleasedAdmin(sasl.client_config("admin"))
+    yield client  # type: ignore[misc]
+    client.release()
 
 
 def allow(sasl: LocalBroker, admin: AdminClient, user: str,

@@ -60,19 +60,27 @@ def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> GroupkitAdm
             fast_failures = fast_failures + 1 if time.monotonic() - t0 < wait / 2 else 0
             admin.poll(0)  # serve error_cb
             auth = [x for x in errors if x.code() == KafkaError._AUTHENTICATION]
+            failure = None
             if auth:
-                raise BrokerError(
+                failure = BrokerError(
                     f"authentication to Kafka at {where} failed: {auth[-1].str()} (check "
                     "security.protocol, sasl.mechanism, sasl.username and sasl.password)"
-                ) from e
-            if fast_failures >= 3 or time.monotonic() >= deadline:
+                )
+            elif fast_failures >= 3 or time.monotonic() >= deadline:
                 seen = "; ".join(dict.fromkeys(x.str() for x in errors))
-                raise BrokerError(
+                failure = BrokerError(
                     f"cannot reach Kafka at {where}: {e}"
                     + (f" ({seen})" if seen else "")
                     + "; is the address right, and does the listener need security.protocol "
                     "(SASL_*/SSL) settings?"
-                ) from e
+                )
+            if failure is not None:
+                # A handle kept alive by the error would go on reconnecting to the unreachable
+                # cluster for as long as the error lives: the new error's traceback holds this
+                # frame, and the cause's runs through confluent-kafka's list_topics, whose
+                # frame holds the admin too (the message says all the cause's traceback did).
+                del admin
+                raise failure from e.with_traceback(None)
             time.sleep(0.1 if fast_failures else 0)
 
 

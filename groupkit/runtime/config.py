@@ -259,6 +259,14 @@ class GroupConfig:
             user_config=dict(conf),
         )
 
-    def client_config(self, **overrides: Any) -> dict[str, Any]:
-        """Settings for an internal client: the user's connection and security settings first."""
-        return {**self.connection, **overrides}
+    def client_config(self, role: str | None = None, **overrides: Any) -> dict[str, Any]:
+        """Settings for an internal client: the user's connection and security settings first.
+
+        ``role`` names the client: its ``client.id`` is the user's (or ``groupkit``) with
+        ``.role`` appended, so broker logs, request metrics and a fault proxy can tell a
+        member's control reader, control writer, admin and telemetry producer apart (the data
+        consumer keeps the user's own ``client.id``, which client-id quotas may name)."""
+        conf = {**self.connection, **overrides}
+        if role is not None:
+            conf["client.id"] = f"{self.connection.get('client.id', 'groupkit')}.{role}"
+        return conf

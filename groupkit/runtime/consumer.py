@@ -60,9 +60,10 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -77,6 +78,9 @@ from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.runtime.hooks import GroupObserver, Observers
+
+if TYPE_CHECKING:
+    from groupkit.runtime.telemetry import TelemetryPublisher
 from groupkit.types import TopicPartition
 
 _log = structlog.get_logger("groupkit.consumer")
@@ -202,7 +206,7 @@ class GroupConsumer:
         self._registry = registry
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
-        self._admin: AdminClient | None = connect_admin(cfg.client_config())
+        self._admin: AdminClient | None = connect_admin(cfg.client_config("admin"))
         #: the control clients the next join takes (opened here: see _open_control)
         self._control: ControlClients | None = None
         try:
@@ -220,10 +224,12 @@ class GroupConsumer:
         except BaseException:
             self._close_clients()
             raise
+        self._telemetry: TelemetryPublisher | None = None
         if cfg.telemetry_enable:  # only the leader publishes; see runtime/telemetry.py
             from groupkit.runtime.telemetry import TelemetryPublisher
 
-            self.observers.add(TelemetryPublisher(cfg, self._admin))
+            self._telemetry = TelemetryPublisher(cfg, self._admin)
+            self.observers.add(self._telemetry)
         self._coordinator: Coordinator | None = None
         self._topics: list[str] = []
         self._on_assign: Callback | None = None
@@ -859,6 +865,12 @@ class GroupConsumer:
         finally:
             c.stop()
             c.control.close(1)
+            # The failure's traceback holds the loop's frame, which holds the coordinator (and
+            # the admin), which holds the failure: a cycle only a garbage collection frees, so
+            # the admin kept reconnecting meanwhile. The loop has ended: its frames' locals can
+            # go (the traceback still says where it failed).
+            if c.failure is not None:
+                traceback.clear_frames(c.failure.__traceback__)
         raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
 
     def close(self) -> None:
@@ -875,15 +887,18 @@ class GroupConsumer:
     def _close_clients(self) -> None:
         """Close every client this consumer still holds (none after a failed constructor)."""
         control, self._control = self._control, None
+        telemetry, self._telemetry = getattr(self, "_telemetry", None), None
         try:
+            if telemetry is not None:  # it borrows the admin and owns a producer
+                telemetry.close()
             if control is not None:  # never joined: nothing was written
                 control.close(0)
             data = getattr(self, "_data", None)
             if data is not None:
                 data.close()
         finally:
-            # AdminClient has no close(): the last reference going destroys it (a telemetry
-            # publisher, when enabled, holds its own until it is collected).
+            # AdminClient has no close(): the last reference going destroys it (the control
+            # loop's and the telemetry publisher's are gone by now).
             self._admin = None
 
     def _ensure_open(self) -> None:

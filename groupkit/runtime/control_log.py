@@ -99,6 +99,7 @@ class ControlReader:
         self.partition = partition
         self._consumer = Consumer(
             cfg.client_config(
+                "control-reader",
                 **{
                     "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
                     "enable.auto.commit": False,
@@ -109,7 +110,7 @@ class ControlReader:
                     "fetch.min.bytes": 1,
                     "fetch.error.backoff.ms": 50,
                     "socket.nagle.disable": True,
-                }
+                },
             )
         )
         self.position = 0  # the offset of the next record to read
@@ -274,6 +275,7 @@ class ControlWriter:
 
         producer = Producer(
             self._cfg.client_config(
+                "control-writer",
                 **{
                     "enable.idempotence": True,
                     "acks": "all",
@@ -281,7 +283,7 @@ class ControlWriter:
                     "socket.nagle.disable": True,
                     "message.max.bytes": 8 * 1024 * 1024,
                     "error_cb": on_error,
-                }
+                },
             )
         )
         return producer

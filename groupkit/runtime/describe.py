@@ -28,7 +28,7 @@ def describe_group(
 ) -> dict[str, Any]:
     """The group's state as a JSON-ready dict (``config`` as for ``GroupConsumer``)."""
     cfg = GroupConfig.from_dict(config)
-    admin = connect_admin(cfg.client_config(), timeout)
+    admin = connect_admin(cfg.client_config("admin"), timeout)
     md = admin.list_topics(topic=cfg.control_topic, timeout=timeout)
     topic = md.topics.get(cfg.control_topic)
     if topic is None or topic.error is not None or not topic.partitions:

@@ -381,14 +381,17 @@ class TelemetryPublisher(GroupObserver):
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg
-        self.admin = admin
+        #: the consumer's admin, borrowed until :meth:`close`
+        self.admin: AdminClient | None = admin
         self.topic = cfg.telemetry_topic
         self.interval_ms = cfg.telemetry_interval_ms
         self.stats = TelemetryStats()
         self._clock = clock
         self._next_due = 0
         self._lock = threading.Lock()
-        self._queue: queue.Queue[_Capture | RebalanceEvent] = queue.Queue(maxsize=64)
+        #: ``None`` wakes the worker to stop (see close)
+        self._queue: queue.Queue[_Capture | RebalanceEvent | None] = queue.Queue(maxsize=64)
+        self._closed = False
         self._thread: threading.Thread | None = None
         self._producer: Producer | None = None
         self._topic_ready = False
@@ -438,6 +441,8 @@ class TelemetryPublisher(GroupObserver):
 
     def _submit(self, item: _Capture | RebalanceEvent, drop_if_busy: bool) -> bool:
         with self._lock:
+            if self._closed:
+                return False
             if drop_if_busy and self._queue.unfinished_tasks > 0:
                 return False
             try:
@@ -463,6 +468,9 @@ class TelemetryPublisher(GroupObserver):
                         self._producer = None  # flushed after each record; let it go
                         return
                 continue
+            if item is None:  # close()
+                self._queue.task_done()
+                return
             try:
                 if isinstance(item, RebalanceEvent):
                     self._publish(item.group, item.to_json(), REBALANCE)
@@ -478,15 +486,41 @@ class TelemetryPublisher(GroupObserver):
             finally:
                 self._queue.task_done()
 
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop publishing (what is queued is dropped, the record in hand finishes within
+        ``timeout``) and let go of the producer and the borrowed admin, so that neither
+        outlives the consumer, whose closed object may still hold this observer."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+            while True:
+                try:
+                    self._queue.get_nowait()
+                    self._queue.task_done()
+                except queue.Empty:
+                    break
+            self._queue.put_nowait(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._lock:
+            self._thread = None
+            self._producer = None  # flushed after each record: the last reference goes
+            self.admin = None
+
+    def _admin(self) -> AdminClient:
+        admin = self.admin
+        if admin is None:
+            raise BrokerError("telemetry publisher closed")
+        return admin
+
     def _snapshot(self, c: _Capture) -> LagSnapshot:
         parts = [TopicPartition(t, p) for t, n in sorted(c.counts.items()) for p in range(n)]
-        ends = end_offsets(self.admin, parts)
-        committed = committed_offsets(self.admin, c.group, parts)
+        admin = self._admin()
+        ends = end_offsets(admin, parts)
+        committed = committed_offsets(admin, c.group, parts)
         reset = self.cfg.auto_offset_reset
         missing = [tp for tp in parts if committed.get(tp) is None]
-        begins = (
-            end_offsets(self.admin, missing, earliest=True) if missing and reset != "latest" else {}
-        )
+        begins = end_offsets(admin, missing, earliest=True) if missing and reset != "latest" else {}
         now = c.at
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
         # Rates need two snapshots of the same leadership.
@@ -528,7 +562,7 @@ class TelemetryPublisher(GroupObserver):
     def _publish(self, key: str, value: bytes, kind: str) -> None:
         if not self._topic_ready:
             create_topic(
-                self.admin,
+                self._admin(),
                 self.topic,
                 1,
                 self.cfg.control_replication_factor,
@@ -538,7 +572,9 @@ class TelemetryPublisher(GroupObserver):
             self._topic_ready = True
         if self._producer is None:
             self._producer = Producer(
-                self.cfg.client_config(**{"linger.ms": 5, "acks": "all", "compression.type": "lz4"})
+                self.cfg.client_config(
+                    "telemetry", **{"linger.ms": 5, "acks": "all", "compression.type": "lz4"}
+                )
             )
         errors: list[str] = []
 
