@@ -57,11 +57,11 @@ def test_topic_without_partitions_is_skipped_and_logged(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", assignor_names())
-def test_negative_counts_and_lags_are_value_errors(name: str) -> None:
+def test_negative_counts_and_lags_are_config_errors(name: str) -> None:
     a = get_assignor(name)
-    with pytest.raises(ValueError, match="partition count"):
+    with pytest.raises(ConfigError, match="partition count"):
         a.assign({"t": -1}, {"a": M(["t"])})
-    with pytest.raises(ValueError, match="lag"):
+    with pytest.raises(ConfigError, match="lag"):
         a.assign({"t": 1}, {"a": M(["t"])}, {TopicPartition("t", 0): -5})
 
 

@@ -64,7 +64,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from groupkit.errors import ConfigError, FencedError, GroupkitError
+from groupkit.errors import (
+    ConfigError,
+    ConsumerClosedError,
+    ControlLoopError,
+    FencedError,
+)
 from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig, _parse
@@ -379,7 +384,7 @@ class GroupConsumer:
 
     def _consume(self, n: int, timeout: float | None) -> list[Message]:
         if self._closed:
-            raise GroupkitError("the consumer is closed")
+            raise ConsumerClosedError("the consumer is closed")
         now = _monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
@@ -477,7 +482,7 @@ class GroupConsumer:
         if c is None:
             return
         if c.failure is not None:
-            raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+            raise ControlLoopError(c.failure) from c.failure
         if c.abandoned:
             # We left for not polling in time; others may own our partitions by now.
             self._lose(frozenset(self._owned), "max_poll_interval_exceeded")
@@ -832,7 +837,8 @@ class GroupConsumer:
         finally:
             c.stop()
             c.control.close(1)
-        raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+        assert c.failure is not None  # _leave abandons only a failed loop
+        raise ControlLoopError(c.failure) from c.failure
 
     def close(self) -> None:
         """Leave the group (revoke, commit, tombstone) and close the clients."""
@@ -861,7 +867,7 @@ class GroupConsumer:
 
     def _ensure_open(self) -> None:
         if self._closed:
-            raise GroupkitError("the consumer is closed")
+            raise ConsumerClosedError("the consumer is closed")
 
     def __enter__(self) -> GroupConsumer:
         return self
