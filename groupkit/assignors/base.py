@@ -9,12 +9,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
-import structlog
-
 from groupkit.errors import ConfigError, UnknownAssignorError
+from groupkit.log import get_logger
 from groupkit.types import Assignment, MemberSubscription, TopicPartition
 
-_log = structlog.get_logger("groupkit.assignors")
+_log = get_logger("groupkit.assignors")
 
 Lags = Mapping[TopicPartition, int]
 

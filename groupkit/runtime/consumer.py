@@ -59,7 +59,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
@@ -70,6 +69,7 @@ from groupkit.errors import (
     ControlLoopError,
     FencedError,
 )
+from groupkit.log import get_logger
 from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig, _parse
@@ -79,7 +79,7 @@ from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.types import TopicPartition
 
-_log = structlog.get_logger("groupkit.consumer")
+_log = get_logger("groupkit.consumer")
 
 #: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
 #: thread (revoke, assign) waits at most this long for it.
