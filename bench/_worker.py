@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import queue
 import sys
@@ -36,9 +35,10 @@ import threading
 import time
 from typing import Any
 
-import structlog
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
+
+from groupkit.log import configure as configure_logs
 
 
 class Audit:
@@ -111,12 +111,9 @@ def main() -> None:
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
     args = ap.parse_args()
-    if os.environ.get("GK_BENCH_LOGS"):  # JSON lines with ms timestamps, to trace each hop
-        from groupkit.log import configure
-
-        configure(json=True, level="debug")
-    else:
-        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    # GK_BENCH_LOGS: JSON lines with ms timestamps, to trace each hop; else warnings only.
+    bench_logs = bool(os.environ.get("GK_BENCH_LOGS"))
+    configure_logs(json=bench_logs, level="debug" if bench_logs else "warning")
     audit = Audit(args.audit)
     waiting: set[int] = set()  # assigned partitions not yet seen consuming
 

@@ -17,7 +17,6 @@ seconds of the process over the same stretch give the CPU cost per record.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 import tempfile
 import time
@@ -27,13 +26,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import structlog
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
 from bench._common import bar_chart, median, write_results
 from bench._harness import broker, create_topic, load, versions
 from groupkit import GroupConsumer
+from groupkit.log import configure as configure_logs
 
 MODES = ("poll", "consume")
 WHO = {
@@ -131,7 +130,7 @@ def main() -> None:
         args.records, args.partitions, args.runs = 20_000, 2, 1
     if args.fetch_queue_backoff_ms is not None:
         EXTRA["fetch.queue.backoff.ms"] = args.fetch_queue_backoff_ms
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    configure_logs(json=False, level="warning")
     load_before = load()
     t_start = time.monotonic()
     res: dict[tuple[str, str], list[tuple[float, float]]] = {}

@@ -1,7 +1,55 @@
-"""groupkit: consumer groups for confluent-kafka, coordinated over a compacted control topic."""
+"""groupkit: consumer groups for confluent-kafka, coordinated over a compacted control topic.
 
+The public surface is what this module exports: the consumer, the observer base class, the
+value types, the assignor registry and every exception (the tree is in ``groupkit.errors``).
+Importing groupkit starts no thread and configures no logging.
+"""
+
+from groupkit.assignors import Assignor, assignor_names, get_assignor, register_assignor
+from groupkit.errors import (
+    BrokerError,
+    ConfigError,
+    ConsumerClosedError,
+    ControlLoopError,
+    ControlTopicError,
+    DevBrokerError,
+    FencedError,
+    GroupkitError,
+    InputError,
+    MalformedTelemetry,
+    PipelineError,
+    ProtocolError,
+    RecordRejected,
+    UnknownAssignorError,
+)
 from groupkit.runtime.consumer import GroupConsumer
+from groupkit.runtime.hooks import GroupObserver
+from groupkit.types import MemberSubscription, TopicPartition
 
 __version__ = "0.1.0"
 
-__all__ = ["GroupConsumer", "__version__"]
+__all__ = [
+    "Assignor",
+    "BrokerError",
+    "ConfigError",
+    "ConsumerClosedError",
+    "ControlLoopError",
+    "ControlTopicError",
+    "DevBrokerError",
+    "FencedError",
+    "GroupConsumer",
+    "GroupObserver",
+    "GroupkitError",
+    "InputError",
+    "MalformedTelemetry",
+    "MemberSubscription",
+    "PipelineError",
+    "ProtocolError",
+    "RecordRejected",
+    "TopicPartition",
+    "UnknownAssignorError",
+    "__version__",
+    "assignor_names",
+    "get_assignor",
+    "register_assignor",
+]

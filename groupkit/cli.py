@@ -12,12 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from groupkit.errors import GroupkitError
+from groupkit.errors import GroupkitError, InputError
 from groupkit.types import MemberSubscription, TopicPartition
-
-
-class InputError(Exception):
-    """Bad input on stdin or in arguments: exit code 2 with one line."""
 
 
 def _parse_assign_input(
@@ -192,9 +188,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         return code
-    except InputError as e:
-        print(f"groupkit {args.command}: {e}", file=sys.stderr)
-        return 2
     except GroupkitError as e:
         print(f"groupkit {args.command}: {e}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1

@@ -1,42 +1,157 @@
-"""The one exception hierarchy of groupkit.
+"""The one exception hierarchy of groupkit: every class groupkit raises on purpose is here.
 
 ::
 
-    GroupkitError                      base of everything groupkit raises on purpose
-    ├── ConfigError(ValueError)        bad configuration or argument; fix the input, not retriable
-    │   └── UnknownAssignorError(KeyError-like message)  assignor name not registered
-    ├── RecordRejected                 a control record that must not be applied (bad bytes,
-    │                                  unknown version, wrong field, not from the leader, stale
-    │                                  generation). Never fatal: the reader logs, counts, skips.
-    ├── BrokerError                    the broker could not be reached or refused; retriable,
-    │                                  the object stays usable
-    ├── ControlTopicError(ConfigError) the control topic exists with the wrong settings
-    ├── ProtocolError                  an event the member state table does not allow: a bug in
-    │                                  the caller, not retriable
-    ├── FencedError                    the member has lost its partitions (session expired by its
-    │                                  own clock, or it is not the owner): commit refused;
-    │                                  the consumer stays usable and rejoins
-    └── DevBrokerError                 the local development broker could not start or stop;
-                                       the message says what to install or where the log is
+    GroupkitError                    base of everything groupkit raises on purpose
+    ├── ConfigError(ValueError)      a bad setting or argument
+    │   ├── UnknownAssignorError     no assignor registered under that name
+    │   ├── ControlTopicError        the control topic is missing or has the wrong settings
+    │   └── InputError               bad input to the ``groupkit`` command line (exit code 2)
+    ├── BrokerError                  the cluster could not be reached or refused a request
+    ├── FencedError                  the member may not act on these partitions
+    ├── ConsumerClosedError          a closed ``GroupConsumer`` was used
+    ├── ControlLoopError             the consumer's control loop failed (``cause`` says why)
+    ├── ProtocolError                an event the member's state table does not allow
+    ├── RecordRejected               a control record that must not be applied
+    ├── MalformedTelemetry(ValueError)  a telemetry record that does not follow the schema
+    ├── PipelineError                the replay job cannot run (no Spark, unreadable input)
+    └── DevBrokerError               the local development broker could not start or stop
+
+Each class says two things a caller needs to decide what to do: whether the same call may
+succeed if retried (*retriable*), and whether the object that raised it can still be used
+(*usable*). ``ConfigError`` and ``MalformedTelemetry`` are also ``ValueError``: code that
+catches ``ValueError`` keeps working.
+
+This module imports nothing from groupkit, so every layer (the pure ones too) can raise from it.
 """
 
 from __future__ import annotations
 
+__all__ = [
+    "BrokerError",
+    "ConfigError",
+    "ConsumerClosedError",
+    "ControlLoopError",
+    "ControlTopicError",
+    "DevBrokerError",
+    "FencedError",
+    "GroupkitError",
+    "InputError",
+    "MalformedTelemetry",
+    "PipelineError",
+    "ProtocolError",
+    "RecordRejected",
+    "UnknownAssignorError",
+]
+
 
 class GroupkitError(Exception):
-    """Base class of every error groupkit raises on purpose."""
+    """Base class of every error groupkit raises on purpose.
+
+    Catch it to handle "anything groupkit refused"; anything else that escapes groupkit (a
+    ``KafkaException`` of the client, say) is not one of these.
+    """
+
+
+# ----------------------------------------------------------------------- bad input
 
 
 class ConfigError(GroupkitError, ValueError):
-    """A configuration value or argument is wrong. Not retriable: fix the input."""
+    """A configuration value or argument is wrong.
+
+    Not retriable: the same input fails again; fix it. The object that refused it (a consumer
+    that refused ``subscribe([])``, an assignor given a negative lag) stays usable. Raised
+    from a constructor, there is no object.
+    """
 
 
 class UnknownAssignorError(ConfigError):
-    """No assignor is registered under the given name."""
+    """No assignor is registered under the given name; the message lists the known names.
+
+    Not retriable until the name is registered (``register_assignor``); the registry stays
+    usable.
+    """
+
+
+class ControlTopicError(ConfigError):
+    """The control topic does not exist, or exists with settings groupkit cannot work with
+    (not compacted, not stamped with ``LogAppendTime``).
+
+    Not retriable: an operator must fix or recreate the topic. Nothing is left usable: the
+    ``GroupConsumer`` constructor (or ``describe``) that raised it returned no object.
+    """
+
+
+class InputError(ConfigError):
+    """Bad input on stdin or in the arguments of the ``groupkit`` command line.
+
+    Not retriable; the command prints one line and exits with code 2 (a process, not an
+    object: nothing stays usable).
+    """
+
+
+# ----------------------------------------------------------------------- the cluster
+
+
+class BrokerError(GroupkitError):
+    """The cluster could not be reached, or refused or timed out a request.
+
+    Retriable: the cause is outside the process (a broker down, a partition moving). The
+    object stays usable; retry the call, or let the control loop retry it on its next turn.
+    """
+
+
+# ----------------------------------------------------------------------- the consumer
+
+
+class FencedError(GroupkitError):
+    """The member may not act on these partitions: it does not own them, or its session
+    lapsed by its own clock, so another member may own them already.
+
+    Not retriable for these partitions (the commit is refused so that no two members commit
+    the same partition). The consumer stays usable: it rejoins by itself, and its next
+    assignment arrives through ``on_assign``.
+    """
+
+
+class ConsumerClosedError(GroupkitError):
+    """The ``GroupConsumer`` was used after ``close()``.
+
+    Not retriable and not usable: a closed consumer stays closed; create a new one.
+    """
+
+
+class ControlLoopError(GroupkitError):
+    """The consumer's control loop failed, so it cannot take part in the group any more.
+
+    ``cause`` is the exception that ended the loop (also ``__cause__``). Its partitions were
+    given up (``on_lost``, no commit). Not retriable and not usable: every later ``poll``
+    raises it again; ``close()`` the consumer and create a new one.
+    """
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"the control loop failed: {cause}")
+        self.cause = cause
+
+
+class ProtocolError(GroupkitError):
+    """An event the member's state table does not allow in its current state.
+
+    A bug in the caller, not a condition of the cluster: not retriable. The member stays
+    usable in the state it had (the event was not applied), but the caller's logic is wrong.
+    """
+
+
+# ----------------------------------------------------------------------- records
 
 
 class RecordRejected(GroupkitError):
-    """A control record was rejected; ``reason`` is a short stable label for metrics."""
+    """A control record must not be applied (bad bytes, unknown version, a wrong field, not
+    from the leader, a stale generation); ``reason`` is a short stable label for metrics.
+
+    Never fatal and not retriable: the reader logs it, counts it and skips the record; the
+    group state stays usable and unchanged by it.
+    """
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
@@ -44,21 +159,33 @@ class RecordRejected(GroupkitError):
         self.detail = detail
 
 
-class BrokerError(GroupkitError):
-    """The broker could not be reached or refused a request. Retriable."""
+class MalformedTelemetry(GroupkitError, ValueError):
+    """A telemetry record does not follow the schema; ``reason`` is a short category.
+
+    Not retriable (the bytes stay bad). Readers skip the record and count it; the reader
+    stays usable.
+    """
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
 
 
-class ControlTopicError(ConfigError):
-    """The control topic exists with settings groupkit cannot work with."""
+# ----------------------------------------------------------------------- tools
 
 
-class ProtocolError(GroupkitError):
-    """An event the member's state table does not allow: a bug in the caller, not retriable."""
+class PipelineError(GroupkitError):
+    """The replay job cannot run: no PySpark, no Kafka connector, unreadable input.
 
-
-class FencedError(GroupkitError):
-    """The member may not act on these partitions (not owned, or its session lapsed)."""
+    Not retriable as it stands; the message says what to install or fix. The job did not
+    run, so there is nothing left usable; run it again once fixed.
+    """
 
 
 class DevBrokerError(GroupkitError):
-    """The local development broker failed; the message says how to fix it."""
+    """The local development broker could not start or stop.
+
+    Not retriable as it stands; the message says what to install or where its log is. The
+    ``LocalBroker`` stays usable: ``stop()`` cleans up what did start.
+    """

@@ -38,12 +38,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from confluent_kafka import TopicPartition as KTopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
@@ -62,7 +62,7 @@ __all__ = [
     "serve",
 ]
 
-_log = structlog.get_logger("groupkit.metrics")
+_log = get_logger("groupkit.metrics")
 
 #: end and committed offsets are asked at most this often per member, whatever the scrape rate
 OFFSETS_MIN_INTERVAL_S = 0.5

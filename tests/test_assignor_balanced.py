@@ -22,6 +22,7 @@ from groupkit.assignors.invariants import (
     member_loads,
     moved_partitions,
 )
+from groupkit.errors import ConfigError
 
 Scenario = tuple[dict[str, int], dict[str, M], dict[TopicPartition, int]]
 
@@ -162,10 +163,10 @@ def test_capacity_balances_time_to_drain() -> None:
     assert sorted(map(len, ours.values())) == [4, 4]
 
 
-def test_bad_capacity_is_a_value_error() -> None:
-    with pytest.raises(ValueError, match="capacity"):
+def test_bad_capacity_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="capacity"):
         get_assignor("balanced").assign({"t": 1}, {"a": M(["t"], capacity=0.0)})
-    with pytest.raises(ValueError, match="tolerance"):
+    with pytest.raises(ConfigError, match="tolerance"):
         BalancedAssignor(tolerance=-0.1)
 
 

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit import GroupConsumer
 from groupkit.devbroker import LocalBroker
-from groupkit.errors import GroupkitError
+from groupkit.errors import ConsumerClosedError, ControlLoopError
 from groupkit.runtime.admin import create_topic
 from tests.test_security import (  # noqa: F401 - names, root and sasl are fixtures
     allow,
@@ -42,15 +42,17 @@ def test_close_after_a_failed_control_loop_releases_the_control_clients(
     coordinator = c.coordinator
     assert coordinator is not None
     t0 = time.monotonic()
-    with pytest.raises(GroupkitError, match=r"Cluster authorization failed.*WRITE on topic"):
+    refused = r"Cluster authorization failed.*WRITE on topic"
+    with pytest.raises(ControlLoopError, match=refused) as e:
         while time.monotonic() - t0 < 20:
             c.poll(0.1)
+    assert e.value.cause is e.value.__cause__ is coordinator.failure
     assert coordinator.writer.replacements == 0  # a refusal is not retried with a new producer
-    with pytest.raises(GroupkitError, match="the control loop failed"):
+    with pytest.raises(ControlLoopError, match="the control loop failed"):
         c.close()
     assert c.coordinator is None
     with pytest.raises(RuntimeError):  # the control reader's consumer was closed
         coordinator.reader._consumer.poll(0)
     c.close()  # already closed: nothing left to raise
-    with pytest.raises(GroupkitError, match="closed"):
+    with pytest.raises(ConsumerClosedError, match="closed"):
         c.poll(0)

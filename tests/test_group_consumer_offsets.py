@@ -17,11 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import structlog
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit import GroupConsumer
+from groupkit.log import capture
 from tests.groupharness import wait_for
 
 
@@ -62,7 +62,7 @@ def test_a_failed_offset_lookup_reassigns_only_what_has_not_started(
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         f'Failed to fetch committed offsets for 0 partition(s) in group "{conf["group.id"]}": '
         "Broker: Coordinator load in progress"))  # fmt: skip
-    with structlog.testing.capture_logs() as logs:
+    with capture() as logs:
         c._watch_offset_errors([failed])
         wait_for(pump(lambda: any(e["event"] == "offsets.refetch" for e in logs)), 10,
                  "the re-assignment after its back-off", step=0)  # fmt: skip

@@ -8,7 +8,6 @@ scraped (the text exposition format, as Prometheus reads it) and checked against
 from __future__ import annotations
 
 import functools
-import json
 import subprocess
 import sys
 import threading
@@ -297,33 +296,3 @@ def test_consumed_rate_window() -> None:
     assert r.value(now=t0 + 30) == 0  # nothing for 20 s
     r.add(10, now=t0 + 31)
     assert r.value(now=t0 + 31) == pytest.approx(1.0)  # 10 records over the 10 s window
-
-
-def test_log_configure_json_lines() -> None:
-    import io
-
-    import structlog
-
-    from groupkit import log
-
-    buf = io.StringIO()
-    try:
-        log.configure(json=True, level="info", stream=buf)
-        log.get_logger("t", group="g1", member="m1").info("rebalance", generation=3)
-        log.get_logger("t").debug("hidden")
-        lines = [json.loads(line) for line in buf.getvalue().splitlines()]
-        assert len(lines) == 1
-        assert lines[0]["event"] == "rebalance"
-        assert {lines[0][k] for k in ("group", "member", "generation", "level")} == {
-            "g1",
-            "m1",
-            3,
-            "info",
-        }
-        assert "timestamp" in lines[0]
-        buf2 = io.StringIO()
-        log.configure(json=False, stream=buf2)
-        log.get_logger("t").warning("partitions.lost", member="m1")
-        assert "partitions.lost" in buf2.getvalue() and "member=m1" in buf2.getvalue()
-    finally:
-        structlog.reset_defaults()

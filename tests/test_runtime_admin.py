@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, ConfigResource
-from structlog.testing import capture_logs
 
 from groupkit.errors import ControlTopicError
+from groupkit.log import capture
 from groupkit.runtime.control_topic import (
     REQUIRED_CONFIG,
     TUNING_CONFIG,
@@ -102,7 +102,7 @@ def test_a_precreated_control_topic_with_broker_default_segments_is_warned_of(
     for the rest: 7-day segments, dirty ratio 0.5) is accepted, with one warning per setting
     that keeps its log large, naming the value found and groupkit's."""
     name = topic_factory(partitions=2, config=dict(REQUIRED_CONFIG))
-    with capture_logs() as logs:
+    with capture() as logs:
         assert ensure_control_topic(admin, name, session_timeout_ms=10_000) == 2
     found = {e["setting"]: e for e in logs if e["event"] == "control_topic.large_log_setting"}
     assert set(found) == {"segment.ms", "min.cleanable.dirty.ratio"}, logs
@@ -119,7 +119,7 @@ def test_control_topic_settings_that_keep_the_log_large_or_lose_tombstones(
     tuned = {**REQUIRED_CONFIG, **TUNING_CONFIG}
     bad = topic_factory(config={**tuned, "min.compaction.lag.ms": str(3600_000),
                                 "delete.retention.ms": "1000"})  # fmt: skip
-    with capture_logs() as logs:
+    with capture() as logs:
         found = check_control_topic(admin, bad, session_timeout_ms=10_000)
     assert {(f.setting, f.value, f.groupkit_value) for f in found} == {
         ("min.compaction.lag.ms", "3600000", "0"),
@@ -129,7 +129,7 @@ def test_control_topic_settings_that_keep_the_log_large_or_lose_tombstones(
     # groupkit's own settings (a topic it created) draw no warning
     name = unique_name("ctl")
     try:
-        with capture_logs() as logs:
+        with capture() as logs:
             ensure_control_topic(admin, name, session_timeout_ms=10_000)
             ensure_control_topic(admin, name, session_timeout_ms=10_000)  # found in place
         assert not [e for e in logs if e["event"] == "control_topic.large_log_setting"], logs

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from groupkit.errors import MalformedTelemetry
 from groupkit.runtime.hooks import RebalanceSummary
 from groupkit.runtime.telemetry import (
     SCHEMA_VERSION,
     LagSnapshot,
-    MalformedTelemetry,
     MemberInfo,
     RebalanceEvent,
     TopicOffsets,

@@ -44,6 +44,7 @@ from groupkit.assignors._balance import balance_counts
 from groupkit.assignors.base import Assignor
 from groupkit.assignors.lag import LagAssignor
 from groupkit.assignors.sticky import gc_paused, prepare, sticky_plan
+from groupkit.errors import ConfigError
 from groupkit.types import MemberSubscription, TopicPartition
 
 #: members compared per step before the search widens to all (the least loaded come first)
@@ -58,7 +59,7 @@ class BalancedAssignor(Assignor):
 
     def __init__(self, tolerance: float = 0.05) -> None:
         if not 0 <= tolerance < 1:
-            raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+            raise ConfigError(f"tolerance must be in [0, 1), got {tolerance!r}")
         self.tolerance = tolerance
 
     def _assign(
@@ -123,7 +124,7 @@ def _capacities(given: Sequence[float | None]) -> list[float]:
     known = [c for c in given if c is not None]
     for c in known:
         if not (isinstance(c, (int, float)) and math.isfinite(c) and c > 0):
-            raise ValueError(f"capacity must be a finite number > 0, got {c!r}")
+            raise ConfigError(f"capacity must be a finite number > 0, got {c!r}")
     if not known:
         return [1.0] * len(given)
     mean = sum(known) / len(known)

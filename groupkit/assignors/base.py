@@ -9,12 +9,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 
-import structlog
-
-from groupkit.errors import UnknownAssignorError
+from groupkit.errors import ConfigError, UnknownAssignorError
+from groupkit.log import get_logger
 from groupkit.types import Assignment, MemberSubscription, TopicPartition
 
-_log = structlog.get_logger("groupkit.assignors")
+_log = get_logger("groupkit.assignors")
 
 Lags = Mapping[TopicPartition, int]
 
@@ -56,18 +55,19 @@ def validate_input(
 ) -> dict[str, int]:
     """Check the input and return the partition counts of topics that can be assigned.
 
-    Negative counts or lags are a ``ValueError``. A topic some member subscribes to but that
-    has no partitions (unknown, or zero) is skipped and logged, as Kafka's assignors do.
+    Negative counts or lags are a ``ConfigError`` (a ``ValueError``). A topic some member
+    subscribes to but that has no partitions (unknown, or zero) is skipped and logged, as
+    Kafka's assignors do.
     """
     counts: dict[str, int] = {}
     for topic, n in sorted(partitions_per_topic.items()):
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"partition count of topic {topic!r} must be an int >= 0, got {n!r}")
+            raise ConfigError(f"partition count of topic {topic!r} must be an int >= 0, got {n!r}")
         if n > 0:
             counts[topic] = n
     for tp, lag in (lags or {}).items():
         if not isinstance(lag, int) or isinstance(lag, bool) or lag < 0:
-            raise ValueError(f"lag of {tp[0]}-{tp[1]} must be an int >= 0, got {lag!r}")
+            raise ConfigError(f"lag of {tp[0]}-{tp[1]} must be an int >= 0, got {lag!r}")
     missing = sorted({t for s in members.values() for t in s.topics} - counts.keys())
     if missing:
         _log.warning("assignor.topics_skipped", topics=missing, reason="no partitions")
@@ -85,7 +85,7 @@ def register_assignor(name: str, factory: AssignorFactory) -> None:
     Registering a name again replaces it.
     """
     if not name:
-        raise ValueError("assignor name must not be empty")
+        raise ConfigError("assignor name must not be empty")
     _REGISTRY[name] = factory
 
 

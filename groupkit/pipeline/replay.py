@@ -46,7 +46,8 @@ from groupkit.assignors.invariants import (
     moved_partitions,
     previous_owners,
 )
-from groupkit.runtime.telemetry import LagSnapshot, MalformedTelemetry, decode
+from groupkit.errors import MalformedTelemetry
+from groupkit.runtime.telemetry import LagSnapshot, decode
 from groupkit.types import MemberSubscription, TopicPartition
 
 ACTUAL = "actual"

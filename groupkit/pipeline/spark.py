@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from groupkit.errors import GroupkitError
+from groupkit.errors import PipelineError
 from groupkit.pipeline.replay import RESULT_DDL, replay_frame
 from groupkit.runtime.telemetry import LAG_SNAPSHOT, REBALANCE
 
@@ -61,10 +61,6 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 _CENTRAL_ONLY = """<settings><mirrors><mirror><id>central-only</id><mirrorOf>*</mirrorOf>
 <url>https://repo.maven.apache.org/maven2</url></mirror></mirrors></settings>
 """
-
-
-class PipelineError(GroupkitError):
-    """The replay job cannot run: no Spark, no connector, unreadable input. Not retriable."""
 
 
 def spark_version() -> str:
@@ -274,13 +270,8 @@ def synthetic_source(
 def _parse_batches(batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
 
-    from groupkit.runtime.telemetry import (
-        LAG_SNAPSHOT,
-        REBALANCE,
-        LagSnapshot,
-        MalformedTelemetry,
-        decode,
-    )
+    from groupkit.errors import MalformedTelemetry
+    from groupkit.runtime.telemetry import LAG_SNAPSHOT, REBALANCE, LagSnapshot, decode
 
     for pdf in batches:
         out: dict[str, list[Any]] = {k: [] for k in ("group", "ts_ms", "type", "value", "error")}

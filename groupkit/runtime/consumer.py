@@ -65,12 +65,17 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-import structlog
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from groupkit.errors import ConfigError, FencedError, GroupkitError
+from groupkit.errors import (
+    ConfigError,
+    ConsumerClosedError,
+    ControlLoopError,
+    FencedError,
+)
+from groupkit.log import get_logger
 from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.config import GroupConfig, _parse
@@ -83,7 +88,7 @@ if TYPE_CHECKING:
     from groupkit.runtime.telemetry import TelemetryPublisher
 from groupkit.types import TopicPartition
 
-_log = structlog.get_logger("groupkit.consumer")
+_log = get_logger("groupkit.consumer")
 
 #: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
 #: thread (revoke, assign) waits at most this long for it.
@@ -401,7 +406,7 @@ class GroupConsumer:
 
     def _consume(self, n: int, timeout: float | None) -> list[Message]:
         if self._closed:
-            raise GroupkitError("the consumer is closed")
+            raise ConsumerClosedError("the consumer is closed")
         now = _monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
@@ -499,7 +504,7 @@ class GroupConsumer:
         if c is None:
             return
         if c.failure is not None:
-            raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+            raise ControlLoopError(c.failure) from c.failure
         if c.abandoned:
             # We left for not polling in time; others may own our partitions by now.
             self._lose(frozenset(self._owned), "max_poll_interval_exceeded")
@@ -871,7 +876,8 @@ class GroupConsumer:
             # go (the traceback still says where it failed).
             if c.failure is not None:
                 traceback.clear_frames(c.failure.__traceback__)
-        raise GroupkitError(f"the control loop failed: {c.failure}") from c.failure
+        assert c.failure is not None  # _leave abandons only a failed loop
+        raise ControlLoopError(c.failure) from c.failure
 
     def close(self) -> None:
         """Leave the group (revoke, commit, tombstone) and close the clients."""
@@ -903,7 +909,7 @@ class GroupConsumer:
 
     def _ensure_open(self) -> None:
         if self._closed:
-            raise GroupkitError("the consumer is closed")
+            raise ConsumerClosedError("the consumer is closed")
 
     def __enter__(self) -> GroupConsumer:
         return self

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_NOT_AVAILABLE,
@@ -42,9 +41,10 @@ from confluent_kafka import (
 )
 
 from groupkit.errors import BrokerError
+from groupkit.log import get_logger
 from groupkit.runtime.config import GroupConfig
 
-_log = structlog.get_logger("groupkit.runtime")
+_log = get_logger("groupkit.runtime")
 
 #: Errors no retry cures: the principal lacks an ACL. (An authentication failure is not here:
 #: librdkafka retries it, e.g. across a credential rotation; ``GroupConsumer()`` reports it.)

@@ -15,11 +15,11 @@ import time
 import zlib
 from typing import Any, NamedTuple
 
-import structlog
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from groupkit.errors import BrokerError, ControlTopicError
+from groupkit.log import get_logger
 from groupkit.runtime.admin import create_topic, wait_for_topic
 
 #: What the control topic must be: compaction keeps each member's and group's latest record,
@@ -43,7 +43,7 @@ TUNING_CONFIG = {
 }
 
 
-_log = structlog.get_logger("groupkit.runtime")
+_log = get_logger("groupkit.runtime")
 
 
 class LargeLogSetting(NamedTuple):

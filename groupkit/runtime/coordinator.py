@@ -35,11 +35,11 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-import structlog
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError
+from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node
@@ -53,7 +53,7 @@ from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
 from groupkit.types import TopicPartition
 
-_log = structlog.get_logger("groupkit.runtime")
+_log = get_logger("groupkit.runtime")
 
 
 def monotonic_ms() -> int:

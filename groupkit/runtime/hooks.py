@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import structlog
-
+from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import Partitions
 from groupkit.types import TopicPartition
 
-_log = structlog.get_logger("groupkit.hooks")
+_log = get_logger("groupkit.hooks")
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,11 +57,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import structlog
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from groupkit.errors import BrokerError
+from groupkit.errors import BrokerError, MalformedTelemetry
+from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
@@ -69,7 +69,7 @@ from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
 from groupkit.runtime.lag import committed_offsets, compute_lag, end_offsets
 from groupkit.types import TopicPartition
 
-_log = structlog.get_logger("groupkit.telemetry")
+_log = get_logger("groupkit.telemetry")
 
 SCHEMA = "groupkit.telemetry"
 SCHEMA_VERSION = 1
@@ -79,15 +79,6 @@ TYPES = (LAG_SNAPSHOT, REBALANCE)
 
 #: records kept on the telemetry topic when groupkit creates it
 RETENTION_MS = 7 * 24 * 3600 * 1000
-
-
-class MalformedTelemetry(ValueError):
-    """A telemetry record that does not follow the schema; ``reason`` is a short category."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
 
 
 # --------------------------------------------------------------------------- the schema
