@@ -382,3 +382,72 @@ def test_a_record_on_its_way_keeps_the_session_running_from_its_prev_ts() -> Non
     res = st.replay(offset, w4.raw_key, w4.raw_value, 1010)
     offset += 1
     assert res.new_membership and st.members["m"].joined_at == 1010
+
+
+def _member_records(sim: GroupSim, mid: str) -> list[tuple[int, object]]:
+    from groupkit.protocol.records import MemberKey, decode
+
+    out = []
+    for r in sim.log.records:
+        k, v = decode(r.key, r.value)
+        if isinstance(k, MemberKey) and k.member_id == mid:
+            out.append((r.offset, v))
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_a_caught_up_newcomer_is_planned_for_at_its_join_record(protocol: str) -> None:
+    # Its first record (seq 1, no prev_ts) says it has seen the current generation: the leader
+    # plans for it at once, without waiting for a second record that says prev_ts.
+    sim = stable_pair(protocol)
+    g = sim.view().generation
+    sim.join("c")
+    sim.tick()  # c writes its join record
+    st = sim.view()
+    assert st.members["c"].seq == 1 and not st.members["c"].ready
+    assert st.is_newcomer_ready("c") and not st.is_lagging("c")
+    sim.tick()  # the leader reads it and plans
+    st = sim.view()
+    assert st.generation == g + 1 and "c" in st.assignment.members  # type: ignore[union-attr]
+    first_gen_offset = st.assignment_offset
+    assert len([o for o, _ in _member_records(sim, "c") if o < first_gen_offset]) == 1
+    sim.settle()
+    assert sim.members["c"].member.owned
+
+
+def test_a_newcomer_that_wrote_before_catching_up_waits_for_prev_ts() -> None:
+    # c's join record was written before c had replayed the current generation (it reads
+    # slowly): it is planned for only once its record says prev_ts, as before.
+    sim = stable_pair()
+    sim.join("c", read_rate=1)
+    sim.tick()
+    st = sim.view()
+    assert st.members["c"].seen_generation < st.generation
+    assert not st.is_newcomer_ready("c") and st.is_lagging("c")
+    while sim.view().members["c"].seq == 1:
+        sim.tick()
+        assert not sim.view().is_newcomer_ready("c")
+        assert "c" not in sim.view().assignment.members  # type: ignore[union-attr]
+    sim.members["c"].read_rate = None
+    sim.settle()
+
+
+def test_a_member_that_lapsed_is_not_planned_for_until_it_reads_back() -> None:
+    # A lapsed member's fresh record (no prev_ts) is not its first: it stays out of the plan
+    # until its record says prev_ts again, even though it has seen the current generation.
+    sim = stable_pair()
+    sim.pause("b", 2 * sim.session_timeout_ms)
+    while sim.members["b"].paused_until > sim.clock:
+        sim.tick()
+    sim.members["b"].read_rate = 0  # b resumes, writes, but reads nothing back
+    sim.tick()
+    st = sim.view()
+    b = st.members["b"]
+    assert b.seq > 1 and not b.ready and b.seen_generation >= st.generation - 1
+    for _ in range(30):
+        sim.tick()
+        st = sim.view()
+        assert st.is_lagging("b") and not st.is_newcomer_ready("b") and not st.covers("b")
+    sim.members["b"].read_rate = None
+    sim.settle()
+    assert sim.members["b"].member.owned

@@ -37,8 +37,13 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
 5. After fencing it writes a fresh record without ``prev_ts``: a *new* membership that owns
    nothing, so it only gets partitions again through a new generation. It writes no other until
    it has read that one back (or a session has passed), since each would restart the membership
-   again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``).
-   A member that has just joined goes the same way: its first record has no ``prev_ts``.
+   again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``):
+   a member that lapsed likely reads too slowly to take what it would be given.
+   A member that has just joined writes no ``prev_ts`` either, but its first record (``seq`` 1)
+   says which generation it has seen: if that is the current one, the leader plans for it at
+   once (``GroupState.is_newcomer_ready``). That is as safe as any grant: the log reserves it
+   for this membership (``may_hold``), and the member takes it only once it has read its own
+   record back within its session (steps 2-4).
 
 Clock skew. ``T`` and the log times that expire us are stamped by whichever broker leads the
 control partition when each record is appended; when leadership moves, the two may come from

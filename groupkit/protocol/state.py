@@ -38,7 +38,9 @@ What one ``replay`` does:
      generation it says it has seen (never below the acked one) must not be ahead of the log's
      (``future_generation``). A member whose latest record has no ``prev_ts`` (it has not read
      its own records back: just joined, or lapsed) is *not ready* and counts as lagging, so the
-     leader does not plan for it. Records of members that predate ``prev_ts`` (``legacy``)
+     leader does not plan for it, unless that record is a newcomer's first (``seq`` 1) written
+     with the current generation seen (:meth:`GroupState.is_newcomer_ready`): the leader then
+     plans for it at its join record. Records of members that predate ``prev_ts`` (``legacy``)
      are decided the old way: a new incarnation or a member the reader has seen expire starts a
      new membership, a live one continues, and a later ``joined_at`` echo is followed.
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
@@ -160,7 +162,8 @@ class MemberState:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     #: its latest record says it has read its own records back within its session
-    #: (``prev_ts``): only then may the leader plan for it (see :meth:`GroupState.is_lagging`)
+    #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
+    #: (see :meth:`GroupState.is_lagging`)
     ready: bool = True
 
 
@@ -287,11 +290,12 @@ class GroupState:
     def is_lagging(self, member_id: str) -> bool:
         """Live, but not keeping up: covered by a generation it has not acknowledged for
         ``rebalance.timeout``, or its latest record says it has not read its own records back
-        within its session (no ``prev_ts``: just joined, or lapsed), so it could take nothing."""
+        within its session (no ``prev_ts``) and it is not a caught-up newcomer
+        (:meth:`is_newcomer_ready`)."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return False
-        if not m.ready:
+        if not m.ready and not self.is_newcomer_ready(member_id):
             return True
         for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
             a = self._history.get(g)
@@ -301,6 +305,30 @@ class GroupState:
             if c is not None and c.incarnation == m.incarnation:
                 return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
         return False
+
+    def is_newcomer_ready(self, member_id: str) -> bool:
+        """A member whose latest record has no ``prev_ts`` may be planned for at once if that
+        record is its incarnation's first (``seq`` 1: a newcomer, not a member that lapsed and
+        wrote again) and it had replayed the current generation when it wrote it, or the
+        current generation covers it (it was planned for so; until it acknowledges, the
+        ``rebalance.timeout`` rule applies as to anyone).
+
+        Why a newcomer and not a lapsed member: a member lapses because it reads or runs too
+        slowly to see its own records within a session, so planning for it before it has read
+        one back would move partitions to a member that likely cannot take them (they wait a
+        rebalance timeout). A newcomer that wrote while caught up to the current generation
+        reads its own record back within one hop, as the leader reads it. Safety does not rest
+        on this rule: grants to it are reserved in :meth:`may_hold` from the generation that
+        makes them, and it takes them only once it has read its own record back within its
+        session (member.py, self-fencing), as with any grant.
+
+        Every reader decides alike: the rule reads the record (``seq``, ``prev_ts``,
+        ``seen_generation``) and the current generation and coverage, which readers of the
+        same offset agree on, compacted or not (test_protocol_compaction)."""
+        m = self.members.get(member_id)
+        if m is None or m.ready or m.seq != 1:
+            return False
+        return m.seen_generation >= self.generation or self.covers(member_id)
 
     def fingerprint(self) -> tuple[object, ...]:
         """What members that replayed to the same offset must agree on."""
