@@ -22,9 +22,9 @@ EXPECTED = {
     ("eager", "join"): (4, 5),
     ("eager", "leave"): (4, 5),
     ("eager", "crash"): (3, 4),
-    ("cooperative", "join"): (4, 5),
-    ("cooperative", "leave"): (4, 5),
-    ("cooperative", "crash"): (3, 4),
+    ("cooperative", "join"): (3, 5),
+    ("cooperative", "leave"): (3, 5),
+    ("cooperative", "crash"): (2, 4),
 }
 
 

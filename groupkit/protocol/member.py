@@ -348,10 +348,12 @@ class Member:
         if self._unready_sent is not None and not lapsed:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
         covered = healthy and group.covers(self.member_id) and self.state != LEAVING
-        target = EMPTY
+        target = handed = EMPTY
         if covered:
             assert group.assignment is not None
-            target = group.assignment.assigned(self.member_id)
+            # pending partitions their owner has let go, handed to us without a leader turn
+            handed = group.handoffs(self.member_id)
+            target = group.assignment.assigned(self.member_id) | handed
             if self.state in (JOINING, ACTIVE):
                 self._fire("covered")
         elif self.state == ACTIVE:
@@ -363,8 +365,11 @@ class Member:
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
             # reserving g's grants for us (GroupState.may_hold), so a grant of g not taken then
             # may already belong to someone else. What we lost meanwhile the leader re-plans
-            # (Planner.rebalance_reason: partitions_lost).
-            added = EMPTY
+            # (Planner.rebalance_reason: partitions_lost). A handoff of the current generation
+            # may be taken in any healthy poll: the log reserves it for us until our record
+            # says we have seen a newer generation (GroupState._handoffs), and this replay has
+            # not seen one.
+            added = added & handed if healthy else EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
             owned = (self.owned - revoked) | added | kept
