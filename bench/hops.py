@@ -14,9 +14,11 @@ Scenarios, on a stable 3-member group (12 partitions, range assignor), both prot
   from the crash, so it includes the session timeout and the heartbeat that carries the log
   time past it.
 
-"Owned": every running member processes exactly what the newest (complete) assignment gives
-it, and every partition is processed. "Stable" is :meth:`GroupSim.is_stable`: that, and the
-leader has nothing left to plan (so the acknowledgements the planner waits for count as hops).
+"Owned": every running member processes exactly what the newest assignment targets for it
+(assigned and pending: a pending partition may be handed over at its owner's release, before
+the leader's follow-up grants it), and every partition is processed. "Stable" is
+:meth:`GroupSim.is_stable`: that, and the leader has nothing left to plan (so the
+acknowledgements the planner waits for count as hops).
 
     python bench/hops.py    # prints the table, writes bench/results/hops.{json,md}
 """
@@ -123,9 +125,10 @@ def _all_owned(sim: GroupSim, after_generation: int) -> bool:
     st = sim.view()
     a = st.assignment
     running = sim.running()
-    if a is None or a.phase != "complete" or a.generation <= after_generation:
+    if a is None or a.phase == "revoke" or a.generation <= after_generation:
         return False
-    if any(sm.member.owned != a.assigned(sm.member_id) for sm in running):
+    # its target: a pending partition handed over at its owner's release counts as owned
+    if any(sm.member.owned != a.target(sm.member_id) for sm in running):
         return False
     owners = sim.owners()
     return set(owners) == sim.expected_partitions() and all(len(m) == 1 for m in owners.values())

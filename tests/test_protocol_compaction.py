@@ -9,8 +9,10 @@ the log as compacted at a random cleaning point; it must agree with the replay o
 
 - the **leader**: it decides which assignment records are accepted from now on;
 - the **generation** and the **assignment record** itself: what every member takes and gives up;
-- the **live members**, and which of them the assignment **covers**: what the leader plans from
-  (``Planner.rebalance_reason``) and whether a member takes its grants (``Member.poll``).
+- the **live members**, which of them the assignment **covers**, and which are **newcomers** the
+  leader may plan for at their join record (``GroupState.is_newcomer_ready``): what the leader
+  plans from (``Planner.rebalance_reason``) and whether a member takes its grants
+  (``Member.poll``).
 
 What need not agree: what was lost with the compacted records and matters no more. Holds and
 tombstones older than a session, rejection counters, and the assignment history the full reader
@@ -56,6 +58,7 @@ def agreed(st: GroupState) -> tuple[object, ...]:
         st.assignment,
         sorted(live),
         sorted(m for m in live if st.covers(m)),
+        sorted(m for m in live if st.is_newcomer_ready(m)),
     )
 
 
@@ -104,8 +107,8 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
     TALLY["checked"] += 1
     if agreed(fresh) == agreed(st):
         return None
-    diffs = [n for n, a, b in zip(("leader", "generation", "assignment", "live", "covered"),
-                                  agreed(fresh), agreed(st), strict=True) if a != b]  # fmt: skip
+    names = ("leader", "generation", "assignment", "live", "covered", "newcomers")
+    diffs = [n for n, a, b in zip(names, agreed(fresh), agreed(st), strict=True) if a != b]
     for d in diffs:
         TALLY[d] += 1
     TALLY["disagreements"] += 1

@@ -382,3 +382,174 @@ def test_a_record_on_its_way_keeps_the_session_running_from_its_prev_ts() -> Non
     res = st.replay(offset, w4.raw_key, w4.raw_value, 1010)
     offset += 1
     assert res.new_membership and st.members["m"].joined_at == 1010
+
+
+def _member_records(sim: GroupSim, mid: str) -> list[tuple[int, object]]:
+    from groupkit.protocol.records import MemberKey, decode
+
+    out = []
+    for r in sim.log.records:
+        k, v = decode(r.key, r.value)
+        if isinstance(k, MemberKey) and k.member_id == mid:
+            out.append((r.offset, v))
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_a_caught_up_newcomer_is_planned_for_at_its_join_record(protocol: str) -> None:
+    # Its first record (seq 1, no prev_ts) says it has seen the current generation: the leader
+    # plans for it at once, without waiting for a second record that says prev_ts.
+    sim = stable_pair(protocol)
+    g = sim.view().generation
+    sim.join("c")
+    sim.tick()  # c writes its join record
+    st = sim.view()
+    assert st.members["c"].seq == 1 and not st.members["c"].ready
+    assert st.is_newcomer_ready("c") and not st.is_lagging("c")
+    sim.tick()  # the leader reads it and plans
+    st = sim.view()
+    assert st.generation == g + 1 and "c" in st.assignment.members  # type: ignore[union-attr]
+    first_gen_offset = st.assignment_offset
+    assert len([o for o, _ in _member_records(sim, "c") if o < first_gen_offset]) == 1
+    sim.settle()
+    assert sim.members["c"].member.owned
+
+
+def test_a_newcomer_that_wrote_before_catching_up_waits_for_prev_ts() -> None:
+    # c's join record was written before c had replayed the current generation (it reads
+    # slowly): it is planned for only once its record says prev_ts, as before.
+    sim = stable_pair()
+    sim.join("c", read_rate=1)
+    sim.tick()
+    st = sim.view()
+    assert st.members["c"].seen_generation < st.generation
+    assert not st.is_newcomer_ready("c") and st.is_lagging("c")
+    while sim.view().members["c"].seq == 1:
+        sim.tick()
+        assert not sim.view().is_newcomer_ready("c")
+        assert "c" not in sim.view().assignment.members  # type: ignore[union-attr]
+    sim.members["c"].read_rate = None
+    sim.settle()
+
+
+def test_a_member_that_lapsed_is_not_planned_for_until_it_reads_back() -> None:
+    # A lapsed member's fresh record (no prev_ts) is not its first: it stays out of the plan
+    # until its record says prev_ts again, even though it has seen the current generation.
+    sim = stable_pair()
+    sim.pause("b", 2 * sim.session_timeout_ms)
+    while sim.members["b"].paused_until > sim.clock:
+        sim.tick()
+    sim.members["b"].read_rate = 0  # b resumes, writes, but reads nothing back
+    sim.tick()
+    st = sim.view()
+    b = st.members["b"]
+    assert b.seq > 1 and not b.ready and b.seen_generation >= st.generation - 1
+    for _ in range(30):
+        sim.tick()
+        st = sim.view()
+        assert st.is_lagging("b") and not st.is_newcomer_ready("b") and not st.covers("b")
+    sim.members["b"].read_rate = None
+    sim.settle()
+    assert sim.members["b"].member.owned
+
+
+@pytest.mark.parametrize("release", [None, 300])
+def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int | None) -> None:
+    # Cooperative join: b's partitions t0-2, t0-3 are pending for c until b lets go. At b's
+    # release record, nobody but c may hold them: c takes them there, and the log counts them
+    # for c (may_hold) until the leader's follow-up grants them, so no other grant can have them.
+    sim = GroupSim({"t0": 6}, release_delay_ms=release)
+    for m in "ab":
+        sim.join(m)
+        sim.settle()
+    g = sim.view().generation
+    sim.join("c")
+    taken_at_gen = None
+    while not sim.is_stable():
+        sim.tick()
+        assert not sim.violations()
+        st = sim.view()
+        c = sim.members["c"]
+        if taken_at_gen is None and c.member.owned - st.assignment.assigned("c"):  # type: ignore[union-attr]
+            taken_at_gen = st.generation
+            handed = c.member.owned - st.assignment.assigned("c")  # type: ignore[union-attr]
+            assert st.assignment.phase == "partial"  # type: ignore[union-attr]
+            assert handed <= st.handoffs("c") and handed <= st.may_hold("c")
+            assert all(st.holders()[p] == {"c"} for p in handed)
+            # a reader that started from the compacted log (it may lack holds and history)
+            # reserves them for c alike, but would not take a handoff itself for a session
+            fresh = sim.new_state()
+            for r in sim.log.compacted(tombstones_before=0):
+                fresh.replay(r.offset, r.key, r.value, r.timestamp)
+            assert fresh.offset == st.offset and handed <= fresh.may_hold("c")
+            assert not fresh.handoffs("c")
+    assert taken_at_gen == g + 1, "taken before the follow-up generation"
+    assert sim.view().generation >= g + 2  # the follow-ups still come, off the critical path
+
+
+def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> None:
+    # c was handed t0-2 (its owner let go) but its record does not claim it yet when a newer
+    # generation arrives: the log must keep it for c until c's record says it has seen that
+    # generation, or the newer generation could grant it elsewhere while c processes it.
+    from groupkit.protocol.records import covered_member
+
+    st = GroupState("g", 10_000, 30_000)
+    off = iter(range(1000))
+
+    def feed(k: bytes, v: bytes | None, ts: int) -> None:
+        st.replay(next(off), k, v, ts)
+
+    def member(mid: str, seq: int, owned: list[int], acked: int, seen: int, ts: int,
+               prev: int | None = 0) -> None:  # fmt: skip
+        k, v = member_record(
+            "g", mid, incarnation="i", seq=seq, topics=["t0"], owned=[("t0", p) for p in owned],
+            owned_generation=acked if owned else 0, acked_generation=acked, seen_generation=seen,
+            joined_at=0, prev_ts=prev, since_generation=1,
+        )  # fmt: skip
+        feed(*encode(k, v), ts)
+
+    def assign(gen: int, phase: str, ms: dict[str, tuple[list[int], list[int], list[int]]],
+               ts: int) -> None:  # fmt: skip
+        k, v = assignment_record(
+            "g", generation=gen, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+            protocol="cooperative", phase=phase, assignor="range", partition_counts={"t0": 3},
+            members={m: covered_member("i", ["t0"], [("t0", p) for p in a],
+                                       [("t0", p) for p in r], [("t0", p) for p in pe])
+                     for m, (a, r, pe) in ms.items()},
+        )  # fmt: skip
+        feed(*encode(k, v), ts)
+
+    member("a", 1, [], 0, 0, 0, prev=None)
+    member("b", 1, [], 0, 0, 1, prev=None)
+    member("c", 1, [], 0, 0, 2, prev=None)
+    member("a", 2, [], 0, 0, 3)
+    member("b", 2, [], 0, 0, 4)
+    member("c", 2, [], 0, 0, 5)
+    assign(1, "complete", {"a": ([0], [], []), "b": ([1, 2], [], []), "c": ([], [], [])}, 6)
+    member("a", 3, [0], 1, 1, 7)
+    member("b", 3, [1, 2], 1, 1, 8)
+    member("c", 3, [], 1, 1, 9)
+    assign(2, "partial", {"a": ([0], [], []), "b": ([1], [2], []), "c": ([], [], [2])}, 10)
+    member("c", 4, [], 2, 2, 11)  # c acked 2, nothing to take yet
+    assert st.handoffs("c") == frozenset()
+    member("b", 4, [1], 2, 2, 12)  # b lets go of t0-2: handed to c at this offset
+    assert st.handoffs("c") == {TP("t0", 2)} and st.holders()[TP("t0", 2)] == {"c"}
+    # a newer generation (say, a subscription change) that would give t0-2 to a: unsafe
+    k, v = assignment_record(
+        "g", generation=3, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+        protocol="cooperative", phase="complete", assignor="range", partition_counts={"t0": 3},
+        members={"a": covered_member("i", ["t0"], [("t0", 0), ("t0", 2)]),
+                 "b": covered_member("i", ["t0"], [("t0", 1)]),
+                 "c": covered_member("i", ["t0"], [])},
+    )  # fmt: skip
+    before = st.rejections["unsafe_grant"]
+    feed(*encode(k, v), 13)
+    assert st.rejections["unsafe_grant"] == before + 1 and st.generation == 2
+    # a newer generation that keeps it pending for someone else: accepted, yet still c's
+    assign(3, "partial", {"a": ([0], [], [2]), "b": ([1], [], []), "c": ([], [], [])}, 14)
+    assert TP("t0", 2) in st.may_hold("c") and st.holders()[TP("t0", 2)] == {"c"}
+    assert st.handoffs("a") == frozenset()  # the older handoff comes first
+    member("c", 5, [2], 2, 2, 15)  # c's record, written before it saw generation 3, claims it
+    assert st.members["c"].claims == {TP("t0", 2)} and not st.rejections["unowned_claim"]
+    member("c", 6, [], 3, 3, 16)  # c saw generation 3 and let go (not its target)
+    assert st.handoffs("a") == {TP("t0", 2)} and TP("t0", 2) not in st.may_hold("c")

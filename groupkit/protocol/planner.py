@@ -31,7 +31,9 @@ Cooperative protocol (KIP-429), for any assignor:
 3. When a revocation is acknowledged (the old owner's record no longer claims it, or the old
    owner expired), a follow-up generation grants the pending partitions whose holders let go.
    Follow-ups reuse the target of the record (``assigned`` + ``pending``): the assignor is not
-   run again, so the group converges even with an assignor that is not sticky.
+   run again, so the group converges even with an assignor that is not sticky. The target
+   does not wait for it: it takes a pending partition as soon as replay shows nobody else may
+   hold it (``GroupState.handoffs``); the follow-up then grants what it already processes.
 
 The replay checks every grant, so a plan that would grant a held partition is a bug that the
 group rejects (``unsafe_grant``), never a double ownership.

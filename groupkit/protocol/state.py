@@ -38,9 +38,16 @@ What one ``replay`` does:
      generation it says it has seen (never below the acked one) must not be ahead of the log's
      (``future_generation``). A member whose latest record has no ``prev_ts`` (it has not read
      its own records back: just joined, or lapsed) is *not ready* and counts as lagging, so the
-     leader does not plan for it. Records of members that predate ``prev_ts`` (``legacy``)
+     leader does not plan for it, unless that record is a newcomer's first (``seq`` 1) written
+     with the current generation seen (:meth:`GroupState.is_newcomer_ready`): the leader then
+     plans for it at its join record. Records of members that predate ``prev_ts`` (``legacy``)
      are decided the old way: a new incarnation or a member the reader has seen expire starts a
      new membership, a live one continues, and a later ``joined_at`` echo is followed.
+   - **handoffs**: a partition pending for member ``T`` in the current generation, that no one
+     else may hold any more (its owner's record let go, or it expired), is handed to ``T`` at
+     that offset: ``T`` may take it without the leader's follow-up, and :meth:`GroupState.
+     may_hold` counts it for ``T`` until ``T``'s record says it has seen a newer generation
+     (the rule and why it is exclusive: :meth:`GroupState._handoffs`).
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
@@ -160,7 +167,8 @@ class MemberState:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     #: its latest record says it has read its own records back within its session
-    #: (``prev_ts``): only then may the leader plan for it (see :meth:`GroupState.is_lagging`)
+    #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
+    #: (see :meth:`GroupState.is_lagging`)
     ready: bool = True
 
 
@@ -208,6 +216,9 @@ class GroupState:
     assignment_clobbered: bool = False
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
+    #: log time of the newest record this reader replayed after a gap in offsets (compaction
+    #: dropped records it would have needed) or of its restore: see :meth:`handoffs`
+    _gap_ts: int | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -243,8 +254,91 @@ class GroupState:
         That is its claims plus whatever a generation it has not acknowledged yet assigns it:
         a member applies the newest assignment it has replayed, so until its record shows a
         newer acknowledgement it may still be about to take a grant of an older generation,
-        but never of one older than the newest generation its record says it has seen.
+        but never of one older than the newest generation its record says it has seen. Plus
+        the pending partitions handed to it without a leader turn (:meth:`handoffs`).
         """
+        base = self._base_may_hold(member_id)
+        if not self._any_pending():
+            return base
+        return base | self._handoffs().get(member_id, EMPTY)
+
+    def handoffs(self, member_id: str) -> Partitions:
+        """Pending partitions of the current generation the member may take now, without the
+        leader's follow-up: nobody else may hold them any more (their owner's record let go).
+
+        Replay decides it at every offset, in generation order (the rule is in
+        :meth:`_handoffs`), and :meth:`may_hold` counts the partitions for the member from that
+        offset until its record says it has seen a newer generation, so a grant to anyone else
+        is rejected (``unsafe_grant``) and nobody else is handed them meanwhile.
+
+        Only a reader that knows what the full replay knows may take one (unlike a grant, no
+        leader's record checked by every reader stands behind it). A reader that missed
+        records (a gap in offsets: it started from the compacted topic; or it was restored
+        from a snapshot) may lack holds, which last a session at most, and the history of
+        older generations: so it answers nothing until a session of log time has passed since
+        its last gap, and while its history lacks a generation some member may still act on.
+        The member then waits for the leader's follow-up grant, as without handoffs."""
+        a = self.assignment
+        c = a.members.get(member_id) if a is not None else None
+        if c is None or not c.pending:
+            return EMPTY
+        if self._gap_ts is not None and self.log_time < self._gap_ts + self.session_timeout_ms:
+            return EMPTY
+        live = self.live_members().values()
+        floor = min(
+            (max(m.since_generation, min(m.acked_generation + 1, m.seen_generation)) for m in live),
+            default=self.generation,
+        )
+        if any(g not in self._history for g in range(max(floor, 1), self.generation + 1)):
+            return EMPTY
+        return self._handoffs().get(member_id, EMPTY) & c.pending
+
+    def _any_pending(self) -> bool:
+        return any(c.pending for a in self._history.values() for c in a.members.values())
+
+    def _handoffs(self) -> dict[str, Partitions]:
+        """``{member: pending partitions handed to it}``, over every generation in history.
+
+        A partition pending for member ``T`` in generation ``g`` is handed to ``T`` while
+        ``T`` may still act on ``g`` (its record says it has seen no newer generation, and
+        ``g`` covers its membership) and nothing else may hold it: no live member's claims or
+        unacknowledged grants other than ``T``'s, no hold, and no handoff of an older
+        generation (older ones first, so at every offset each partition is handed to one
+        member at most). Once handed, it stays so while ``T`` may act on ``g``: nobody else
+        can be granted it (``_check_safe`` counts it for ``T``), nor claim it (a claim must be
+        in the claimer's ``may_hold``), nor be handed it (it is taken by an older or the same
+        generation). A member takes a handoff only of the current generation of its replay
+        (member.py), so whatever it took is reserved until its next record claims it."""
+        base: dict[TopicPartition, set[str]] = {}
+        live = self.live_members()
+        for mid in live:
+            for p in self._base_may_hold(mid):
+                base.setdefault(p, set()).add(mid)
+        for h in self.holds:
+            if h.until > self.log_time:
+                for p in h.partitions:
+                    base.setdefault(p, set()).add(h.holder)
+        taken: set[TopicPartition] = set()
+        out: dict[str, Partitions] = {}
+        for g in sorted(self._history):
+            for mid, c in self._history[g].members.items():
+                m = live.get(mid)
+                if (
+                    not c.pending
+                    or m is None
+                    or c.incarnation != m.incarnation
+                    or g < max(m.seen_generation, m.since_generation)
+                ):
+                    continue
+                free = frozenset(
+                    p for p in c.pending if p not in taken and not base.get(p, set()) - {mid}
+                )
+                if free:
+                    taken |= free
+                    out[mid] = out.get(mid, EMPTY) | free
+        return out
+
+    def _base_may_hold(self, member_id: str) -> Partitions:
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
@@ -262,8 +356,9 @@ class GroupState:
     def holders(self) -> dict[TopicPartition, set[str]]:
         """``{partition: ids that may hold it}`` over live members and holds."""
         out: dict[TopicPartition, set[str]] = {}
+        handed = self._handoffs() if self._any_pending() else {}
         for mid in self.live_members():
-            for p in self.may_hold(mid):
+            for p in self._base_may_hold(mid) | handed.get(mid, EMPTY):
                 out.setdefault(p, set()).add(mid)
         for h in self.holds:
             if h.until > self.log_time:
@@ -287,11 +382,12 @@ class GroupState:
     def is_lagging(self, member_id: str) -> bool:
         """Live, but not keeping up: covered by a generation it has not acknowledged for
         ``rebalance.timeout``, or its latest record says it has not read its own records back
-        within its session (no ``prev_ts``: just joined, or lapsed), so it could take nothing."""
+        within its session (no ``prev_ts``) and it is not a caught-up newcomer
+        (:meth:`is_newcomer_ready`)."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return False
-        if not m.ready:
+        if not m.ready and not self.is_newcomer_ready(member_id):
             return True
         for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
             a = self._history.get(g)
@@ -301,6 +397,30 @@ class GroupState:
             if c is not None and c.incarnation == m.incarnation:
                 return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
         return False
+
+    def is_newcomer_ready(self, member_id: str) -> bool:
+        """A member whose latest record has no ``prev_ts`` may be planned for at once if that
+        record is its incarnation's first (``seq`` 1: a newcomer, not a member that lapsed and
+        wrote again) and it had replayed the current generation when it wrote it, or the
+        current generation covers it (it was planned for so; until it acknowledges, the
+        ``rebalance.timeout`` rule applies as to anyone).
+
+        Why a newcomer and not a lapsed member: a member lapses because it reads or runs too
+        slowly to see its own records within a session, so planning for it before it has read
+        one back would move partitions to a member that likely cannot take them (they wait a
+        rebalance timeout). A newcomer that wrote while caught up to the current generation
+        reads its own record back within one hop, as the leader reads it. Safety does not rest
+        on this rule: grants to it are reserved in :meth:`may_hold` from the generation that
+        makes them, and it takes them only once it has read its own record back within its
+        session (member.py, self-fencing), as with any grant.
+
+        Every reader decides alike: the rule reads the record (``seq``, ``prev_ts``,
+        ``seen_generation``) and the current generation and coverage, which readers of the
+        same offset agree on, compacted or not (test_protocol_compaction)."""
+        m = self.members.get(member_id)
+        if m is None or m.ready or m.seq != 1:
+            return False
+        return m.seen_generation >= self.generation or self.covers(member_id)
 
     def fingerprint(self) -> tuple[object, ...]:
         """What members that replayed to the same offset must agree on."""
@@ -315,6 +435,8 @@ class GroupState:
         if offset <= self.offset:
             # an impossible order: the reader went back, or a record was fed twice
             return self._reject(offset, None, "offset_regressed", f"{offset} <= {self.offset}")
+        if offset != self.offset + 1:
+            self._gap_ts = timestamp_ms
         self.offset = offset
         if timestamp_ms > self.log_time:
             self.log_time = timestamp_ms
@@ -511,8 +633,13 @@ class GroupState:
     def _check_safe(self, a: AssignmentRecord) -> None:
         """No grant of a partition another live member (or a hold) may still have."""
         holders = self.holders()
+        handed = self._handoffs() if self._any_pending() else {}
         for mid, c in a.members.items():
-            mine = self.may_hold(mid) if self._is_member(mid, c.incarnation) else EMPTY
+            mine = (
+                self._base_may_hold(mid) | handed.get(mid, EMPTY)
+                if self._is_member(mid, c.incarnation) and self.is_live(mid)
+                else EMPTY
+            )
             for p in c.assigned - mine:
                 others = holders.get(p, set()) - {mid}
                 if others:
@@ -526,7 +653,10 @@ class GroupState:
 
     def _prune_history(self) -> None:
         live = self.live_members()
-        floor = min((m.acked_generation + 1 for m in live.values()), default=self.generation)
+        # a member may still take grants of generations it has not acknowledged, and handoffs
+        # of those it has not seen past (_handoffs)
+        floor = min((min(m.acked_generation + 1, m.seen_generation) for m in live.values()),
+                    default=self.generation)  # fmt: skip
         floor = min(floor, self.generation)
         for g in [g for g in self._history if g < floor]:
             del self._history[g]
@@ -580,6 +710,7 @@ class GroupState:
         st.assignment_clobbered = record.assignment_clobbered
         st._history = {a.generation: a for _, a in record.history}
         st._gen_time = {a.generation: t for t, a in record.history}
+        st._gap_ts = record.log_time  # the snapshot's writer may have had gaps: see handoffs
         return st
 
 
