@@ -14,6 +14,7 @@ from groupkit.protocol.records import (
     covered_member,
     encode,
     member_record,
+    member_tombstone,
 )
 from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
@@ -546,10 +547,101 @@ def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> Non
     feed(*encode(k, v), 13)
     assert st.rejections["unsafe_grant"] == before + 1 and st.generation == 2
     # a newer generation that keeps it pending for someone else: accepted, yet still c's
+    # (reserved for a too: each blocks the other's handoff, and a grant to a third member)
     assign(3, "partial", {"a": ([0], [], [2]), "b": ([1], [], []), "c": ([], [], [])}, 14)
-    assert TP("t0", 2) in st.may_hold("c") and st.holders()[TP("t0", 2)] == {"c"}
-    assert st.handoffs("a") == frozenset()  # the older handoff comes first
+    assert TP("t0", 2) in st.may_hold("c") and st.holders()[TP("t0", 2)] == {"a", "c"}
+    assert TP("t0", 2) not in st.granted("a")  # a's grant waits for c
+    assert st.handoffs("a") == frozenset()  # c may have taken it at the older generation
     member("c", 5, [2], 2, 2, 15)  # c's record, written before it saw generation 3, claims it
     assert st.members["c"].claims == {TP("t0", 2)} and not st.rejections["unowned_claim"]
     member("c", 6, [], 3, 3, 16)  # c saw generation 3 and let go (not its target)
     assert st.handoffs("a") == {TP("t0", 2)} and TP("t0", 2) not in st.may_hold("c")
+
+
+def test_a_reservation_does_not_depend_on_holds_a_compacted_reader_lacks() -> None:
+    # c's partition t0-2 is pending because the hold of b's old incarnation has it. A reader
+    # that starts from the compacted log lost the record that started the hold. Both readers
+    # must still reserve t0-2 for c alike (a handoff would read the hold: the full reader hands
+    # nothing, the compacted one could have), so the hold c's leave starts is the same for both,
+    # and so is their verdict on a later grant of t0-2 (hypothesis found the divergence).
+    log: list[tuple[bytes, bytes | None, int]] = []
+
+    def member(mid: str, inc: str, seq: int, owned: list[int], acked: int, ts: int,
+               prev: int | None, joined: int = 0, since: int = 1) -> None:  # fmt: skip
+        k, v = member_record(
+            "g", mid, incarnation=inc, seq=seq, topics=["t0"], owned=[("t0", p) for p in owned],
+            owned_generation=acked if owned else 0, acked_generation=acked, seen_generation=acked,
+            joined_at=joined if prev is not None else None, prev_ts=prev,
+            since_generation=since if prev is not None else 0,
+        )  # fmt: skip
+        log.append((*encode(k, v), ts))
+
+    def assign(gen: int, phase: str, ms: dict[str, tuple[str, list[int], list[int]]],
+               ts: int) -> None:  # fmt: skip
+        k, v = assignment_record(
+            "g", generation=gen, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+            protocol="cooperative", phase=phase, assignor="range", partition_counts={"t0": 3},
+            members={m: covered_member(inc, ["t0"], [("t0", p) for p in a], [],
+                                       [("t0", p) for p in pe])
+                     for m, (inc, a, pe) in ms.items()},
+        )  # fmt: skip
+        log.append((*encode(k, v), ts))
+
+    member("a", "i", 1, [], 0, 0, None)
+    member("b", "i1", 1, [], 0, 1, None)
+    member("a", "i", 2, [], 0, 2, 0)
+    member("b", "i1", 2, [], 0, 3, 1)
+    assign(1, "complete", {"a": ("i", [0], []), "b": ("i1", [1, 2], [])}, 4)
+    member("a", "i", 3, [0], 1, 5, 2)
+    member("b", "i1", 3, [1, 2], 1, 6, 3)
+    member("b", "i2", 1, [], 0, 7, None)  # b restarts: b/i1's t0-1, t0-2 held until 10006
+    member("c", "i", 1, [], 0, 8, None)
+    member("b", "i2", 2, [], 1, 9, 7, joined=7, since=2)
+    member("c", "i", 2, [], 1, 10, 8, joined=8, since=2)
+    assign(2, "partial", {"a": ("i", [0], []), "b": ("i2", [], [1]), "c": ("i", [], [2])}, 11)
+    member("c", "i", 3, [], 2, 12, 10, joined=8, since=2)
+    clean_to = len(log)  # the cleaner reached here: the newest record of each key stays
+    log.append((encode(*member_tombstone("g", "c"))[0], None, 13))  # c leaves
+    member("a", "i", 4, [0], 2, 5_000, 5)
+    member("b", "i2", 3, [], 2, 5_001, 9, joined=7, since=2)
+    member("a", "i", 5, [0], 2, 10_006, 5_000)
+    assign(3, "complete", {"a": ("i", [0, 2], []), "b": ("i2", [1], [])}, 10_007)
+
+    full, fresh = GroupState("g", 10_000, 30_000), GroupState("g", 10_000, 30_000)
+    newest = {k: o for o, (k, _, _) in enumerate(log[:clean_to])}
+    for o, (k, v, ts) in enumerate(log):
+        full.replay(o, k, v, ts)
+        if o >= clean_to or newest[k] == o:
+            fresh.replay(o, k, v, ts)
+        if o == clean_to - 1:
+            assert [h.holder for h in full.holds] == ["b/i1"] and not fresh.holds
+            assert full.reserved("c") == fresh.reserved("c") == {TP("t0", 2)}
+            assert not full.handoffs("c") and not fresh.handoffs("c")  # the hold; the gap
+        if o == clean_to:  # c left: its hold covers what it may have been handed
+            assert {h.holder: h.partitions for h in full.holds}["c/i"] == {TP("t0", 2)}
+            assert [(h.holder, h.partitions) for h in fresh.holds] == [("c/i", {TP("t0", 2)})]
+    # b/i1's hold has run out, c's has not: both reject the grant of t0-2 to a
+    assert full.generation == fresh.generation == 2
+    assert full.rejections["unsafe_grant"] == fresh.rejections["unsafe_grant"] == 1
+
+
+def test_a_snapshot_is_written_only_by_a_reader_that_knows_its_holds() -> None:
+    # A state restored from a snapshot takes handoffs at once (GroupState.handoffs), trusting
+    # that its writer knew every hold: so a leader that started from the compacted topic less
+    # than a session ago (it may lack holds) writes no snapshot yet.
+    sim = GroupSim({"t0": 4}, snapshot_every_ms=1_000)
+    for m in "ab":
+        sim.join(m)
+    sim.settle()
+    sim.tick(20)
+    lead = sim.members[sim.view().leader].node  # type: ignore[index]
+    restored = GroupState.from_snapshot(sim.view().snapshot("x", "i0"), sim.session_timeout_ms)
+    assert restored.knows_holds() and sim.view().knows_holds()
+    fresh = sim.new_state()
+    for r in sim.log.compacted():
+        fresh.replay(r.offset, r.key, r.value, r.timestamp)
+    assert fresh.leader == lead.member_id and not fresh.knows_holds()
+    lead.state, lead._snapshot_ts, lead._snapshot_sent = fresh, None, None
+    assert lead.snapshot_due(sim.clock) is None
+    lead.state = restored
+    assert lead.snapshot_due(sim.clock) is not None

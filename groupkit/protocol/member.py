@@ -367,7 +367,7 @@ class Member:
             # may already belong to someone else. What we lost meanwhile the leader re-plans
             # (Planner.rebalance_reason: partitions_lost). A handoff of the current generation
             # may be taken in any healthy poll: the log reserves it for us until our record
-            # says we have seen a newer generation (GroupState._handoffs), and this replay has
+            # says we have seen a newer generation (GroupState.reserved), and this replay has
             # not seen one.
             added = added & handed if healthy else EMPTY
         if added or revoked:

@@ -43,11 +43,16 @@ What one ``replay`` does:
      plans for it at its join record. Records of members that predate ``prev_ts`` (``legacy``)
      are decided the old way: a new incarnation or a member the reader has seen expire starts a
      new membership, a live one continues, and a later ``joined_at`` echo is followed.
-   - **handoffs**: a partition pending for member ``T`` in the current generation, that no one
-     else may hold any more (its owner's record let go, or it expired), is handed to ``T`` at
-     that offset: ``T`` may take it without the leader's follow-up, and :meth:`GroupState.
-     may_hold` counts it for ``T`` until ``T``'s record says it has seen a newer generation
-     (the rule and why it is exclusive: :meth:`GroupState._handoffs`).
+   - **handoffs**: a partition pending for member ``T`` in a generation is *reserved* for
+     ``T`` (:meth:`GroupState.reserved`) from that generation's record until ``T``'s record
+     says it has seen a newer one: :meth:`GroupState.may_hold` counts it for ``T``, so nobody
+     else is granted it meanwhile. Once no one else may hold it any more (its owner's record
+     let go, or it expired, and no other reservation or hold has it), it is handed to ``T``
+     at that offset (:meth:`GroupState.handoffs`): ``T`` takes it without the leader's
+     follow-up. The reservation reads only assignment records and members' newest records,
+     so every reader agrees on it, compacted or restored; the handoff also reads holds,
+     which a reader that started from the compacted topic may lack, so such a reader hands
+     nothing over for a session.
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
@@ -59,7 +64,7 @@ What one ``replay`` does:
 
 Compaction. A reader starting from a compacted topic has lost the earlier records of every key
 below the cleaner's point: the first records of long-lived members and every assignment record
-but the newest. Three rules keep its replay agreeing with the replay of a member that saw
+but the newest. Four rules keep its replay agreeing with the replay of a member that saw
 everything (``tests/test_protocol_compaction.py`` checks it after every step of random
 schedules, at random cleaning points):
 
@@ -73,6 +78,12 @@ schedules, at random cleaning points):
 3. An assignment record from a leader the reader has never seen is accepted if that leader, by
    the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
    record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
+4. Nothing that decides whether a record is accepted reads holds through a handoff: what may
+   be handed to a member is *reserved* for it from the generation that makes it pending
+   (:meth:`GroupState.reserved`), whether or not it has been handed yet, so a reader that lost
+   a hold still reserves alike (and starts the same hold at the member's leave). Only taking a
+   handoff reads holds, and a reader that may lack some takes none (:meth:`GroupState.
+   knows_holds`).
 
 Snapshots (issue 14). :meth:`GroupState.snapshot` captures this whole state (rejection counters
 aside) as a :class:`~groupkit.protocol.records.SnapshotRecord` as of :attr:`GroupState.offset`,
@@ -80,6 +91,9 @@ and :meth:`GroupState.from_snapshot` restores an equal state, which then replays
 after that offset exactly as the state it was taken from would. ``replay`` of a snapshot record
 changes nothing but what every record changes (offset, log time, expiry): it is a copy of a
 past state, not an event, and its value is not even parsed (``tests/test_protocol_snapshot.py``).
+A restored state also *knows its holds* (:meth:`GroupState.knows_holds`), as a reader that
+started from the compacted topic does not for a session: a snapshot is written only by a reader
+that does (``Node.snapshot_due``), so a newcomer that caught up from one takes handoffs at once.
 
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
@@ -217,7 +231,7 @@ class GroupState:
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
     #: log time of the newest record this reader replayed after a gap in offsets (compaction
-    #: dropped records it would have needed) or of its restore: see :meth:`handoffs`
+    #: dropped records it would have needed): see :meth:`knows_holds`
     _gap_ts: int | None = None
 
     # ------------------------------------------------------------------ queries
@@ -251,94 +265,17 @@ class GroupState:
     def may_hold(self, member_id: str) -> Partitions:
         """Every partition a live member owns or may still take.
 
-        That is its claims plus whatever a generation it has not acknowledged yet assigns it:
-        a member applies the newest assignment it has replayed, so until its record shows a
-        newer acknowledgement it may still be about to take a grant of an older generation,
-        but never of one older than the newest generation its record says it has seen. Plus
-        the pending partitions handed to it without a leader turn (:meth:`handoffs`).
+        That is what it has been granted (:meth:`granted`: its claims plus the grants of
+        generations it has not acknowledged yet) and what is reserved for it (:meth:`reserved`:
+        pending partitions it may be handed at their owner's release, without a leader turn).
         """
-        base = self._base_may_hold(member_id)
-        if not self._any_pending():
-            return base
-        return base | self._handoffs().get(member_id, EMPTY)
+        return self.granted(member_id) | self.reserved(member_id)
 
-    def handoffs(self, member_id: str) -> Partitions:
-        """Pending partitions of the current generation the member may take now, without the
-        leader's follow-up: nobody else may hold them any more (their owner's record let go).
-
-        Replay decides it at every offset, in generation order (the rule is in
-        :meth:`_handoffs`), and :meth:`may_hold` counts the partitions for the member from that
-        offset until its record says it has seen a newer generation, so a grant to anyone else
-        is rejected (``unsafe_grant``) and nobody else is handed them meanwhile.
-
-        Only a reader that knows what the full replay knows may take one (unlike a grant, no
-        leader's record checked by every reader stands behind it). A reader that missed
-        records (a gap in offsets: it started from the compacted topic; or it was restored
-        from a snapshot) may lack holds, which last a session at most, and the history of
-        older generations: so it answers nothing until a session of log time has passed since
-        its last gap, and while its history lacks a generation some member may still act on.
-        The member then waits for the leader's follow-up grant, as without handoffs."""
-        a = self.assignment
-        c = a.members.get(member_id) if a is not None else None
-        if c is None or not c.pending:
-            return EMPTY
-        if self._gap_ts is not None and self.log_time < self._gap_ts + self.session_timeout_ms:
-            return EMPTY
-        live = self.live_members().values()
-        floor = min(
-            (max(m.since_generation, min(m.acked_generation + 1, m.seen_generation)) for m in live),
-            default=self.generation,
-        )
-        if any(g not in self._history for g in range(max(floor, 1), self.generation + 1)):
-            return EMPTY
-        return self._handoffs().get(member_id, EMPTY) & c.pending
-
-    def _any_pending(self) -> bool:
-        return any(c.pending for a in self._history.values() for c in a.members.values())
-
-    def _handoffs(self) -> dict[str, Partitions]:
-        """``{member: pending partitions handed to it}``, over every generation in history.
-
-        A partition pending for member ``T`` in generation ``g`` is handed to ``T`` while
-        ``T`` may still act on ``g`` (its record says it has seen no newer generation, and
-        ``g`` covers its membership) and nothing else may hold it: no live member's claims or
-        unacknowledged grants other than ``T``'s, no hold, and no handoff of an older
-        generation (older ones first, so at every offset each partition is handed to one
-        member at most). Once handed, it stays so while ``T`` may act on ``g``: nobody else
-        can be granted it (``_check_safe`` counts it for ``T``), nor claim it (a claim must be
-        in the claimer's ``may_hold``), nor be handed it (it is taken by an older or the same
-        generation). A member takes a handoff only of the current generation of its replay
-        (member.py), so whatever it took is reserved until its next record claims it."""
-        base: dict[TopicPartition, set[str]] = {}
-        live = self.live_members()
-        for mid in live:
-            for p in self._base_may_hold(mid):
-                base.setdefault(p, set()).add(mid)
-        for h in self.holds:
-            if h.until > self.log_time:
-                for p in h.partitions:
-                    base.setdefault(p, set()).add(h.holder)
-        taken: set[TopicPartition] = set()
-        out: dict[str, Partitions] = {}
-        for g in sorted(self._history):
-            for mid, c in self._history[g].members.items():
-                m = live.get(mid)
-                if (
-                    not c.pending
-                    or m is None
-                    or c.incarnation != m.incarnation
-                    or g < max(m.seen_generation, m.since_generation)
-                ):
-                    continue
-                free = frozenset(
-                    p for p in c.pending if p not in taken and not base.get(p, set()) - {mid}
-                )
-                if free:
-                    taken |= free
-                    out[mid] = out.get(mid, EMPTY) | free
-        return out
-
-    def _base_may_hold(self, member_id: str) -> Partitions:
+    def granted(self, member_id: str) -> Partitions:
+        """A live member's claims plus every grant it may still take: a member applies the
+        newest assignment it has replayed, so until its record shows a newer acknowledgement
+        it may still be about to take a grant of an older generation, but never of one older
+        than the newest generation its record says it has seen."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
@@ -353,12 +290,89 @@ class GroupState:
                 out = out | c.assigned
         return out
 
+    def reserved(self, member_id: str) -> Partitions:
+        """Pending partitions a live member may be handed without a leader turn
+        (:meth:`handoffs`): those pending for it in every generation its record says it may
+        still act on (none older than the newest generation it has seen, none older than its
+        membership).
+
+        The reservation starts with the generation that makes the partition pending, whether
+        or not its owner has let go yet, and ends once the member's record says it has seen a
+        newer generation (by then that record claims what it took). So it is a function of the
+        assignment records and the members' newest records alone, which every reader of the
+        same offset agrees on: unlike a handoff, it does not depend on holds, which a reader
+        that started from the compacted topic may lack. Every reader thus counts a partition a
+        member may have taken by handoff for that member (a grant of it to anyone else is
+        ``unsafe_grant``; its claim by that member is no ``unowned_claim``; a hold started by
+        that member's restart or leave covers it). Counting it before the owner lets go is
+        only conservative: the member's own grant of it still waits for the owner
+        (:meth:`granted` does not include it, ``Planner`` keeps it pending)."""
+        if not self._any_pending():
+            return EMPTY
+        m = self.members.get(member_id)
+        if m is None or not self.is_live(member_id):
+            return EMPTY
+        out = EMPTY
+        for g in range(max(m.seen_generation, m.since_generation, 1), self.generation + 1):
+            a = self._history.get(g)
+            c = a.members.get(member_id) if a is not None else None
+            if c is not None and c.pending and c.incarnation == m.incarnation:
+                out = out | c.pending
+        return out
+
+    def handoffs(self, member_id: str) -> Partitions:
+        """Pending partitions of the current generation the member may take now, without the
+        leader's follow-up: nobody else may hold them any more (their owner's record let go,
+        or it expired or left and its hold ran out).
+
+        Every other holder counts: live members' claims, unacknowledged grants and
+        reservations (:meth:`may_hold`), and holds. So a partition is handed to one member at
+        most: two members that may be handed one partition both reserve it, and each blocks
+        the other's handoff until its reservation ends. What the member takes stays counted
+        for it (:meth:`reserved`) until its record claims it.
+
+        Only a reader that knows what the full replay knows may take one (unlike a grant, no
+        leader's record checked by every reader stands behind it). A reader that missed
+        records (a gap in offsets: it started from the compacted topic) may lack holds, which
+        last a session at most, and the history of older generations: so it answers nothing
+        until it :meth:`knows_holds`, and while its history lacks a generation some member may
+        still act on. The member then waits for the leader's follow-up grant, as without
+        handoffs. A state restored from a snapshot knows what its writer knew, holds and
+        history included, and a snapshot is written only by a reader that knows its holds
+        (``Node.snapshot_due``): so a newcomer that caught up bounded takes handoffs at once."""
+        a = self.assignment
+        c = a.members.get(member_id) if a is not None else None
+        if c is None or not c.pending or not self.is_live(member_id):
+            return EMPTY
+        m = self.members[member_id]
+        if c.incarnation != m.incarnation or self.generation < m.since_generation:
+            return EMPTY
+        if not self.knows_holds():
+            return EMPTY
+        live = self.live_members().values()
+        floor = min(
+            (max(m.since_generation, min(m.acked_generation + 1, m.seen_generation)) for m in live),
+            default=self.generation,
+        )
+        if any(g not in self._history for g in range(max(floor, 1), self.generation + 1)):
+            return EMPTY
+        holders = self.holders()
+        return frozenset(p for p in c.pending if not holders.get(p, set()) - {member_id})
+
+    def knows_holds(self) -> bool:
+        """Whether this reader knows every hold the full replay has: it has replayed every
+        record of the last session of log time (holds last a session at most), or it was
+        restored from a snapshot of a reader that did (:meth:`from_snapshot`)."""
+        return self._gap_ts is None or self.log_time >= self._gap_ts + self.session_timeout_ms
+
+    def _any_pending(self) -> bool:
+        return any(c.pending for a in self._history.values() for c in a.members.values())
+
     def holders(self) -> dict[TopicPartition, set[str]]:
         """``{partition: ids that may hold it}`` over live members and holds."""
         out: dict[TopicPartition, set[str]] = {}
-        handed = self._handoffs() if self._any_pending() else {}
         for mid in self.live_members():
-            for p in self._base_may_hold(mid) | handed.get(mid, EMPTY):
+            for p in self.may_hold(mid):
                 out.setdefault(p, set()).add(mid)
         for h in self.holds:
             if h.until > self.log_time:
@@ -633,13 +647,9 @@ class GroupState:
     def _check_safe(self, a: AssignmentRecord) -> None:
         """No grant of a partition another live member (or a hold) may still have."""
         holders = self.holders()
-        handed = self._handoffs() if self._any_pending() else {}
         for mid, c in a.members.items():
-            mine = (
-                self._base_may_hold(mid) | handed.get(mid, EMPTY)
-                if self._is_member(mid, c.incarnation) and self.is_live(mid)
-                else EMPTY
-            )
+            # not its reservation: a grant of a reserved partition still waits for its owner
+            mine = self.granted(mid) if self._is_member(mid, c.incarnation) else EMPTY
             for p in c.assigned - mine:
                 others = holders.get(p, set()) - {mid}
                 if others:
@@ -654,7 +664,7 @@ class GroupState:
     def _prune_history(self) -> None:
         live = self.live_members()
         # a member may still take grants of generations it has not acknowledged, and handoffs
-        # of those it has not seen past (_handoffs)
+        # of those it has not seen past (reserved)
         floor = min((min(m.acked_generation + 1, m.seen_generation) for m in live.values()),
                     default=self.generation)  # fmt: skip
         floor = min(floor, self.generation)
@@ -710,7 +720,9 @@ class GroupState:
         st.assignment_clobbered = record.assignment_clobbered
         st._history = {a.generation: a for _, a in record.history}
         st._gen_time = {a.generation: t for t, a in record.history}
-        st._gap_ts = record.log_time  # the snapshot's writer may have had gaps: see handoffs
+        # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
+        # snapshot carries them: a gap from here on is the reader's own (replay sets it).
+        st._gap_ts = None
         return st
 
 
