@@ -12,7 +12,10 @@ it answers with :class:`Actions`, which the runtime carries out **in this order*
    to the next owner as soon as that record is in the log.
 
 The member side is a diff: ``diff(owned, target) -> (added, revoked)``; eager and cooperative
-differ only in the targets the leader writes.
+differ only in the targets the leader writes. The target is what the current generation grants
+the member, plus its *handoffs*: partitions pending for it whose owner has let go, which replay
+shows nobody else may hold (``GroupState.handoffs``); it takes those at the owner's release
+record, without waiting for the leader's follow-up grant.
 
 Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
 
