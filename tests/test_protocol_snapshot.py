@@ -520,8 +520,12 @@ class SnapshotSchedule(GroupSchedule):
         whole = restore(sim.log.records, sim.group, sim.session_timeout_ms,
                         sim.rebalance_timeout_ms)  # fmt: skip
         assert whole is not None and core(whole) == core(full)
-        clean_to = rng.randint(0, full.offset + 1)
-        compacted = sim.log.compacted(clean_to)
+        # anywhere, and often past the end: then the snapshot kept is the one written last,
+        # which is an older one whenever a reader behind wrote it (a stale copy)
+        clean_to = rng.choice([rng.randint(0, full.offset + 1), full.offset + 1])
+        # tombstones kept (delete.retention.ms): dropping the log's last records would leave
+        # a tail that looks whole, and a replay that ends before the full one
+        compacted = sim.log.compacted(clean_to, tombstones_before=0)
         st = restore(compacted, sim.group, sim.session_timeout_ms, sim.rebalance_timeout_ms)
         # with a whole tail, the restored replay is the full one; else restore declines
         TALLY["restored" if st is not None else "restore declined"] += 1
