@@ -236,7 +236,10 @@ def test_demo_scraped_by_prometheus(
         if demo.poll() is None:
             demo.send_signal(signal.SIGINT)
         try:
-            code = demo.wait(45)
+            # The demo's stop is bounded by design: members get 20 s to leave (then SIGKILL),
+            # the broker 30 s for its controlled shutdown (then SIGKILL). 45 s was less than
+            # that sum, and CI once killed a demo still within it.
+            code = demo.wait(60)
         except subprocess.TimeoutExpired:
             demo.kill()
             code = demo.wait()
