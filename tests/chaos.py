@@ -48,8 +48,16 @@ from confluent_kafka.admin import AdminClient
 from groupkit.devbroker import LocalBroker, LocalCluster
 from groupkit.devbroker_proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
-from groupkit.runtime.control_topic import partition_for_group
-from tests.groupharness import CUTS, TP, Group, KeyedProducer, Worker, cut_pattern, wait_for
+from tests.groupharness import (
+    CUTS,
+    TP,
+    Group,
+    KeyedProducer,
+    Worker,
+    control_partition,
+    cut_pattern,
+    wait_for,
+)
 
 FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member",
           "partition")  # fmt: skip
@@ -328,10 +336,7 @@ class Chaos:
 
     def control_leader(self) -> int:
         """The node leading the group's partition of its control topic."""
-        ctl = self.group.control_topic
-        wait_for(lambda: ctl in self.admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
-        count = len(self.admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
-        return self.node_leading(ctl, partition_for_group(self.group.group, count))
+        return self.node_leading(*control_partition(self.admin, self.group))
 
     def kill_node(self, node: int) -> float:
         """kill -9 ``node``, wait for the group to be stable without it, restart it; the time

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from groupkit.runtime.control_topic import partition_for_group
 
 TP = tuple[str, int]
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,3 +331,12 @@ class KeyedProducer:
 
     def end_offsets(self) -> dict[TP, int]:
         return {tp: max(offs) + 1 for tp, offs in self.acked.items()}
+
+
+def control_partition(admin: AdminClient, group: Group) -> tuple[str, int]:
+    """The group's partition of its control topic (from the topic's partition count, once the
+    topic exists)."""
+    ctl = group.control_topic
+    wait_for(lambda: ctl in admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
+    count = len(admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
+    return ctl, partition_for_group(group.group, count)

@@ -35,10 +35,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from groupkit.devbroker import LocalCluster
 from groupkit.runtime.admin import create_topic
-from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG, partition_for_group
+from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG
 from tests.chaos import ChaosReport, audit, late_records
 from tests.conftest import KafkaBackend, delete_topics, unique_name
-from tests.groupharness import TP, Group, KeyedProducer, Worker, wait_for
+from tests.groupharness import TP, Group, KeyedProducer, Worker, control_partition, wait_for
 
 PARTITIONS = 6
 SESSION_MS = 3000
@@ -93,10 +93,7 @@ class Run:
 
     def control_partition(self) -> TopicPartition:
         """The group's partition of its control topic (from the topic's partition count)."""
-        ctl = self.group.control_topic
-        wait_for(lambda: ctl in self.admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
-        count = len(self.admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
-        return TopicPartition(ctl, partition_for_group(self.group.group, count))
+        return TopicPartition(*control_partition(self.admin, self.group))
 
     def leader(self, tp: TopicPartition) -> int:
         return self.lc.leader(tp.topic, tp.partition)
