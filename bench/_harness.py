@@ -412,7 +412,7 @@ def versions() -> dict[str, str]:
     import confluent_kafka
 
     import groupkit
-    from groupkit.devbroker import DEFAULT_KAFKA_VERSION
+    from groupkit.dev.broker import DEFAULT_KAFKA_VERSION
 
     return {
         "groupkit": groupkit.__version__,
@@ -434,7 +434,7 @@ def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any
     if bootstrap:
         yield bootstrap
         return
-    from groupkit.devbroker import LocalBroker, wait_clients_closed
+    from groupkit.dev.broker import LocalBroker, wait_clients_closed
 
     b = LocalBroker(state_dir, extra_properties=extra)
     boot = b.start()

@@ -54,7 +54,7 @@ from bench._common import bar_chart, median, write_results
 from bench._harness import Group, broker, create_topic, load, versions, wait_for
 from bench.join_age import log_end
 from bench.rebalance import GK_DEFAULT, broker_properties
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 from groupkit.protocol.node import Node, NodeStep
 from groupkit.protocol.records import KIND_ASSIGNMENT, KIND_MEMBER, KIND_SNAPSHOT
 from groupkit.protocol.sim import GroupSim, LogRecord

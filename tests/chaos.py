@@ -12,9 +12,9 @@ restart it, and every wait is bounded.
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
    broker; start a member whose control-topic reads are delayed; cut a running member off from
    the brokers past its session, then heal it (``partition``: every member talks to the brokers
-   through a fault proxy, groupkit.devbroker_proxy, under its own client.id; the cut is picked
+   through a fault proxy, groupkit.dev.proxy, under its own client.id; the cut is picked
    from ``groupharness.CUTS``: both ways, read but not write, write but not read).
-   On a cluster (``brokers=3``, ``groupkit.devbroker.LocalCluster``; topics with three
+   On a cluster (``brokers=3``, ``groupkit.dev.broker.LocalCluster``; topics with three
    replicas, ``min.insync.replicas`` 2) the broker fault restarts one node, and three more
    faults join: kill -9 the node leading the group's control partition; kill -9 one leading
    data partitions only; and move the control partition's leadership (the leader's controlled
@@ -45,8 +45,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from groupkit.devbroker import LocalBroker, LocalCluster
-from groupkit.devbroker_proxy import FaultProxy
+from groupkit.dev.broker import LocalBroker, LocalCluster
+from groupkit.dev.proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
 from tests.groupharness import (
     CUTS,

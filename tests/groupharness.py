@@ -28,7 +28,7 @@ from groupkit.runtime.control_topic import partition_for_group
 TP = tuple[str, int]
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Ways to cut a member off through the fault proxy (groupkit.devbroker_proxy): what it can
+#: Ways to cut a member off through the fault proxy (groupkit.dev.proxy): what it can
 #: still do -> the client.ids to hold, as a pattern of its own client.id (groupkit names its
 #: internal clients ``<client.id>.<role>``, the data consumer ``<client.id>``: runtime/config.py).
 CUTS = {

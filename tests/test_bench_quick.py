@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

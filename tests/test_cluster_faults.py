@@ -10,7 +10,7 @@ once and consumed) within session timeout + ``MARGIN_S`` of the fault.
 - the broker leading the group's control partition is killed (-9) and restarted;
 - a broker leading data partitions (and not the control partition) is killed and restarted;
 - broker clock skew: one broker runs with its wall clock ``SKEW_S`` ahead
-  (``devbroker.skewed_clock_jvm_args``); the control partition's
+  (``groupkit.dev.broker.skewed_clock_jvm_args``); the control partition's
   leadership moves to it (the leader's controlled shutdown) and back (preferred-leader election)
   while a member is frozen for just under its session, with ``groupkit.max.clock.skew.ms`` above
   the skew. The test first shows the skew is real: a LogAppendTime record led by that broker is
@@ -33,7 +33,7 @@ import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from groupkit.devbroker import LocalCluster
+from groupkit.dev.broker import LocalCluster
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG
 from tests.chaos import ChaosReport, audit, late_records

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import live_client_handles
+from groupkit.dev.broker import live_client_handles
 from groupkit.errors import (
     BrokerError,
     ConfigError,

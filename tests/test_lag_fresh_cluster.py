@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 
 CHECK = """
 import sys

@@ -37,7 +37,7 @@ from confluent_kafka.admin import (
 )
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 from groupkit.errors import BrokerError, GroupkitError
 from groupkit.protocol.records import (
     HmacSigner,
