@@ -50,7 +50,8 @@ from confluent_kafka.admin import (
 )
 
 from bench._common import bar_chart, median, write_results
-from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
+from bench._harness import Group, broker, create_topic, load, measure, pct, versions
+from groupkit.dev.harness import LoadProducer
 
 # name -> (kind, protocol)
 CONTENDERS: dict[str, tuple[str, str]] = {
@@ -242,7 +243,7 @@ def main() -> None:
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = Pacer(boot, topic, args.partitions).start()
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
             runs = []
             try:
                 for setting in settings:

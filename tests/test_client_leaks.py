@@ -20,10 +20,10 @@ import pytest
 
 from groupkit import GroupConsumer
 from groupkit.dev.broker import free_port, live_client_handles
+from groupkit.dev.harness import wait_for
 from groupkit.errors import BrokerError, GroupkitError
 from groupkit.protocol import GroupState
 from groupkit.runtime.hooks import GroupObserver
-from tests.groupharness import wait_for
 
 #: admin, data consumer, control reader, control writer
 PER_MEMBER = 4

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.metrics import METRICS, _Rate, serve
 from tests.conftest import unique_name
-from tests.groupharness import wait_for
 
 pytestmark = pytest.mark.broker
 

@@ -38,6 +38,7 @@ from confluent_kafka.admin import (
 
 from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalBroker
+from groupkit.dev.harness import wait_for
 from groupkit.errors import BrokerError, GroupkitError
 from groupkit.protocol.records import (
     HmacSigner,
@@ -53,7 +54,6 @@ from groupkit.runtime.describe import describe_group
 from groupkit.runtime.lag import committed_offsets
 from groupkit.types import TopicPartition
 from tests.conftest import ReleasedAdmin, unique_name
-from tests.groupharness import wait_for
 
 USERS = {
     "admin": "admin-secret",
