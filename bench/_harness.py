@@ -263,14 +263,12 @@ def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any
         return
     from groupkit.dev.broker import LocalBroker, wait_clients_closed
 
-    b = LocalBroker(state_dir, extra_properties=extra)
-    boot = b.start()
-    try:
-        yield boot
-    finally:
-        # Every client of the bench must be gone first, or it retries the stopped broker for
-        # the rest of the run ("Connect to ipv4#127.0.0.1:... failed").
-        left = wait_clients_closed(10.0)
-        if left:
-            print(f"bench: {left} librdkafka client(s) outlived the run", file=sys.stderr)
-        b.stop()
+    with LocalBroker(state_dir, extra_properties=extra) as b:
+        try:
+            yield b.bootstrap
+        finally:
+            # Every client of the bench must be gone first, or it retries the stopped broker for
+            # the rest of the run ("Connect to ipv4#127.0.0.1:... failed").
+            left = wait_clients_closed(10.0)
+            if left:
+                print(f"bench: {left} librdkafka client(s) outlived the run", file=sys.stderr)

@@ -68,13 +68,9 @@ KEY = "correct horse battery staple"
 
 @pytest.fixture(scope="module")
 def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(Path(tmp_path_factory.mktemp("sasl-broker")), sasl_users=USERS,
-                         authorizer=True)  # fmt: skip
-    broker.start()
-    try:
+    with LocalBroker(Path(tmp_path_factory.mktemp("sasl-broker")), sasl_users=USERS,
+                     authorizer=True) as broker:  # fmt: skip
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")

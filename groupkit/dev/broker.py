@@ -59,6 +59,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from groupkit.cache import cache_root
 from groupkit.errors import DevBrokerError
@@ -521,6 +522,14 @@ class LocalBroker:
             return BrokerStatus("unresponsive", boot, pid, self.log_path)
         return BrokerStatus("running", boot, pid, self.log_path)
 
+    def __enter__(self) -> Self:
+        """``with LocalBroker(...) as broker``: started here, stopped however the block ends."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def start(self, timeout: float = 90.0, fresh: bool = True) -> str:
         """Start the broker and return its bootstrap address once an AdminClient sees it.
 
@@ -774,6 +783,14 @@ class LocalCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         for n in self.nodes:
             n.quorum_voters = voters
+
+    def __enter__(self) -> Self:
+        """``with LocalCluster(...) as cluster``: started here, stopped however the block ends."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def start(self, timeout: float = 120.0, fresh: bool = True) -> str:
         """Start every node and return the bootstrap list once each serves metadata."""

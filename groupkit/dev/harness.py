@@ -43,6 +43,8 @@ from typing import Any, Generic, TypeVar
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from groupkit.assignors.invariants import check_owned_once
+
 TP = tuple[str, int]
 #: an ownership interval of one partition: (start, end, member name)
 Interval = tuple[float, float, str]
@@ -263,18 +265,11 @@ class Group(Generic[M]):
         """Running members: alive and not frozen."""
         return [m for m in self.members.values() if m.alive and not m.paused]
 
-    def ownership(self, members: Iterable[M] | None = None) -> dict[TP, list[str]]:
-        """Partition -> the names of the ``members`` (default: the live ones) owning it."""
-        out: dict[TP, list[str]] = defaultdict(list)
-        for m in self.live() if members is None else members:
-            for tp in m.owned():
-                out[tp].append(m.name)
-        return out
-
     def owned_once(self, partitions: set[TP], members: Iterable[M] | None = None) -> bool:
-        """Every partition owned by exactly one of ``members`` (default: the live ones)."""
-        own = self.ownership(members)
-        return set(own) == partitions and all(len(names) == 1 for names in own.values())
+        """Every one of ``partitions``, and nothing else, owned by exactly one of ``members``
+        (default: the live ones): the assignors' check (``check_owned_once``) on this moment."""
+        held = {m.name: m.owned() for m in (self.live() if members is None else members)}
+        return not check_owned_once(held, partitions) and set().union(*held.values()) <= partitions
 
     def is_stable(self, partitions: set[TP]) -> bool:
         """Every partition owned by exactly one live member, and no live member idle that
