@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bar_chart, write_results
 from bench._harness import Group, broker, create_topic, load, measure, pct, versions
-from groupkit.dev.harness import LoadProducer
+from groupkit.dev.harness import LoadProducer, wait_for
 
 
 def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
@@ -69,14 +69,14 @@ def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
 
 
 def _wait_leader(group: Group, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        group.refresh()
-        lead = group.leader()
-        if lead is not None:
-            return lead
-        time.sleep(0.005)
-    raise TimeoutError(f"{group.group}: no leader")
+    seen: list[Any] = []
+
+    def found() -> bool:
+        seen.append(group.leader())
+        return seen[-1] is not None
+
+    wait_for(found, timeout, f"{group.group}: a leader", step=0.005)
+    return seen[-1]
 
 
 def main() -> None:
