@@ -16,11 +16,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from groupkit.dev.harness import TP, AuditLog, Group, LoadProducer, MemberProcess, wait_for
+from groupkit.dev.harness import TP, AuditLog, Group, MemberProcess, wait_for
 from groupkit.runtime.control_topic import partition_for_group
-
-__all__ = ["CUTS", "TP", "LoadProducer", "WorkerGroup", "control_partition", "cut_pattern",
-           "wait_for"]  # fmt: skip
 
 ROOT = Path(__file__).resolve().parent.parent
 
