@@ -328,7 +328,25 @@ class BrokerStatus:
         )
 
 
-class LocalBroker:
+class _StartedInWith:
+    """``with LocalBroker(...) as broker`` (or a cluster): started on entry, stopped however the
+    block ends."""
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalBroker(_StartedInWith):
     """One single-node KRaft broker whose state lives in ``state_dir``."""
 
     def __init__(
@@ -522,14 +540,6 @@ class LocalBroker:
             return BrokerStatus("unresponsive", boot, pid, self.log_path)
         return BrokerStatus("running", boot, pid, self.log_path)
 
-    def __enter__(self) -> Self:
-        """``with LocalBroker(...) as broker``: started here, stopped however the block ends."""
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     def start(self, timeout: float = 90.0, fresh: bool = True) -> str:
         """Start the broker and return its bootstrap address once an AdminClient sees it.
 
@@ -700,7 +710,7 @@ class LocalBroker:
         self._proc = None
 
 
-class LocalCluster:
+class LocalCluster(_StartedInWith):
     """``brokers`` KRaft nodes on loopback, each broker and controller, in one voter quorum.
 
     Node ``i`` lives in ``state_dir/node<i>`` (a :class:`LocalBroker` with ``node.id`` ``i``
@@ -783,14 +793,6 @@ class LocalCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         for n in self.nodes:
             n.quorum_voters = voters
-
-    def __enter__(self) -> Self:
-        """``with LocalCluster(...) as cluster``: started here, stopped however the block ends."""
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def start(self, timeout: float = 120.0, fresh: bool = True) -> str:
         """Start every node and return the bootstrap list once each serves metadata."""
