@@ -114,7 +114,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from groupkit import demo
+    from groupkit.dev import demo
 
     return demo.run(args)
 

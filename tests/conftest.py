@@ -94,13 +94,38 @@ def _docker_engine_answers() -> bool:
         return False
 
 
+def _external() -> KafkaBackend | None:
+    """The cluster ``GROUPKIT_BOOTSTRAP_SERVERS`` names, if it names one (it wins)."""
+    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
+    if not external:
+        return None
+    backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
+    _announce(backend)
+    return backend
+
+
+def _local_version() -> str:
+    from groupkit.dev.broker import DEFAULT_KAFKA_VERSION
+
+    return os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+
+
+def _serve(local: Any, kind: str) -> Iterator[KafkaBackend]:
+    """Start ``local`` (a LocalBroker or LocalCluster) for the session; stop it after the
+    session's clients are gone."""
+    backend = KafkaBackend(local.start(), kind, local.version, local=local)
+    _announce(backend)
+    try:
+        yield backend
+    finally:
+        stop_after_clients(backend, local.stop)
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
-    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
-    if external:
-        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
-        _announce(backend)
-        yield backend
+    external = _external()
+    if external is not None:
+        yield external
         return
     if _docker_engine_answers():
         from testcontainers.community.kafka import KafkaContainer
@@ -111,17 +136,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
             _announce(backend)
             yield backend
         return
-    from groupkit.dev.broker import DEFAULT_KAFKA_VERSION, LocalBroker
+    from groupkit.dev.broker import LocalBroker
 
-    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
-    broker = LocalBroker(tmp_path_factory.mktemp("broker"), version=version)
-    bootstrap = broker.start()
-    backend = KafkaBackend(bootstrap, "local", version, local=broker)
-    _announce(backend)
-    try:
-        yield backend
-    finally:
-        stop_after_clients(backend, broker.stop)
+    yield from _serve(LocalBroker(tmp_path_factory.mktemp("broker"), version=_local_version()),
+                      "local")  # fmt: skip
 
 
 #: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
@@ -142,28 +160,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
     (``groupkit.dev.proxy``, tests/test_cluster_partition.py).
     ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test that must
     kill, skew or cut off a broker says it cannot."""
-    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
-    if external:
-        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
-        _announce(backend)
-        yield backend
+    external = _external()
+    if external is not None:
+        yield external
         return
-    from groupkit.dev.broker import DEFAULT_KAFKA_VERSION, LocalCluster
+    from groupkit.dev.broker import LocalCluster
 
-    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
-    local = LocalCluster(
-        tmp_path_factory.mktemp("cluster"),
-        version=version,
-        extra_properties=CLUSTER_PROPERTIES,
-        proxied=True,
-    )
-    bootstrap = local.start()
-    backend = KafkaBackend(bootstrap, "local 3-node cluster", version, local=local)
-    _announce(backend)
-    try:
-        yield backend
-    finally:
-        stop_after_clients(backend, local.stop)
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"), version=_local_version(),
+                         extra_properties=CLUSTER_PROPERTIES, proxied=True)  # fmt: skip
+    yield from _serve(local, "local 3-node cluster")
 
 
 @pytest.fixture(scope="session")
