@@ -24,20 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from groupkit.dev import harness
 from groupkit.dev.harness import TP, AuditLog, MemberProcess, tps, wait_for
+from groupkit.runtime import admin
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    wait_for(lambda: topic in admin.list_topics(timeout=5).topics
-             and len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == partitions,
-             30, f"metadata of {topic}")  # fmt: skip
+    """Create ``topic`` (replication factor 1) and wait until its partitions are usable."""
+    admin.create_topic(AdminClient({"bootstrap.servers": bootstrap}), topic, partitions)
 
 
 @dataclass
