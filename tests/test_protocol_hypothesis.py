@@ -155,6 +155,15 @@ class GroupSchedule(RuleBasedStateMachine):
                 assert p not in seen, (p, seen.get(p), mid)
                 seen[p] = mid
                 assert holders.get(p) == {mid}, (p, mid, holders.get(p))
+        # handoffs find a partition's possible holders through indexes
+        # (GroupState._may_hold_partition): exactly the live members holders() names, in the
+        # observer's replay and in every member's own (those are the ones that hand over)
+        for state in [st, *(sm.state for sm in self.sim.running())]:
+            every = state.holders()
+            held = {h.holder for h in state.holds}
+            for p in self.sim.expected_partitions() | every.keys():
+                want = every.get(p, set()) - held
+                assert set(state._may_hold_partition(p)) == want, (p, want)
 
     def teardown(self) -> None:
         sim = self.sim

@@ -291,6 +291,20 @@ class GroupState:
     assignment_clobbered: bool = False
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
+    #: the generations in ``_history`` that make some partition pending: :meth:`reserved`
+    #: reads only those (it runs for every member at every member record and grant check)
+    _pending_gens: set[int] = field(default_factory=set)
+    #: ``{partition: member ids whose claims had it}``, a superset (:meth:`_may_hold_partition`)
+    _claimers: dict[TopicPartition, set[str]] = field(default_factory=dict, repr=False,
+                                                      compare=False)  # fmt: skip
+    #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
+    _receivers: dict[
+        int, tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]
+    ] = field(default_factory=dict, repr=False, compare=False)
+    #: :meth:`_history_complete`'s answer and the (offset, log time) it was computed at
+    _complete_at: tuple[tuple[int, int], bool] | None = field(
+        default=None, repr=False, compare=False
+    )
     #: per partition, the offset its releasing owner committed (see "Offset hints" above);
     #: not part of snapshots nor of what members must agree on
     offset_hints: dict[TopicPartition, OffsetHint] = field(default_factory=dict)
@@ -375,17 +389,18 @@ class GroupState:
         that member's restart or leave covers it). Counting it before the owner lets go is
         only conservative: the member's own grant of it still waits for the owner
         (:meth:`granted` does not include it, ``Planner`` keeps it pending)."""
-        if not self._any_pending():
+        if not self._pending_gens:
             return EMPTY
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
         out = EMPTY
-        for g in range(max(m.seen_generation, m.since_generation, 1), self.generation + 1):
-            a = self._history.get(g)
-            c = a.members.get(member_id) if a is not None else None
-            if c is not None and c.pending and c.incarnation == m.incarnation:
-                out = out | c.pending
+        first = max(m.seen_generation, m.since_generation, 1)
+        for g in self._pending_gens:
+            if g >= first:
+                c = self._history[g].members.get(member_id)
+                if c is not None and c.pending and c.incarnation == m.incarnation:
+                    out = out | c.pending
         return out
 
     def handoffs(self, member_id: str) -> Partitions:
@@ -417,24 +432,94 @@ class GroupState:
             return EMPTY
         if not self.knows_holds():
             return EMPTY
-        live = self.live_members().values()
+        if not self._history_complete():
+            return EMPTY
+        free = c.pending
+        for h in self.holds:
+            if h.until > self.log_time:
+                free = free - h.partitions
+        # Each partition's possible holders are found through indexes (_may_hold_partition):
+        # this runs in every poll of a member with pending partitions, on every reader, so it
+        # must not ask every member (members x history per poll; a 1,000-member simulated
+        # group spent its time here).
+        return frozenset(
+            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
+        )
+
+    def _history_complete(self) -> bool:
+        """For :meth:`handoffs`: whether the history holds every generation a live member may
+        still act on. Computed once per replayed record (offset and log time key it): every
+        member with pending partitions asks in every poll."""
+        key = (self.offset, self.log_time)
+        if self._complete_at is not None and self._complete_at[0] == key:
+            return self._complete_at[1]
+        since = self.log_time - self.session_timeout_ms
         floor = min(
-            (max(m.since_generation, min(m.acked_generation + 1, m.seen_generation)) for m in live),
+            (
+                max(o.since_generation, min(o.acked_generation + 1, o.seen_generation))
+                for o in self.members.values()
+                if o.last_seen > since
+            ),
             default=self.generation,
         )
-        if any(g not in self._history for g in range(max(floor, 1), self.generation + 1)):
-            return EMPTY
-        holders = self.holders()
-        return frozenset(p for p in c.pending if not holders.get(p, set()) - {member_id})
+        complete = all(g in self._history for g in range(max(floor, 1), self.generation + 1))
+        self._complete_at = (key, complete)
+        return complete
+
+    def _may_hold_partition(self, p: TopicPartition) -> Iterator[str]:
+        """The live members whose :meth:`may_hold` has ``p``, found through indexes instead
+        of every member's: its claimers (``_claimers``, checked against their current
+        claims), and the members that a generation still in the history assigns it to or
+        makes it pending for (``_receivers``), by the same rules as :meth:`granted` and
+        :meth:`reserved`."""
+        claimers = self._claimers.get(p)
+        if claimers:
+            for mid in list(claimers):
+                m = self.members.get(mid)
+                if m is None or p not in m.claims:
+                    claimers.discard(mid)  # the index keeps stale entries until read
+                elif self.is_live(mid):
+                    yield mid
+        for g, a in self._history.items():
+            if g > self.generation:
+                continue
+            assigned, pending = self._receivers_of(g, a)
+            for to, granted in ((assigned.get(p), True), (pending.get(p), False)):
+                if to is None:
+                    continue
+                mid, inc = to
+                m = self.members.get(mid)
+                if m is None or m.incarnation != inc or not self.is_live(mid):
+                    continue
+                if granted:
+                    first = max(m.acked_generation + 1, m.seen_generation, m.since_generation)
+                else:
+                    first = max(m.seen_generation, m.since_generation, 1)
+                if g >= first:
+                    yield mid
+
+    def _receivers_of(
+        self, g: int, a: AssignmentRecord
+    ) -> tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]:
+        """``({partition: (member, incarnation) assigned it}, {... it is pending for})`` in
+        generation ``g``, built once per generation."""
+        got = self._receivers.get(g)
+        if got is None:
+            assigned: dict[TopicPartition, tuple[str, str]] = {}
+            pending: dict[TopicPartition, tuple[str, str]] = {}
+            for mid, c in a.members.items():
+                for q in c.assigned:
+                    assigned[q] = (mid, c.incarnation)
+                for q in c.pending:
+                    pending[q] = (mid, c.incarnation)
+            got = self._receivers[g] = (assigned, pending)
+        return got
 
     def knows_holds(self) -> bool:
         """Whether this reader knows every hold the full replay has: it has replayed every
         record of the last session of log time (holds last a session at most), or it was
         restored from a snapshot of a reader that did (:meth:`from_snapshot`)."""
         return self._gap_ts is None or self.log_time >= self._gap_ts + self.session_timeout_ms
-
-    def _any_pending(self) -> bool:
-        return any(c.pending for a in self._history.values() for c in a.members.values())
 
     def holders(self) -> dict[TopicPartition, set[str]]:
         """``{partition: ids that may hold it}`` over live members and holds."""
@@ -708,6 +793,8 @@ class GroupState:
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
         self.members[mid] = m
+        for p in m.claims:
+            self._claimers.setdefault(p, set()).add(mid)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
         elif self.leader == mid:
@@ -762,6 +849,8 @@ class GroupState:
         self.assignment_clobbered = False
         self._history[a.generation] = a
         self._gen_time[a.generation] = ts
+        if any(c.pending for c in a.members.values()):
+            self._pending_gens.add(a.generation)
         self._prune_history()
         if self.offset_hints:
             self._hint_granted(a)
@@ -805,6 +894,8 @@ class GroupState:
         floor = min(floor, self.generation)
         for g in [g for g in self._history if g < floor]:
             del self._history[g]
+            self._pending_gens.discard(g)
+            self._receivers.pop(g, None)
             self._gen_time.pop(g, None)  # is_lagging reads it only for generations in history
 
     def history(self) -> Iterator[AssignmentRecord]:
@@ -855,6 +946,12 @@ class GroupState:
         st.assignment_clobbered = record.assignment_clobbered
         st._history = {a.generation: a for _, a in record.history}
         st._gen_time = {a.generation: t for t, a in record.history}
+        for m in st.members.values():
+            for p in m.claims:
+                st._claimers.setdefault(p, set()).add(m.member_id)
+        st._pending_gens = {
+            g for g, a in st._history.items() if any(c.pending for c in a.members.values())
+        }
         # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
         # snapshot carries them: a gap from here on is the reader's own (replay sets it).
         st._gap_ts = None
