@@ -8,15 +8,20 @@ members compute. That count is what a protocol change can remove; the latency fo
 Scenarios, on a stable 3-member group (12 partitions, range assignor), both protocols:
 
 - ``join``: a 4th member joins. Hops from its join record's write to a stable group.
+- ``join_bounded``: the same, in a group whose leader writes snapshots (every half session)
+  and whose log is two sessions old, by a member that catches up bounded as the runtime's
+  does (``snapshot.CatchUp``: it restores the newest snapshot and replays what follows).
 - ``leave``: a member leaves cleanly. Hops from its goodbye records' write to a stable group.
 - ``crash``: a member crashes. Hops from the moment its expiry is visible (the first record
   stamped a session after its last one is read) to a stable group; the latency column counts
   from the crash, so it includes the session timeout and the heartbeat that carries the log
   time past it.
 
-"Owned": every running member processes exactly what the newest (complete) assignment gives
-it, and every partition is processed. "Stable" is :meth:`GroupSim.is_stable`: that, and the
-leader has nothing left to plan (so the acknowledgements the planner waits for count as hops).
+"Owned": every running member processes exactly what the newest assignment targets for it
+(assigned and pending: a pending partition may be handed over at its owner's release, before
+the leader's follow-up grants it), and every partition is processed. "Stable" is
+:meth:`GroupSim.is_stable`: that, and the leader has nothing left to plan (so the
+acknowledgements the planner waits for count as hops).
 
     python bench/hops.py    # prints the table, writes bench/results/hops.{json,md}
 """
@@ -31,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from groupkit.protocol.sim import GroupSim
 
-SCENARIOS = ("join", "leave", "crash")
+SCENARIOS = ("join", "join_bounded", "leave", "crash")
 PROTOCOLS = ("eager", "cooperative")
 
 
@@ -47,8 +52,8 @@ class HopRow:
     latency_ms: int
 
 
-def _stable_group(protocol: str, produce_ms: int, fetch_ms: int, tick_ms: int,
-                  session_ms: int, heartbeat_ms: int) -> GroupSim:  # fmt: skip
+def _stable_group(protocol: str, produce_ms: int, fetch_ms: int, tick_ms: int, session_ms: int,
+                  heartbeat_ms: int, snapshots: bool = False) -> GroupSim:  # fmt: skip
     sim = GroupSim(
         {"t0": 12},
         protocol=protocol,
@@ -57,10 +62,14 @@ def _stable_group(protocol: str, produce_ms: int, fetch_ms: int, tick_ms: int,
         tick_ms=tick_ms,
         produce_delay_ms=produce_ms,
         fetch_delay_ms=fetch_ms,
+        snapshot_every_ms=session_ms // 2 if snapshots else None,
     )
     for m in ("a", "b", "c"):
         sim.join(m)
     sim.settle()
+    if snapshots:
+        # older than the catch-up window, so a newcomer starts from a snapshot
+        sim.tick(2 * session_ms // tick_ms)
     return sim
 
 
@@ -79,11 +88,14 @@ def measure(
     number of hops (then something waited on a timer, not on a record)."""
     hop = produce_delay_ms + fetch_delay_ms
     sim = _stable_group(protocol, produce_delay_ms, fetch_delay_ms, tick_ms,
-                        session_timeout_ms, heartbeat_interval_ms)  # fmt: skip
+                        session_timeout_ms, heartbeat_interval_ms,
+                        snapshots=scenario == "join_bounded")  # fmt: skip
     t0 = sim.clock
     gen0 = sim.view().generation
-    if scenario == "join":
-        sim.join("d")
+    if scenario in ("join", "join_bounded"):
+        sm = sim.join("d", bounded=scenario == "join_bounded")
+        if scenario == "join_bounded" and sm.catch_up != "state":
+            raise AssertionError(f"{protocol} join_bounded: caught up {sm.catch_up!r}")
         start = t0 + tick_ms  # the tick in which it writes its join record
     elif scenario == "leave":
         sim.leave("c")
@@ -123,9 +135,10 @@ def _all_owned(sim: GroupSim, after_generation: int) -> bool:
     st = sim.view()
     a = st.assignment
     running = sim.running()
-    if a is None or a.phase != "complete" or a.generation <= after_generation:
+    if a is None or a.phase == "revoke" or a.generation <= after_generation:
         return False
-    if any(sm.member.owned != a.assigned(sm.member_id) for sm in running):
+    # its target: a pending partition handed over at its owner's release counts as owned
+    if any(sm.member.owned != a.target(sm.member_id) for sm in running):
         return False
     owners = sim.owners()
     return set(owners) == sim.expected_partitions() and all(len(m) == 1 for m in owners.values())

@@ -9,8 +9,13 @@ the log as compacted at a random cleaning point; it must agree with the replay o
 
 - the **leader**: it decides which assignment records are accepted from now on;
 - the **generation** and the **assignment record** itself: what every member takes and gives up;
-- the **live members**, and which of them the assignment **covers**: what the leader plans from
-  (``Planner.rebalance_reason``) and whether a member takes its grants (``Member.poll``).
+- the **live members**, which of them the assignment **covers**, and which are **newcomers** the
+  leader may plan for at their join record (``GroupState.is_newcomer_ready``): what the leader
+  plans from (``Planner.rebalance_reason``) and whether a member takes its grants
+  (``Member.poll``);
+- what the current generation's pending partitions are **reserved** for
+  (``GroupState.reserved``): a grant that one reader rejects as unsafe another must not accept,
+  and a handoff claimed by its target must be no ``unowned_claim`` for any of them.
 
 What need not agree: what was lost with the compacted records and matters no more. Holds and
 tombstones older than a session, rejection counters, and the assignment history the full reader
@@ -56,7 +61,15 @@ def agreed(st: GroupState) -> tuple[object, ...]:
         st.assignment,
         sorted(live),
         sorted(m for m in live if st.covers(m)),
+        sorted(m for m in live if st.is_newcomer_ready(m)),
+        {m: st.reserved(m) & _pending(st, m) for m in live},
     )
+
+
+def _pending(st: GroupState, member_id: str) -> frozenset[object]:
+    a = st.assignment
+    c = a.members.get(member_id) if a is not None else None
+    return c.pending if c is not None else frozenset()
 
 
 def replay(sim: GroupSim, records: list[LogRecord]) -> GroupState:
@@ -104,8 +117,8 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
     TALLY["checked"] += 1
     if agreed(fresh) == agreed(st):
         return None
-    diffs = [n for n, a, b in zip(("leader", "generation", "assignment", "live", "covered"),
-                                  agreed(fresh), agreed(st), strict=True) if a != b]  # fmt: skip
+    names = ("leader", "generation", "assignment", "live", "covered", "newcomers", "reserved")
+    diffs = [n for n, a, b in zip(names, agreed(fresh), agreed(st), strict=True) if a != b]
     for d in diffs:
         TALLY[d] += 1
     TALLY["disagreements"] += 1

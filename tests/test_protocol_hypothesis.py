@@ -4,9 +4,10 @@ Members revoke at once, or defer revocations as the runtime does (``release_dela
 partition stays owned until its commit is done). After every step: (1) no partition is owned by
 two running members; (2) members that replayed
 to the same offset agree on leader, generation and assignment; (4) cooperative never revokes a
-partition that keeps its owner. After the schedule, a quiet period: (3) every subscribed
-partition is owned by exactly one live subscriber, and (5) that happens within a bounded number
-of generations.
+partition that keeps its owner; (6) a pending partition handed to its target at its owner's
+release is handed to it alone and held by nobody else. After the schedule, a quiet period:
+(3) every subscribed partition is owned by exactly one live subscriber, and (5) that happens
+within a bounded number of generations.
 """
 
 from __future__ import annotations
@@ -139,6 +140,30 @@ class GroupSchedule(RuleBasedStateMachine):
     def check(self) -> None:
         errs = self.sim.violations()
         assert not errs, errs
+        self.check_handoffs()
+
+    def check_handoffs(self) -> None:
+        """(6) A pending partition handed to its target without a leader turn (GroupState.
+        handoffs) is handed to one member only, and nobody else may hold it."""
+        if not hasattr(self, "sim"):
+            return
+        st = self.sim.view()
+        holders = st.holders()
+        seen: dict[object, str] = {}
+        for mid in st.live_members():
+            for p in st.handoffs(mid):
+                assert p not in seen, (p, seen.get(p), mid)
+                seen[p] = mid
+                assert holders.get(p) == {mid}, (p, mid, holders.get(p))
+        # handoffs find a partition's possible holders through indexes
+        # (GroupState._may_hold_partition): exactly the live members holders() names, in the
+        # observer's replay and in every member's own (those are the ones that hand over)
+        for state in [st, *(sm.state for sm in self.sim.running())]:
+            every = state.holders()
+            held = {h.holder for h in state.holds}
+            for p in self.sim.expected_partitions() | every.keys():
+                want = every.get(p, set()) - held
+                assert set(state._may_hold_partition(p)) == want, (p, want)
 
     def teardown(self) -> None:
         sim = self.sim

@@ -42,6 +42,9 @@ def _joined(node: Node, log: _Log, now: int = 0) -> None:
         for w in node.step(t).actions.writes:
             log.append(w.raw_key, w.raw_value, t)
         log.feed(node)
+        for w in node.poll(t).writes:
+            log.append(w.raw_key, w.raw_value, t)  # confirm what it read back, as step does
+        log.feed(node)
         # peek at the planner itself: Node.plan would start the wait for the record
         if node.ready(t) and node.planner.plan(node.state, {"t": 2}).action == WRITE:
             return

@@ -11,9 +11,9 @@
    has reached) is snapshotted, written to the log as the leader would, decoded back and
    restored. From then on the restored state replays the log in step with the full observer
    and, after every tick, agrees with it on leader, generation, assignment, live members
-   (ids, incarnations, ``joined_at``), ``holders()``, and every live member's ``may_hold`` and
-   ``is_lagging`` -- in fact on the whole state. A snapshot of a reader that started from a
-   compacted log agrees with the full replay on what such a reader must agree on
+   (ids, incarnations, ``joined_at``), ``holders()``, and every live member's ``may_hold``,
+   ``is_lagging`` and ``handoffs`` -- in fact on the whole state. A snapshot of a reader that
+   started from a compacted log agrees with the full replay on what such a reader must agree on
    (``test_protocol_compaction.agreed``). And :func:`newest_snapshot` picks, from the whole
    log and from the log compacted anywhere, a snapshot that restores the true state at its
    ``as_of``: the newest one, whatever stale copies were written after it; and :func:`restore`
@@ -77,7 +77,8 @@ def frozen_core(s: GroupState) -> tuple[object, ...]:
 
 def observed(s: GroupState) -> tuple[object, ...]:
     """What a member acts on: leader, generation, assignment, live members, who may hold
-    what, and who is lagging."""
+    what, who is lagging, and what each may take by handoff (a restored state knows its
+    holds: ``GroupState.knows_holds``)."""
     live = s.live_members()
     return (
         s.leader,
@@ -87,6 +88,7 @@ def observed(s: GroupState) -> tuple[object, ...]:
         {p: sorted(h) for p, h in s.holders().items()},
         {i: s.may_hold(i) for i in live},
         {i: s.is_lagging(i) for i in live},
+        {i: s.handoffs(i) for i in live},
     )
 
 
@@ -497,6 +499,8 @@ class SnapshotSchedule(GroupSchedule):
         retention = sim.session_timeout_ms * rng.choice([1, 2, 5])
         fresh = sim.new_state()
         for r in sim.log.compacted(clean_to, sim.clock - retention):
+            if r.offset > end:
+                break  # a snapshot this check wrote after the full reader's offset
             fresh.replay(r.offset, r.key, r.value, r.timestamp)
         _, _, restored = roundtrip(fresh)
         assert core(restored) == core(fresh)
@@ -516,8 +520,12 @@ class SnapshotSchedule(GroupSchedule):
         whole = restore(sim.log.records, sim.group, sim.session_timeout_ms,
                         sim.rebalance_timeout_ms)  # fmt: skip
         assert whole is not None and core(whole) == core(full)
-        clean_to = rng.randint(0, full.offset + 1)
-        compacted = sim.log.compacted(clean_to)
+        # anywhere, and often past the end: then the snapshot kept is the one written last,
+        # which is an older one whenever a reader behind wrote it (a stale copy)
+        clean_to = rng.choice([rng.randint(0, full.offset + 1), full.offset + 1])
+        # tombstones kept (delete.retention.ms): dropping the log's last records would leave
+        # a tail that looks whole, and a replay that ends before the full one
+        compacted = sim.log.compacted(clean_to, tombstones_before=0)
         st = restore(compacted, sim.group, sim.session_timeout_ms, sim.rebalance_timeout_ms)
         # with a whole tail, the restored replay is the full one; else restore declines
         TALLY["restored" if st is not None else "restore declined"] += 1

@@ -14,6 +14,7 @@ from groupkit.protocol.records import (
     covered_member,
     encode,
     member_record,
+    member_tombstone,
 )
 from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
@@ -382,3 +383,265 @@ def test_a_record_on_its_way_keeps_the_session_running_from_its_prev_ts() -> Non
     res = st.replay(offset, w4.raw_key, w4.raw_value, 1010)
     offset += 1
     assert res.new_membership and st.members["m"].joined_at == 1010
+
+
+def _member_records(sim: GroupSim, mid: str) -> list[tuple[int, object]]:
+    from groupkit.protocol.records import MemberKey, decode
+
+    out = []
+    for r in sim.log.records:
+        k, v = decode(r.key, r.value)
+        if isinstance(k, MemberKey) and k.member_id == mid:
+            out.append((r.offset, v))
+    return out
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+def test_a_caught_up_newcomer_is_planned_for_at_its_join_record(protocol: str) -> None:
+    # Its first record (seq 1, no prev_ts) says it has seen the current generation: the leader
+    # plans for it at once, without waiting for a second record that says prev_ts.
+    sim = stable_pair(protocol)
+    g = sim.view().generation
+    sim.join("c")
+    sim.tick()  # c writes its join record
+    st = sim.view()
+    assert st.members["c"].seq == 1 and not st.members["c"].ready
+    assert st.is_newcomer_ready("c") and not st.is_lagging("c")
+    sim.tick()  # the leader reads it and plans
+    st = sim.view()
+    assert st.generation == g + 1 and "c" in st.assignment.members  # type: ignore[union-attr]
+    first_gen_offset = st.assignment_offset
+    assert len([o for o, _ in _member_records(sim, "c") if o < first_gen_offset]) == 1
+    sim.settle()
+    assert sim.members["c"].member.owned
+
+
+def test_a_newcomer_that_wrote_before_catching_up_waits_for_prev_ts() -> None:
+    # c's join record was written before c had replayed the current generation (it reads
+    # slowly): it is planned for only once its record says prev_ts, as before.
+    sim = stable_pair()
+    sim.join("c", read_rate=1)
+    sim.tick()
+    st = sim.view()
+    assert st.members["c"].seen_generation < st.generation
+    assert not st.is_newcomer_ready("c") and st.is_lagging("c")
+    while sim.view().members["c"].seq == 1:
+        sim.tick()
+        assert not sim.view().is_newcomer_ready("c")
+        assert "c" not in sim.view().assignment.members  # type: ignore[union-attr]
+    sim.members["c"].read_rate = None
+    sim.settle()
+
+
+def test_a_member_that_lapsed_is_not_planned_for_until_it_reads_back() -> None:
+    # A lapsed member's fresh record (no prev_ts) is not its first: it stays out of the plan
+    # until its record says prev_ts again, even though it has seen the current generation.
+    sim = stable_pair()
+    sim.pause("b", 2 * sim.session_timeout_ms)
+    while sim.members["b"].paused_until > sim.clock:
+        sim.tick()
+    sim.members["b"].read_rate = 0  # b resumes, writes, but reads nothing back
+    sim.tick()
+    st = sim.view()
+    b = st.members["b"]
+    assert b.seq > 1 and not b.ready and b.seen_generation >= st.generation - 1
+    for _ in range(30):
+        sim.tick()
+        st = sim.view()
+        assert st.is_lagging("b") and not st.is_newcomer_ready("b") and not st.covers("b")
+    sim.members["b"].read_rate = None
+    sim.settle()
+    assert sim.members["b"].member.owned
+
+
+@pytest.mark.parametrize("release", [None, 300])
+def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int | None) -> None:
+    # Cooperative join: b's partitions t0-2, t0-3 are pending for c until b lets go. At b's
+    # release record, nobody but c may hold them: c takes them there, and the log counts them
+    # for c (may_hold) until the leader's follow-up grants them, so no other grant can have them.
+    sim = GroupSim({"t0": 6}, release_delay_ms=release)
+    for m in "ab":
+        sim.join(m)
+        sim.settle()
+    g = sim.view().generation
+    sim.join("c")
+    taken_at_gen = None
+    while not sim.is_stable():
+        sim.tick()
+        assert not sim.violations()
+        st = sim.view()
+        c = sim.members["c"]
+        if taken_at_gen is None and c.member.owned - st.assignment.assigned("c"):  # type: ignore[union-attr]
+            taken_at_gen = st.generation
+            handed = c.member.owned - st.assignment.assigned("c")  # type: ignore[union-attr]
+            assert st.assignment.phase == "partial"  # type: ignore[union-attr]
+            assert handed <= st.handoffs("c") and handed <= st.may_hold("c")
+            assert all(st.holders()[p] == {"c"} for p in handed)
+            # a reader that started from the compacted log (it may lack holds and history)
+            # reserves them for c alike, but would not take a handoff itself for a session
+            fresh = sim.new_state()
+            for r in sim.log.compacted(tombstones_before=0):
+                fresh.replay(r.offset, r.key, r.value, r.timestamp)
+            assert fresh.offset == st.offset and handed <= fresh.may_hold("c")
+            assert not fresh.handoffs("c")
+    assert taken_at_gen == g + 1, "taken before the follow-up generation"
+    assert sim.view().generation >= g + 2  # the follow-ups still come, off the critical path
+
+
+def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> None:
+    # c was handed t0-2 (its owner let go) but its record does not claim it yet when a newer
+    # generation arrives: the log must keep it for c until c's record says it has seen that
+    # generation, or the newer generation could grant it elsewhere while c processes it.
+    from groupkit.protocol.records import covered_member
+
+    st = GroupState("g", 10_000, 30_000)
+    off = iter(range(1000))
+
+    def feed(k: bytes, v: bytes | None, ts: int) -> None:
+        st.replay(next(off), k, v, ts)
+
+    def member(mid: str, seq: int, owned: list[int], acked: int, seen: int, ts: int,
+               prev: int | None = 0) -> None:  # fmt: skip
+        k, v = member_record(
+            "g", mid, incarnation="i", seq=seq, topics=["t0"], owned=[("t0", p) for p in owned],
+            owned_generation=acked if owned else 0, acked_generation=acked, seen_generation=seen,
+            joined_at=0, prev_ts=prev, since_generation=1,
+        )  # fmt: skip
+        feed(*encode(k, v), ts)
+
+    def assign(gen: int, phase: str, ms: dict[str, tuple[list[int], list[int], list[int]]],
+               ts: int) -> None:  # fmt: skip
+        k, v = assignment_record(
+            "g", generation=gen, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+            protocol="cooperative", phase=phase, assignor="range", partition_counts={"t0": 3},
+            members={m: covered_member("i", ["t0"], [("t0", p) for p in a],
+                                       [("t0", p) for p in r], [("t0", p) for p in pe])
+                     for m, (a, r, pe) in ms.items()},
+        )  # fmt: skip
+        feed(*encode(k, v), ts)
+
+    member("a", 1, [], 0, 0, 0, prev=None)
+    member("b", 1, [], 0, 0, 1, prev=None)
+    member("c", 1, [], 0, 0, 2, prev=None)
+    member("a", 2, [], 0, 0, 3)
+    member("b", 2, [], 0, 0, 4)
+    member("c", 2, [], 0, 0, 5)
+    assign(1, "complete", {"a": ([0], [], []), "b": ([1, 2], [], []), "c": ([], [], [])}, 6)
+    member("a", 3, [0], 1, 1, 7)
+    member("b", 3, [1, 2], 1, 1, 8)
+    member("c", 3, [], 1, 1, 9)
+    assign(2, "partial", {"a": ([0], [], []), "b": ([1], [2], []), "c": ([], [], [2])}, 10)
+    member("c", 4, [], 2, 2, 11)  # c acked 2, nothing to take yet
+    assert st.handoffs("c") == frozenset()
+    member("b", 4, [1], 2, 2, 12)  # b lets go of t0-2: handed to c at this offset
+    assert st.handoffs("c") == {TP("t0", 2)} and st.holders()[TP("t0", 2)] == {"c"}
+    # a newer generation (say, a subscription change) that would give t0-2 to a: unsafe
+    k, v = assignment_record(
+        "g", generation=3, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+        protocol="cooperative", phase="complete", assignor="range", partition_counts={"t0": 3},
+        members={"a": covered_member("i", ["t0"], [("t0", 0), ("t0", 2)]),
+                 "b": covered_member("i", ["t0"], [("t0", 1)]),
+                 "c": covered_member("i", ["t0"], [])},
+    )  # fmt: skip
+    before = st.rejections["unsafe_grant"]
+    feed(*encode(k, v), 13)
+    assert st.rejections["unsafe_grant"] == before + 1 and st.generation == 2
+    # a newer generation that keeps it pending for someone else: accepted, yet still c's
+    # (reserved for a too: each blocks the other's handoff, and a grant to a third member)
+    assign(3, "partial", {"a": ([0], [], [2]), "b": ([1], [], []), "c": ([], [], [])}, 14)
+    assert TP("t0", 2) in st.may_hold("c") and st.holders()[TP("t0", 2)] == {"a", "c"}
+    assert TP("t0", 2) not in st.granted("a")  # a's grant waits for c
+    assert st.handoffs("a") == frozenset()  # c may have taken it at the older generation
+    member("c", 5, [2], 2, 2, 15)  # c's record, written before it saw generation 3, claims it
+    assert st.members["c"].claims == {TP("t0", 2)} and not st.rejections["unowned_claim"]
+    member("c", 6, [], 3, 3, 16)  # c saw generation 3 and let go (not its target)
+    assert st.handoffs("a") == {TP("t0", 2)} and TP("t0", 2) not in st.may_hold("c")
+
+
+def test_a_reservation_does_not_depend_on_holds_a_compacted_reader_lacks() -> None:
+    # c's partition t0-2 is pending because the hold of b's old incarnation has it. A reader
+    # that starts from the compacted log lost the record that started the hold. Both readers
+    # must still reserve t0-2 for c alike (a handoff would read the hold: the full reader hands
+    # nothing, the compacted one could have), so the hold c's leave starts is the same for both,
+    # and so is their verdict on a later grant of t0-2 (hypothesis found the divergence).
+    log: list[tuple[bytes, bytes | None, int]] = []
+
+    def member(mid: str, inc: str, seq: int, owned: list[int], acked: int, ts: int,
+               prev: int | None, joined: int = 0, since: int = 1) -> None:  # fmt: skip
+        k, v = member_record(
+            "g", mid, incarnation=inc, seq=seq, topics=["t0"], owned=[("t0", p) for p in owned],
+            owned_generation=acked if owned else 0, acked_generation=acked, seen_generation=acked,
+            joined_at=joined if prev is not None else None, prev_ts=prev,
+            since_generation=since if prev is not None else 0,
+        )  # fmt: skip
+        log.append((*encode(k, v), ts))
+
+    def assign(gen: int, phase: str, ms: dict[str, tuple[str, list[int], list[int]]],
+               ts: int) -> None:  # fmt: skip
+        k, v = assignment_record(
+            "g", generation=gen, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+            protocol="cooperative", phase=phase, assignor="range", partition_counts={"t0": 3},
+            members={m: covered_member(inc, ["t0"], [("t0", p) for p in a], [],
+                                       [("t0", p) for p in pe])
+                     for m, (inc, a, pe) in ms.items()},
+        )  # fmt: skip
+        log.append((*encode(k, v), ts))
+
+    member("a", "i", 1, [], 0, 0, None)
+    member("b", "i1", 1, [], 0, 1, None)
+    member("a", "i", 2, [], 0, 2, 0)
+    member("b", "i1", 2, [], 0, 3, 1)
+    assign(1, "complete", {"a": ("i", [0], []), "b": ("i1", [1, 2], [])}, 4)
+    member("a", "i", 3, [0], 1, 5, 2)
+    member("b", "i1", 3, [1, 2], 1, 6, 3)
+    member("b", "i2", 1, [], 0, 7, None)  # b restarts: b/i1's t0-1, t0-2 held until 10006
+    member("c", "i", 1, [], 0, 8, None)
+    member("b", "i2", 2, [], 1, 9, 7, joined=7, since=2)
+    member("c", "i", 2, [], 1, 10, 8, joined=8, since=2)
+    assign(2, "partial", {"a": ("i", [0], []), "b": ("i2", [], [1]), "c": ("i", [], [2])}, 11)
+    member("c", "i", 3, [], 2, 12, 10, joined=8, since=2)
+    clean_to = len(log)  # the cleaner reached here: the newest record of each key stays
+    log.append((encode(*member_tombstone("g", "c"))[0], None, 13))  # c leaves
+    member("a", "i", 4, [0], 2, 5_000, 5)
+    member("b", "i2", 3, [], 2, 5_001, 9, joined=7, since=2)
+    member("a", "i", 5, [0], 2, 10_006, 5_000)
+    assign(3, "complete", {"a": ("i", [0, 2], []), "b": ("i2", [1], [])}, 10_007)
+
+    full, fresh = GroupState("g", 10_000, 30_000), GroupState("g", 10_000, 30_000)
+    newest = {k: o for o, (k, _, _) in enumerate(log[:clean_to])}
+    for o, (k, v, ts) in enumerate(log):
+        full.replay(o, k, v, ts)
+        if o >= clean_to or newest[k] == o:
+            fresh.replay(o, k, v, ts)
+        if o == clean_to - 1:
+            assert [h.holder for h in full.holds] == ["b/i1"] and not fresh.holds
+            assert full.reserved("c") == fresh.reserved("c") == {TP("t0", 2)}
+            assert not full.handoffs("c") and not fresh.handoffs("c")  # the hold; the gap
+        if o == clean_to:  # c left: its hold covers what it may have been handed
+            assert {h.holder: h.partitions for h in full.holds}["c/i"] == {TP("t0", 2)}
+            assert [(h.holder, h.partitions) for h in fresh.holds] == [("c/i", {TP("t0", 2)})]
+    # b/i1's hold has run out, c's has not: both reject the grant of t0-2 to a
+    assert full.generation == fresh.generation == 2
+    assert full.rejections["unsafe_grant"] == fresh.rejections["unsafe_grant"] == 1
+
+
+def test_a_snapshot_is_written_only_by_a_reader_that_knows_its_holds() -> None:
+    # A state restored from a snapshot takes handoffs at once (GroupState.handoffs), trusting
+    # that its writer knew every hold: so a leader that started from the compacted topic less
+    # than a session ago (it may lack holds) writes no snapshot yet.
+    sim = GroupSim({"t0": 4}, snapshot_every_ms=1_000)
+    for m in "ab":
+        sim.join(m)
+    sim.settle()
+    sim.tick(20)
+    lead = sim.members[sim.view().leader].node  # type: ignore[index]
+    restored = GroupState.from_snapshot(sim.view().snapshot("x", "i0"), sim.session_timeout_ms)
+    assert restored.knows_holds() and sim.view().knows_holds()
+    fresh = sim.new_state()
+    for r in sim.log.compacted():
+        fresh.replay(r.offset, r.key, r.value, r.timestamp)
+    assert fresh.leader == lead.member_id and not fresh.knows_holds()
+    lead.state, lead._snapshot_ts, lead._snapshot_sent = fresh, None, None
+    assert lead.snapshot_due(sim.clock) is None
+    lead.state = restored
+    assert lead.snapshot_due(sim.clock) is not None

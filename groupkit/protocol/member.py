@@ -15,7 +15,10 @@ it answers with :class:`Actions`, which the runtime carries out **in this order*
    to the next owner as soon as that record is in the log.
 
 The member side is a diff: ``diff(owned, target) -> (added, revoked)``; eager and cooperative
-differ only in the targets the leader writes.
+differ only in the targets the leader writes. The target is what the current generation grants
+the member, plus its *handoffs*: partitions pending for it whose owner has let go, which replay
+shows nobody else may hold (``GroupState.handoffs``); it takes those at the owner's release
+record, without waiting for the leader's follow-up grant.
 
 Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
 
@@ -40,8 +43,13 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
 5. After fencing it writes a fresh record without ``prev_ts``: a *new* membership that owns
    nothing, so it only gets partitions again through a new generation. It writes no other until
    it has read that one back (or a session has passed), since each would restart the membership
-   again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``).
-   A member that has just joined goes the same way: its first record has no ``prev_ts``.
+   again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``):
+   a member that lapsed likely reads too slowly to take what it would be given.
+   A member that has just joined writes no ``prev_ts`` either, but its first record (``seq`` 1)
+   says which generation it has seen: if that is the current one, the leader plans for it at
+   once (``GroupState.is_newcomer_ready``). That is as safe as any grant: the log reserves it
+   for this membership (``may_hold``), and the member takes it only once it has read its own
+   record back within its session (steps 2-4).
 
 Clock skew. ``T`` and the log times that expire us are stamped by whichever broker leads the
 control partition when each record is appended; when leadership moves, the two may come from
@@ -358,10 +366,12 @@ class Member:
         if self._unready_sent is not None and not lapsed:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
         covered = healthy and group.covers(self.member_id) and self.state != LEAVING
-        target = EMPTY
+        target = handed = EMPTY
         if covered:
             assert group.assignment is not None
-            target = group.assignment.assigned(self.member_id)
+            # pending partitions their owner has let go, handed to us without a leader turn
+            handed = group.handoffs(self.member_id)
+            target = group.assignment.assigned(self.member_id) | handed
             if self.state in (JOINING, ACTIVE):
                 self._fire("covered")
         elif self.state == ACTIVE:
@@ -373,8 +383,11 @@ class Member:
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
             # reserving g's grants for us (GroupState.may_hold), so a grant of g not taken then
             # may already belong to someone else. What we lost meanwhile the leader re-plans
-            # (Planner.rebalance_reason: partitions_lost).
-            added = EMPTY
+            # (Planner.rebalance_reason: partitions_lost). A handoff of the current generation
+            # may be taken in any healthy poll: the log reserves it for us until our record
+            # says we have seen a newer generation (GroupState.reserved), and this replay has
+            # not seen one.
+            added = added & handed if healthy else EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
             owned = (self.owned - revoked) | added | kept

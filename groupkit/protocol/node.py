@@ -247,10 +247,15 @@ class Node:
         Bounded catch-up (snapshot.py) finds one within ``CATCH_UP_WINDOW_SESSIONS`` of the
         log's end as long as the leader writes one every half session. Due when the newest
         one replayed is that old by log time, and ours (maybe still on its way) by our clock.
+        Never while our replay may lack holds (``GroupState.knows_holds``: we started from
+        the compacted topic less than a session ago): a state restored from a snapshot is
+        trusted to know its holds, and takes handoffs on that (``GroupState.handoffs``).
         """
         every = self.snapshot_every_ms
         st = self.state
         if every is None or st.offset < 0 or self.left or not self.is_leader(now_ms):
+            return None
+        if not st.knows_holds():
             return None
         if self._snapshot_ts is not None and st.log_time - self._snapshot_ts < every:
             return None

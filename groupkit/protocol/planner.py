@@ -31,7 +31,12 @@ Cooperative protocol (KIP-429), for any assignor:
 3. When a revocation is acknowledged (the old owner's record no longer claims it, or the old
    owner expired), a follow-up generation grants the pending partitions whose holders let go.
    Follow-ups reuse the target of the record (``assigned`` + ``pending``): the assignor is not
-   run again, so the group converges even with an assignor that is not sticky.
+   run again, so the group converges even with an assignor that is not sticky. The target
+   does not wait for it: it takes a pending partition as soon as replay shows nobody else may
+   hold it (``GroupState.handoffs``); the follow-up then grants what it already processes.
+   Until then the partition is *reserved* for the target (``GroupState.reserved``): it blocks
+   a grant to anyone else, but is not the target's own (``adjust_cooperative``'s
+   ``reserved``), so its grant still waits for the owner.
 
 The replay checks every grant, so a plan that would grant a held partition is a bug that the
 group rejects (``unsafe_grant``), never a double ownership.
@@ -99,16 +104,20 @@ class Adjusted:
 def adjust_cooperative(
     plan: Mapping[str, Iterable[tuple[str, int]]],
     owned: Mapping[str, Iterable[tuple[str, int]]],
+    reserved: Mapping[str, Iterable[tuple[str, int]]] | None = None,
 ) -> Adjusted:
     """Filter a target ``plan`` so that no partition is granted while someone else owns it.
 
     ``owned`` maps every holder (members of the plan and others, e.g. a member that is
-    dropped or an old incarnation) to what it owns or may still take. Per member ``m`` of the
-    plan: ``assigned`` = the planned partitions that ``m`` holds already or nobody else holds;
-    ``pending`` = the rest of its plan; ``revoke`` = what it holds outside its plan. Pure.
+    dropped or an old incarnation) to what it owns or may still take. ``reserved`` maps
+    members to partitions they may be handed without a grant (``GroupState.reserved``):
+    those block a grant to anyone else, but are not the member's own (its grant still waits
+    for their owner). Per member ``m`` of the plan: ``assigned`` = the planned partitions that
+    ``m`` holds already or nobody else holds; ``pending`` = the rest of its plan; ``revoke`` =
+    what it holds outside its plan. Pure.
     """
     holders: dict[TopicPartition, set[str]] = {}
-    for h, parts in owned.items():
+    for h, parts in [*owned.items(), *(reserved or {}).items()]:
         for t, p in parts:
             holders.setdefault(TopicPartition(t, p), set()).add(h)
     out = Adjusted()
@@ -198,6 +207,7 @@ class Planner:
             return Decision(NONE, "no_active_members")
         reason = self.rebalance_reason(state, partition_counts)
         holders = _holders(state)
+        reserved = _reserved(state)
         counts = _counts(active, partition_counts)
 
         if self.protocol == "eager":
@@ -211,15 +221,16 @@ class Planner:
                     return self._revoke_all(state, active, holders, counts, reason or "rebalance")
                 # Phase 2: nobody active holds anything.
                 return self._assign(
-                    state, active, holders, counts, lags, reason or "revocation_acknowledged"
-                )
+                    state, active, holders, reserved, counts, lags,
+                    reason or "revocation_acknowledged",
+                )  # fmt: skip
         elif reason is not None:
-            return self._assign(state, active, holders, counts, lags, reason)
+            return self._assign(state, active, holders, reserved, counts, lags, reason)
 
         assert cur is not None
         if cur.phase == PHASE_PARTIAL:
             target = {m: cur.target(m) for m in cur.members}
-            adj = adjust_cooperative(target, holders)
+            adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
                 return self._emit(state, cur.members, adj, dict(cur.partition_counts),
                                   "revocation_acknowledged")  # fmt: skip
@@ -235,6 +246,7 @@ class Planner:
         state: GroupState,
         active: Mapping[str, MemberState],
         holders: Mapping[str, Partitions],
+        reserved: Mapping[str, Partitions],
         counts: Mapping[str, int],
         lags: Mapping[TopicPartition, int] | None,
         reason: str,
@@ -250,7 +262,7 @@ class Planner:
             for i, m in active.items()
         }  # fmt: skip
         plan = self.assignor.assign(counts, subs, lags)
-        adj = adjust_cooperative(plan, holders)
+        adj = adjust_cooperative(plan, holders, reserved)
         covered = {i: CoveredMember(m.incarnation, m.topics, EMPTY, EMPTY, EMPTY)
                    for i, m in active.items()}  # fmt: skip
         return self._emit(state, covered, adj, counts, reason)
@@ -332,11 +344,19 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
 
 
 def _holders(state: GroupState) -> dict[str, Partitions]:
-    """``{holder: partitions it may hold}``: live members (lagging ones too) and holds."""
-    out = {i: state.may_hold(i) for i in state.live_members()}
+    """``{holder: partitions it owns or was granted}``: live members (lagging ones too) and
+    holds. Not reservations (:func:`_reserved`): a member must not be granted what is only
+    reserved for it, and nobody need revoke it."""
+    out = {i: state.granted(i) for i in state.live_members()}
     for h in state.holds:
         if h.until > state.log_time:
             out[h.holder] = out.get(h.holder, EMPTY) | h.partitions
+    return {i: p for i, p in out.items() if p}
+
+
+def _reserved(state: GroupState) -> dict[str, Partitions]:
+    """``{member: partitions reserved for it}`` (``GroupState.reserved``)."""
+    out = {i: state.reserved(i) for i in state.live_members()}
     return {i: p for i, p in out.items() if p}
 
 

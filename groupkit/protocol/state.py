@@ -38,9 +38,21 @@ What one ``replay`` does:
      generation it says it has seen (never below the acked one) must not be ahead of the log's
      (``future_generation``). A member whose latest record has no ``prev_ts`` (it has not read
      its own records back: just joined, or lapsed) is *not ready* and counts as lagging, so the
-     leader does not plan for it. Records of members that predate ``prev_ts`` (``legacy``)
+     leader does not plan for it, unless that record is a newcomer's first (``seq`` 1) written
+     with the current generation seen (:meth:`GroupState.is_newcomer_ready`): the leader then
+     plans for it at its join record. Records of members that predate ``prev_ts`` (``legacy``)
      are decided the old way: a new incarnation or a member the reader has seen expire starts a
      new membership, a live one continues, and a later ``joined_at`` echo is followed.
+   - **handoffs**: a partition pending for member ``T`` in a generation is *reserved* for
+     ``T`` (:meth:`GroupState.reserved`) from that generation's record until ``T``'s record
+     says it has seen a newer one: :meth:`GroupState.may_hold` counts it for ``T``, so nobody
+     else is granted it meanwhile. Once no one else may hold it any more (its owner's record
+     let go, or it expired, and no other reservation or hold has it), it is handed to ``T``
+     at that offset (:meth:`GroupState.handoffs`): ``T`` takes it without the leader's
+     follow-up. The reservation reads only assignment records and members' newest records,
+     so every reader agrees on it, compacted or restored; the handoff also reads holds,
+     which a reader that started from the compacted topic may lack, so such a reader hands
+     nothing over for a session.
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
@@ -52,7 +64,7 @@ What one ``replay`` does:
 
 Compaction. A reader starting from a compacted topic has lost the earlier records of every key
 below the cleaner's point: the first records of long-lived members and every assignment record
-but the newest. Three rules keep its replay agreeing with the replay of a member that saw
+but the newest. Four rules keep its replay agreeing with the replay of a member that saw
 everything (``tests/test_protocol_compaction.py`` checks it after every step of random
 schedules, at random cleaning points):
 
@@ -66,6 +78,12 @@ schedules, at random cleaning points):
 3. An assignment record from a leader the reader has never seen is accepted if that leader, by
    the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
    record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
+4. Nothing that decides whether a record is accepted reads holds through a handoff: what may
+   be handed to a member is *reserved* for it from the generation that makes it pending
+   (:meth:`GroupState.reserved`), whether or not it has been handed yet, so a reader that lost
+   a hold still reserves alike (and starts the same hold at the member's leave). Only taking a
+   handoff reads holds, and a reader that may lack some takes none (:meth:`GroupState.
+   knows_holds`).
 
 Snapshots (issue 14). :meth:`GroupState.snapshot` captures this whole state (rejection counters
 aside) as a :class:`~groupkit.protocol.records.SnapshotRecord` as of :attr:`GroupState.offset`,
@@ -73,6 +91,9 @@ and :meth:`GroupState.from_snapshot` restores an equal state, which then replays
 after that offset exactly as the state it was taken from would. ``replay`` of a snapshot record
 changes nothing but what every record changes (offset, log time, expiry): it is a copy of a
 past state, not an event, and its value is not even parsed (``tests/test_protocol_snapshot.py``).
+A restored state also *knows its holds* (:meth:`GroupState.knows_holds`), as a reader that
+started from the compacted topic does not for a session: a snapshot is written only by a reader
+that does (``Node.snapshot_due``), so a newcomer that caught up from one takes handoffs at once.
 
 Offset hints (issue 14). A member's record that lets partitions go may carry the offsets it
 committed for them just before (``MemberRecord.committed``: only offsets whose synchronous
@@ -84,8 +105,9 @@ starts there instead of looking its committed offset up (:meth:`GroupState.hints
 - A hint is taken only from a record that *continues* a membership and releases the partition
   in that record: the membership claimed it before and the record no longer does. Anything else
   is ignored and counted in :attr:`GroupState.hints_ignored` (never rejects the record).
-- It is for the *first* member that receives the partition after that release: the first
-  accepted generation that assigns it names its receiver (member id and incarnation). It is
+- It is for the *first* member that receives the partition after that release: the member it
+  was pending for at the release (the target that may take it at once, by handoff), else the
+  first accepted generation that assigns it names its receiver (member id and incarnation). It is
   dropped when a later generation does not assign the partition to that receiver, and when any
   member's record (accepted or not) claims the partition: from then on an owner may have
   committed further, so a later owner looks the offset up.
@@ -208,7 +230,8 @@ class MemberState:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     #: its latest record says it has read its own records back within its session
-    #: (``prev_ts``): only then may the leader plan for it (see :meth:`GroupState.is_lagging`)
+    #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
+    #: (see :meth:`GroupState.is_lagging`)
     ready: bool = True
 
 
@@ -228,7 +251,8 @@ class OffsetHint:
     offset: int
     #: log time of the record that released the partition
     at: int
-    #: (member id, incarnation) of the first member granted the partition since, once one is
+    #: (member id, incarnation) of the member the partition was pending for at its release
+    #: (a handoff's target), or else of the first member granted it since, once one is
     receiver: tuple[str, str] | None = None
 
 
@@ -267,6 +291,20 @@ class GroupState:
     assignment_clobbered: bool = False
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
+    #: the generations in ``_history`` that make some partition pending: :meth:`reserved`
+    #: reads only those (it runs for every member at every member record and grant check)
+    _pending_gens: set[int] = field(default_factory=set)
+    #: ``{partition: member ids whose claims had it}``, a superset (:meth:`_may_hold_partition`)
+    _claimers: dict[TopicPartition, set[str]] = field(default_factory=dict, repr=False,
+                                                      compare=False)  # fmt: skip
+    #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
+    _receivers: dict[
+        int, tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]
+    ] = field(default_factory=dict, repr=False, compare=False)
+    #: :meth:`_history_complete`'s answer and the (offset, log time) it was computed at
+    _complete_at: tuple[tuple[int, int], bool] | None = field(
+        default=None, repr=False, compare=False
+    )
     #: per partition, the offset its releasing owner committed (see "Offset hints" above);
     #: not part of snapshots nor of what members must agree on
     offset_hints: dict[TopicPartition, OffsetHint] = field(default_factory=dict)
@@ -274,6 +312,9 @@ class GroupState:
     #: (``not_released``: the record does not let that partition go; ``not_continued``: the
     #: record starts a membership, or is the first of it this reader sees)
     hints_ignored: Counter[str] = field(default_factory=Counter)
+    #: log time of the newest record this reader replayed after a gap in offsets (compaction
+    #: dropped records it would have needed): see :meth:`knows_holds`
+    _gap_ts: int | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -306,11 +347,17 @@ class GroupState:
     def may_hold(self, member_id: str) -> Partitions:
         """Every partition a live member owns or may still take.
 
-        That is its claims plus whatever a generation it has not acknowledged yet assigns it:
-        a member applies the newest assignment it has replayed, so until its record shows a
-        newer acknowledgement it may still be about to take a grant of an older generation,
-        but never of one older than the newest generation its record says it has seen.
+        That is what it has been granted (:meth:`granted`: its claims plus the grants of
+        generations it has not acknowledged yet) and what is reserved for it (:meth:`reserved`:
+        pending partitions it may be handed at their owner's release, without a leader turn).
         """
+        return self.granted(member_id) | self.reserved(member_id)
+
+    def granted(self, member_id: str) -> Partitions:
+        """A live member's claims plus every grant it may still take: a member applies the
+        newest assignment it has replayed, so until its record shows a newer acknowledgement
+        it may still be about to take a grant of an older generation, but never of one older
+        than the newest generation its record says it has seen."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
@@ -324,6 +371,155 @@ class GroupState:
             if c is not None and c.incarnation == m.incarnation and c.assigned:
                 out = out | c.assigned
         return out
+
+    def reserved(self, member_id: str) -> Partitions:
+        """Pending partitions a live member may be handed without a leader turn
+        (:meth:`handoffs`): those pending for it in every generation its record says it may
+        still act on (none older than the newest generation it has seen, none older than its
+        membership).
+
+        The reservation starts with the generation that makes the partition pending, whether
+        or not its owner has let go yet, and ends once the member's record says it has seen a
+        newer generation (by then that record claims what it took). So it is a function of the
+        assignment records and the members' newest records alone, which every reader of the
+        same offset agrees on: unlike a handoff, it does not depend on holds, which a reader
+        that started from the compacted topic may lack. Every reader thus counts a partition a
+        member may have taken by handoff for that member (a grant of it to anyone else is
+        ``unsafe_grant``; its claim by that member is no ``unowned_claim``; a hold started by
+        that member's restart or leave covers it). Counting it before the owner lets go is
+        only conservative: the member's own grant of it still waits for the owner
+        (:meth:`granted` does not include it, ``Planner`` keeps it pending)."""
+        if not self._pending_gens:
+            return EMPTY
+        m = self.members.get(member_id)
+        if m is None or not self.is_live(member_id):
+            return EMPTY
+        out = EMPTY
+        first = max(m.seen_generation, m.since_generation, 1)
+        for g in self._pending_gens:
+            if g >= first:
+                c = self._history[g].members.get(member_id)
+                if c is not None and c.pending and c.incarnation == m.incarnation:
+                    out = out | c.pending
+        return out
+
+    def handoffs(self, member_id: str) -> Partitions:
+        """Pending partitions of the current generation the member may take now, without the
+        leader's follow-up: nobody else may hold them any more (their owner's record let go,
+        or it expired or left and its hold ran out).
+
+        Every other holder counts: live members' claims, unacknowledged grants and
+        reservations (:meth:`may_hold`), and holds. So a partition is handed to one member at
+        most: two members that may be handed one partition both reserve it, and each blocks
+        the other's handoff until its reservation ends. What the member takes stays counted
+        for it (:meth:`reserved`) until its record claims it.
+
+        Only a reader that knows what the full replay knows may take one (unlike a grant, no
+        leader's record checked by every reader stands behind it). A reader that missed
+        records (a gap in offsets: it started from the compacted topic) may lack holds, which
+        last a session at most, and the history of older generations: so it answers nothing
+        until it :meth:`knows_holds`, and while its history lacks a generation some member may
+        still act on. The member then waits for the leader's follow-up grant, as without
+        handoffs. A state restored from a snapshot knows what its writer knew, holds and
+        history included, and a snapshot is written only by a reader that knows its holds
+        (``Node.snapshot_due``): so a newcomer that caught up bounded takes handoffs at once."""
+        a = self.assignment
+        c = a.members.get(member_id) if a is not None else None
+        if c is None or not c.pending or not self.is_live(member_id):
+            return EMPTY
+        m = self.members[member_id]
+        if c.incarnation != m.incarnation or self.generation < m.since_generation:
+            return EMPTY
+        if not self.knows_holds():
+            return EMPTY
+        if not self._history_complete():
+            return EMPTY
+        free = c.pending
+        for h in self.holds:
+            if h.until > self.log_time:
+                free = free - h.partitions
+        # Each partition's possible holders are found through indexes (_may_hold_partition):
+        # this runs in every poll of a member with pending partitions, on every reader, so it
+        # must not ask every member (members x history per poll; a 1,000-member simulated
+        # group spent its time here).
+        return frozenset(
+            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
+        )
+
+    def _history_complete(self) -> bool:
+        """For :meth:`handoffs`: whether the history holds every generation a live member may
+        still act on. Computed once per replayed record (offset and log time key it): every
+        member with pending partitions asks in every poll."""
+        key = (self.offset, self.log_time)
+        if self._complete_at is not None and self._complete_at[0] == key:
+            return self._complete_at[1]
+        since = self.log_time - self.session_timeout_ms
+        floor = min(
+            (
+                max(o.since_generation, min(o.acked_generation + 1, o.seen_generation))
+                for o in self.members.values()
+                if o.last_seen > since
+            ),
+            default=self.generation,
+        )
+        complete = all(g in self._history for g in range(max(floor, 1), self.generation + 1))
+        self._complete_at = (key, complete)
+        return complete
+
+    def _may_hold_partition(self, p: TopicPartition) -> Iterator[str]:
+        """The live members whose :meth:`may_hold` has ``p``, found through indexes instead
+        of every member's: its claimers (``_claimers``, checked against their current
+        claims), and the members that a generation still in the history assigns it to or
+        makes it pending for (``_receivers``), by the same rules as :meth:`granted` and
+        :meth:`reserved`."""
+        claimers = self._claimers.get(p)
+        if claimers:
+            for mid in list(claimers):
+                m = self.members.get(mid)
+                if m is None or p not in m.claims:
+                    claimers.discard(mid)  # the index keeps stale entries until read
+                elif self.is_live(mid):
+                    yield mid
+        for g, a in self._history.items():
+            if g > self.generation:
+                continue
+            assigned, pending = self._receivers_of(g, a)
+            for to, granted in ((assigned.get(p), True), (pending.get(p), False)):
+                if to is None:
+                    continue
+                mid, inc = to
+                m = self.members.get(mid)
+                if m is None or m.incarnation != inc or not self.is_live(mid):
+                    continue
+                if granted:
+                    first = max(m.acked_generation + 1, m.seen_generation, m.since_generation)
+                else:
+                    first = max(m.seen_generation, m.since_generation, 1)
+                if g >= first:
+                    yield mid
+
+    def _receivers_of(
+        self, g: int, a: AssignmentRecord
+    ) -> tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]:
+        """``({partition: (member, incarnation) assigned it}, {... it is pending for})`` in
+        generation ``g``, built once per generation."""
+        got = self._receivers.get(g)
+        if got is None:
+            assigned: dict[TopicPartition, tuple[str, str]] = {}
+            pending: dict[TopicPartition, tuple[str, str]] = {}
+            for mid, c in a.members.items():
+                for q in c.assigned:
+                    assigned[q] = (mid, c.incarnation)
+                for q in c.pending:
+                    pending[q] = (mid, c.incarnation)
+            got = self._receivers[g] = (assigned, pending)
+        return got
+
+    def knows_holds(self) -> bool:
+        """Whether this reader knows every hold the full replay has: it has replayed every
+        record of the last session of log time (holds last a session at most), or it was
+        restored from a snapshot of a reader that did (:meth:`from_snapshot`)."""
+        return self._gap_ts is None or self.log_time >= self._gap_ts + self.session_timeout_ms
 
     def holders(self) -> dict[TopicPartition, set[str]]:
         """``{partition: ids that may hold it}`` over live members and holds."""
@@ -353,11 +549,12 @@ class GroupState:
     def is_lagging(self, member_id: str) -> bool:
         """Live, but not keeping up: covered by a generation it has not acknowledged for
         ``rebalance.timeout``, or its latest record says it has not read its own records back
-        within its session (no ``prev_ts``: just joined, or lapsed), so it could take nothing."""
+        within its session (no ``prev_ts``) and it is not a caught-up newcomer
+        (:meth:`is_newcomer_ready`)."""
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return False
-        if not m.ready:
+        if not m.ready and not self.is_newcomer_ready(member_id):
             return True
         for g in range(max(m.acked_generation + 1, m.since_generation), self.generation + 1):
             a = self._history.get(g)
@@ -372,8 +569,9 @@ class GroupState:
         self, member_id: str, incarnation: str, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:
         """The offsets at which this member may start ``partitions`` it takes now, without
-        looking them up: those with a hint whose receiver it is (or that no generation has
-        granted yet: a partition handed over at its release). The others it looks up."""
+        looking them up: those with a hint whose receiver it is (the target it was pending for
+        at its release, or the first member granted it since), or that names no receiver yet.
+        The others it looks up."""
         hints = self.offset_hints
         if not hints:
             return {}
@@ -387,14 +585,24 @@ class GroupState:
         return out
 
     def _hint_released(self, old: MemberState | None, v: MemberRecord, continues: bool) -> None:
-        """Take the offsets ``v`` carries for what it releases as hints (module docstring)."""
+        """Take the offsets ``v`` carries for what it releases as hints (module docstring).
+
+        A partition pending in the current generation names its receiver at once: its target,
+        which may take it at this very record (:meth:`handoffs`) before any generation grants
+        it. Were the target to die before its claim is in the log, the next member granted
+        the partition is not the receiver and looks its offset up."""
+        pending_for: dict[TopicPartition, tuple[str, str]] = {}
+        if v.committed and self.assignment is not None:
+            for mid, c in self.assignment.members.items():
+                for p in c.pending:
+                    pending_for[p] = (mid, c.incarnation)
         for p, o in v.committed:
             if not continues or old is None:
                 self.hints_ignored["not_continued"] += 1
             elif p not in old.claims:  # (never in v.owned: the decoder refuses that)
                 self.hints_ignored["not_released"] += 1
             else:
-                self.offset_hints[p] = OffsetHint(o, self.log_time)
+                self.offset_hints[p] = OffsetHint(o, self.log_time, pending_for.get(p))
 
     def _hint_granted(self, a: AssignmentRecord) -> None:
         """Name each hint's receiver at the first generation that assigns its partition; drop
@@ -412,6 +620,30 @@ class GroupState:
             elif h.receiver is None and r is not None:
                 hints[p] = OffsetHint(h.offset, h.at, r)
 
+    def is_newcomer_ready(self, member_id: str) -> bool:
+        """A member whose latest record has no ``prev_ts`` may be planned for at once if that
+        record is its incarnation's first (``seq`` 1: a newcomer, not a member that lapsed and
+        wrote again) and it had replayed the current generation when it wrote it, or the
+        current generation covers it (it was planned for so; until it acknowledges, the
+        ``rebalance.timeout`` rule applies as to anyone).
+
+        Why a newcomer and not a lapsed member: a member lapses because it reads or runs too
+        slowly to see its own records within a session, so planning for it before it has read
+        one back would move partitions to a member that likely cannot take them (they wait a
+        rebalance timeout). A newcomer that wrote while caught up to the current generation
+        reads its own record back within one hop, as the leader reads it. Safety does not rest
+        on this rule: grants to it are reserved in :meth:`may_hold` from the generation that
+        makes them, and it takes them only once it has read its own record back within its
+        session (member.py, self-fencing), as with any grant.
+
+        Every reader decides alike: the rule reads the record (``seq``, ``prev_ts``,
+        ``seen_generation``) and the current generation and coverage, which readers of the
+        same offset agree on, compacted or not (test_protocol_compaction)."""
+        m = self.members.get(member_id)
+        if m is None or m.ready or m.seq != 1:
+            return False
+        return m.seen_generation >= self.generation or self.covers(member_id)
+
     def fingerprint(self) -> tuple[object, ...]:
         """What members that replayed to the same offset must agree on."""
         return (self.offset, self.leader, self.generation, self.assignment)
@@ -425,6 +657,8 @@ class GroupState:
         if offset <= self.offset:
             # an impossible order: the reader went back, or a record was fed twice
             return self._reject(offset, None, "offset_regressed", f"{offset} <= {self.offset}")
+        if offset != self.offset + 1:
+            self._gap_ts = timestamp_ms
         self.offset = offset
         if timestamp_ms > self.log_time:
             self.log_time = timestamp_ms
@@ -559,6 +793,8 @@ class GroupState:
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
         self.members[mid] = m
+        for p in m.claims:
+            self._claimers.setdefault(p, set()).add(mid)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
         elif self.leader == mid:
@@ -613,6 +849,8 @@ class GroupState:
         self.assignment_clobbered = False
         self._history[a.generation] = a
         self._gen_time[a.generation] = ts
+        if any(c.pending for c in a.members.values()):
+            self._pending_gens.add(a.generation)
         self._prune_history()
         if self.offset_hints:
             self._hint_granted(a)
@@ -634,7 +872,8 @@ class GroupState:
         """No grant of a partition another live member (or a hold) may still have."""
         holders = self.holders()
         for mid, c in a.members.items():
-            mine = self.may_hold(mid) if self._is_member(mid, c.incarnation) else EMPTY
+            # not its reservation: a grant of a reserved partition still waits for its owner
+            mine = self.granted(mid) if self._is_member(mid, c.incarnation) else EMPTY
             for p in c.assigned - mine:
                 others = holders.get(p, set()) - {mid}
                 if others:
@@ -648,10 +887,15 @@ class GroupState:
 
     def _prune_history(self) -> None:
         live = self.live_members()
-        floor = min((m.acked_generation + 1 for m in live.values()), default=self.generation)
+        # a member may still take grants of generations it has not acknowledged, and handoffs
+        # of those it has not seen past (reserved)
+        floor = min((min(m.acked_generation + 1, m.seen_generation) for m in live.values()),
+                    default=self.generation)  # fmt: skip
         floor = min(floor, self.generation)
         for g in [g for g in self._history if g < floor]:
             del self._history[g]
+            self._pending_gens.discard(g)
+            self._receivers.pop(g, None)
             self._gen_time.pop(g, None)  # is_lagging reads it only for generations in history
 
     def history(self) -> Iterator[AssignmentRecord]:
@@ -702,6 +946,15 @@ class GroupState:
         st.assignment_clobbered = record.assignment_clobbered
         st._history = {a.generation: a for _, a in record.history}
         st._gen_time = {a.generation: t for t, a in record.history}
+        for m in st.members.values():
+            for p in m.claims:
+                st._claimers.setdefault(p, set()).add(m.member_id)
+        st._pending_gens = {
+            g for g, a in st._history.items() if any(c.pending for c in a.members.values())
+        }
+        # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
+        # snapshot carries them: a gap from here on is the reader's own (replay sets it).
+        st._gap_ts = None
         return st
 
 
