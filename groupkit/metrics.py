@@ -425,8 +425,8 @@ class MetricsObserver(GroupObserver):
         if now - self._positions_at < 0.5:
             return
         self._positions_at = now
-        data = self._consumer._data
-        owned = _copy(self._consumer._owned)
+        data = self._consumer._data.handle
+        owned = _copy(self._consumer._data.owned)
         ktps = [KTopicPartition(tp.topic, tp.partition) for tp in sorted(owned)]
         try:
             positions = data.position(ktps)
@@ -457,7 +457,7 @@ class MetricsObserver(GroupObserver):
         paused = self._paused_now if leader else 0
         # What the data consumer has assigned right now: a revoked partition leaves this set
         # (on the poll thread) before the member's record frees it for its next owner.
-        parts = tuple(sorted(_copy(self._consumer._owned)))
+        parts = tuple(sorted(_copy(self._consumer._data.owned)))
         lag, committed = self._offsets(parts)
         records_lag = self._records_lag
         return _Snapshot(

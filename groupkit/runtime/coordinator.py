@@ -23,7 +23,12 @@ simulator runs too); this module only does the I/O around it. Each turn:
 The first turn runs as soon as the history is read, so the join record goes out at once.
 
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
-fencing clock) and the queue of hand-offs.
+fencing clock) and the queue of hand-offs. The ``poll`` thread (runtime/consumer.py and
+runtime/handoff.py) goes through the methods under "the poll thread's side" only, never through
+the lock or the member: :meth:`Coordinator.needs_service` (lock-free, for the hot path),
+:meth:`~Coordinator.take_handoffs`, :meth:`~Coordinator.fence` (the session deadline),
+:meth:`~Coordinator.check_commit`, :meth:`~Coordinator.released` and :meth:`~Coordinator.lost`
+(what it stopped), and :meth:`~Coordinator.leave`, :meth:`~Coordinator.close`.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
@@ -91,6 +97,16 @@ class Handoff:
     #: where to start some of ``assign``: the offsets their previous owner committed and named
     #: in its release (``Actions.offsets``); the others look their committed offset up
     offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+
+class Fence(NamedTuple):
+    """What :meth:`Coordinator.fence` tells the ``poll`` thread about its session."""
+
+    #: monotonic seconds before which the session cannot have lapsed; ``None``: it has lapsed
+    #: (or nothing of ours was read back yet)
+    until: float | None
+    #: what of the partitions asked about the member no longer claims: it lost them
+    gone: Partitions
 
 
 @dataclass
@@ -167,7 +183,7 @@ class Coordinator:
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
         self.node = Node(self.member, self.state, self.planner)
         self.stats = Stats()
-        self.handoffs: deque[Handoff] = deque()
+        self._handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
         self._on_handoff = on_handoff
         self._poll_age = poll_age
@@ -353,7 +369,7 @@ class Coordinator:
         if acts.lost or new_revoke or acts.assign:
             self._revoking |= new_revoke
             self._revoking -= acts.lost
-            self.handoffs.append(
+            self._handoffs.append(
                 Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets)
             )
             for e in acts.events:
@@ -362,6 +378,82 @@ class Coordinator:
         for w in acts.writes:
             self._write(w.raw_key, w.raw_value, service=service)
         return acts
+
+    # ------------------------------------------------------------------ the poll thread's side
+
+    def needs_service(self) -> bool:
+        """Whether the ``poll`` thread has work from us: a hand-off queued, or the member left
+        for want of polls. Takes no lock (two plain reads): the hot path asks on every call."""
+        return bool(self._handoffs) or self.abandoned
+
+    def take_handoffs(self) -> list[Handoff]:
+        """The queued hand-offs, oldest first, for the ``poll`` thread to carry out (none
+        without taking the lock, when none is queued)."""
+        if not self._handoffs:
+            return []
+        with self.lock:
+            handoffs = list(self._handoffs)
+            self._handoffs.clear()
+        return handoffs
+
+    def fence(self, owned: Set[TopicPartition]) -> Fence:
+        """Where the member's session stands, for the ``poll`` thread's fence over ``owned``.
+
+        The session lapses ``session.timeout`` (less the clock-skew allowance) after the send
+        of the own record it runs from (``Member.session_age_ms``); that send time never moves
+        back, so the deadline returned is never later than the true one and may be cached
+        until it passes. ``gone``: what of ``owned`` the member itself no longer claims (a
+        revoked partition stays claimed until released): the control thread fenced it and may
+        since have confirmed a newer heartbeat, so the age alone says nothing of it.
+        """
+        session = self.member.fence_after_ms  # the session less the clock-skew allowance
+        with self.lock:
+            now_ms = monotonic_ms()
+            age = self.member.session_age_ms(now_ms)
+            gone = frozenset(owned - self.member.owned)
+        if age is None or age >= session:
+            return Fence(None, gone)
+        # monotonic_ms() floors monotonic_ns(); -1 ms keeps the float deadline early.
+        return Fence((now_ms - age + session - 1) / 1000, gone)
+
+    def check_commit(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Raise :class:`~groupkit.errors.FencedError` unless the member may commit
+        ``partitions`` now (its session is current and it claims them)."""
+        with self.lock:
+            self.member.check_commit(partitions, monotonic_ms())
+
+    def set_subscription(self, topics: Iterable[str]) -> None:
+        """Change the member's topics; its next record says so."""
+        with self.lock:
+            self.member.set_subscription(topics)
+
+    @property
+    def generation(self) -> int:
+        """The generation the member's partitions belong to."""
+        with self.lock:
+            return self.member.generation
+
+    @property
+    def is_leader(self) -> bool:
+        with self.lock:
+            return self.state.leader == self.member_id
+
+    def leave(self) -> None:
+        """Start a clean leave (unless one is under way): the next turn revokes everything
+        still claimed and writes the tombstone."""
+        with self.lock:
+            if self.member.state not in ("leaving", "left"):
+                self.member.leave()
+
+    @property
+    def has_left(self) -> bool:
+        """The member's tombstone is written (or it left for good)."""
+        return self.member.state == "left"
+
+    def close(self, timeout: float) -> None:
+        """Stop the loop and close the control clients, flushing for up to ``timeout`` s."""
+        self.stop()
+        self.control.close(timeout)
 
     def released(
         self,
