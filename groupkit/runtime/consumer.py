@@ -84,6 +84,7 @@ from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.handoff import Callback, HandoffExecutor
 from groupkit.runtime.hooks import GroupObserver, Observers
+from groupkit.runtime.probe import MemberProbe
 
 if TYPE_CHECKING:
     from groupkit.runtime.telemetry import TelemetryPublisher
@@ -184,6 +185,9 @@ class GroupConsumer:
             self, self._data, self.observers, lambda: self._coordinator, lambda: self._closed
         )
         self._topics: list[str] = []
+        self._probe = MemberProbe(
+            cfg, lambda: self._topics, self._data, lambda: self._coordinator, lambda: self._admin
+        )
         #: monotonic seconds before which our session cannot have lapsed (see _fence)
         self._fence_until = 0.0
         #: monotonic seconds at which _service is due even with nothing to do
@@ -192,6 +196,8 @@ class GroupConsumer:
         self._last_poll = time.monotonic()
         self._closed = False
         if registry is not None:  # no registry, no metrics: nothing global is touched
+            # The one place the core names the metrics (at the edge, on demand): they read
+            # this member through its probe only, and nothing here imports them otherwise.
             from groupkit.metrics import instrument
 
             self.observers.add(instrument(self, registry))
@@ -211,6 +217,12 @@ class GroupConsumer:
     def is_leader(self) -> bool:
         c = self._coordinator
         return False if c is None else c.is_leader
+
+    @property
+    def probe(self) -> MemberProbe:
+        """A read-only view of this member for observers: config values, topics, owned
+        partitions, its standing in the group and its lag (runtime/probe.py)."""
+        return self._probe
 
     @property
     def coordinator(self) -> Coordinator | None:

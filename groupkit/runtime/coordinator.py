@@ -28,7 +28,8 @@ runtime/handoff.py) goes through the methods under "the poll thread's side" only
 the lock or the member: :meth:`Coordinator.needs_service` (lock-free, for the hot path),
 :meth:`~Coordinator.take_handoffs`, :meth:`~Coordinator.fence` (the session deadline),
 :meth:`~Coordinator.check_commit`, :meth:`~Coordinator.released` and :meth:`~Coordinator.lost`
-(what it stopped), and :meth:`~Coordinator.leave`, :meth:`~Coordinator.close`.
+(what it stopped), and :meth:`~Coordinator.leave`, :meth:`~Coordinator.close`. Observers
+read :meth:`~Coordinator.status` (through ``GroupConsumer.probe``).
 """
 
 from __future__ import annotations
@@ -107,6 +108,21 @@ class Fence(NamedTuple):
     until: float | None
     #: what of the partitions asked about the member no longer claims: it lost them
     gone: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """The member's standing in its group at one moment (:meth:`Coordinator.status`)."""
+
+    member_id: str
+    #: the generation its partitions belong to
+    generation: int
+    is_leader: bool
+    #: live members of the group as the leader's replay sees them (0 unless it leads)
+    live_members: int
+    #: monotonic ms since the send of the own record its session runs from (``None``: nothing
+    #: of ours read back yet; see ``Member.session_age_ms``)
+    session_age_ms: int | None
 
 
 @dataclass
@@ -437,6 +453,18 @@ class Coordinator:
     def is_leader(self) -> bool:
         with self.lock:
             return self.state.leader == self.member_id
+
+    def status(self) -> MemberStatus:
+        """Where the member stands now, read at once under the lock (for observers)."""
+        with self.lock:
+            leader = self.state.leader == self.member_id
+            return MemberStatus(
+                member_id=self.member_id,
+                generation=self.member.generation,
+                is_leader=leader,
+                live_members=len(self.state.live_members()) if leader else 0,
+                session_age_ms=self.member.session_age_ms(monotonic_ms()),
+            )
 
     def leave(self) -> None:
         """Start a clean leave (unless one is under way): the next turn revokes everything
