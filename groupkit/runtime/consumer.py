@@ -37,8 +37,8 @@ lock, without weakening any of the above:
   than the true one. The lock is taken again only once the cached deadline has passed (about
   once per session).
 - ``_service`` (hand-offs, abandonment, a failed control loop, auto-commit) runs at once when
-  there is a hand-off, a failure or an abandonment (``Coordinator.needs_service``, two plain
-  reads, no lock), else at least every 10 ms.
+  there is a hand-off or an abandonment (``Coordinator.needs_service``, a flag read without
+  the lock), else (a failed control loop, auto-commit, the fence) at least every 10 ms.
 - Ownership needs no per-message filter: ``assign``/``incremental_unassign`` return only after
   librdkafka has stopped the removed partitions' fetchers by bumping their version barrier
   (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
@@ -311,18 +311,18 @@ class GroupConsumer:
         now = _monotonic()
         c = self._coordinator
         d = self._data
-        if c is not None and now < self._next_service and d.owned and not c.needs_service():
+        if c is not None and now < self._next_service and d.owned and not c.needs_service:
             # The fast path: nothing for _service to do (see _consume), one fetch. Unlike a
             # batch, Consumer.poll returns a record as it dequeues it, after any callback it
             # served, so an unassign in a callback drops it in librdkafka: only the fence
             # below can make it unowned, and _hand_out counts unassigns from here.
             self._last_poll = now
             if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
-                msg = d.handle.poll(timeout)
+                msg = d.poll(timeout)
                 if msg is None:
                     return None
             else:
-                msg = d.handle.poll(_SERVICE_EVERY_S)
+                msg = d.poll(_SERVICE_EVERY_S)
             if msg is not None and now < d.offsets_watch_until:
                 d.watch_offset_errors((msg,))
             if msg is not None and (
@@ -348,7 +348,7 @@ class GroupConsumer:
         while True:
             self._last_poll = now  # a blocking poll is polling (as librdkafka counts it)
             c = self._coordinator
-            if c is None or now >= self._next_service or c.needs_service():
+            if c is None or now >= self._next_service or c.needs_service:
                 # Hand-offs and an abandonment at once; a failed control loop, auto-commit
                 # and the fence without records within 10 ms.
                 self._service()
@@ -358,7 +358,7 @@ class GroupConsumer:
             msgs: list[Message] = []
             unassigns = d.unassigns
             if d.owned:
-                msgs = d.handle.consume(n, wait)
+                msgs = d.consume(n, wait)
             else:
                 self._wake.wait(wait)
                 self._wake.clear()

@@ -25,7 +25,8 @@ The first turn runs as soon as the history is read, so the join record goes out 
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
 fencing clock) and the queue of hand-offs. The ``poll`` thread (runtime/consumer.py and
 runtime/handoff.py) goes through the methods under "the poll thread's side" only, never through
-the lock or the member: :meth:`Coordinator.needs_service` (lock-free, for the hot path),
+the lock or the member: ``Coordinator.needs_service`` (a flag read without the lock, for the
+hot path),
 :meth:`~Coordinator.take_handoffs`, :meth:`~Coordinator.fence` (the session deadline),
 :meth:`~Coordinator.check_commit`, :meth:`~Coordinator.released` and :meth:`~Coordinator.lost`
 (what it stopped), and :meth:`~Coordinator.leave`, :meth:`~Coordinator.close`. Observers
@@ -207,6 +208,10 @@ class Coordinator:
         self._rebalance: _Rebalance | None = None
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
+        #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
+        #: Set under the lock with either; read without it (one plain read: the hot path
+        #: looks at it on every call, and a change it misses is seen on the next)
+        self.needs_service = False
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._failure: BaseException | None = None
@@ -370,6 +375,7 @@ class Coordinator:
         age = self._poll_age()
         if age * 1000 > self.cfg.max_poll_interval_ms:
             self.abandoned = True
+            self.needs_service = True
             _log.warning("max_poll_interval_exceeded", group=self.cfg.group_id,
                          member=self.member_id, seconds_since_poll=round(age, 3))  # fmt: skip
             self.member.leave()
@@ -388,6 +394,7 @@ class Coordinator:
             self._handoffs.append(
                 Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets)
             )
+            self.needs_service = True
             for e in acts.events:
                 _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
                           what=e, generation=acts.generation)  # fmt: skip
@@ -397,11 +404,6 @@ class Coordinator:
 
     # ------------------------------------------------------------------ the poll thread's side
 
-    def needs_service(self) -> bool:
-        """Whether the ``poll`` thread has work from us: a hand-off queued, or the member left
-        for want of polls. Takes no lock (two plain reads): the hot path asks on every call."""
-        return bool(self._handoffs) or self.abandoned
-
     def take_handoffs(self) -> list[Handoff]:
         """The queued hand-offs, oldest first, for the ``poll`` thread to carry out (none
         without taking the lock, when none is queued)."""
@@ -410,6 +412,7 @@ class Coordinator:
         with self.lock:
             handoffs = list(self._handoffs)
             self._handoffs.clear()
+            self.needs_service = self.abandoned
         return handoffs
 
     def fence(self, owned: Set[TopicPartition]) -> Fence:

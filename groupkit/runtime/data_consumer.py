@@ -126,6 +126,9 @@ class DataConsumer:
                                       "bool"))  # fmt: skip
         self.commits = AsyncCommits(None)  # replaced with each handle
         self.handle: Consumer = self._new_handle()
+        #: the handle's own ``poll`` and ``consume``, bound (the hot path calls them directly)
+        self.poll = self.handle.poll
+        self.consume = self.handle.consume
         self.owned: set[TopicPartition] = set()  # what the handle has assigned
         #: bumped by every unassign (and renewal): a fetch that started before a bump may hold
         #: records of partitions no longer owned
@@ -309,6 +312,8 @@ class DataConsumer:
         except KafkaException as e:  # keep the old one: better stuck than gone
             _log.warning("data_consumer.renew_failed", member=self._member_id(), error=str(e))
             return
+        self.poll = self.handle.poll
+        self.consume = self.handle.consume
         self.unassigns += 1  # a fetch under way on the old handle hands out nothing
 
         def close_old() -> None:
