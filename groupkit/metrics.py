@@ -7,9 +7,11 @@ app calls :func:`serve`. Every series is labelled by ``group`` and ``member`` (t
 Two sources, so that nothing goes stale:
 
 1. **Gauges read at scrape time** (:class:`GroupkitCollector`): lag, offsets, assignment,
-   generation, leadership, heartbeat age. They come from the member's live state (under the
-   coordinator's lock) and its assignment, so a revoked partition's series is simply not
-   produced by the next scrape, and a closed consumer produces none at all.
+   generation, leadership, heartbeat age. They come from the member's live state and its
+   assignment, read through its probe (``GroupConsumer.probe``, a read-only
+   :class:`~groupkit.runtime.probe.MemberProbe`: this module never touches the consumer), so a
+   revoked partition's series is simply not produced by the next scrape, and a closed consumer
+   produces none at all.
 2. **Counters and a histogram** fed by the runtime's hooks (:class:`MetricsObserver`, a
    :class:`~groupkit.runtime.hooks.GroupObserver`): rebalances, paused partition-seconds,
    hand-offs, control records, consumed records.
@@ -36,9 +38,8 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from confluent_kafka import TopicPartition as KTopicPartition
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -47,11 +48,8 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
-from groupkit.runtime.lag import committed_offsets, compute_lag, end_offsets
+from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
-
-if TYPE_CHECKING:
-    from groupkit.runtime.consumer import GroupConsumer
 
 __all__ = [
     "METRICS",
@@ -209,17 +207,26 @@ _INSTRUMENTS: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
 _INSTRUMENTS_LOCK = threading.Lock()
 
 
-def instrument(consumer: GroupConsumer, registry: CollectorRegistry) -> MetricsObserver:
-    """Register ``consumer``'s metrics on ``registry``; return the observer to hook in.
+class Probed(Protocol):
+    """Anything that offers a member's probe: a ``GroupConsumer``."""
+
+    @property
+    def probe(self) -> MemberProbe: ...
+
+
+def instrument(consumer: Probed | MemberProbe, registry: CollectorRegistry) -> MetricsObserver:
+    """Register the metrics of ``consumer`` (or of a member's probe) on ``registry``; return the
+    observer to hook in.
 
     ``GroupConsumer(config, registry=registry)`` calls this itself. Several consumers may share
     one registry: their series differ by ``member``.
     """
+    probe = consumer if isinstance(consumer, MemberProbe) else consumer.probe
     with _INSTRUMENTS_LOCK:
         inst = _INSTRUMENTS.get(registry)
         if inst is None:
             inst = _INSTRUMENTS[registry] = _Instruments(registry)
-    observer = MetricsObserver(consumer, inst)
+    observer = MetricsObserver(probe, inst)
     inst.collector.add(observer)
     return observer
 
@@ -295,15 +302,14 @@ class _Snapshot:
 
 
 class MetricsObserver(GroupObserver):
-    """One consumer's metrics: hook-fed counters, and the scrape-time reading of its state."""
+    """One consumer's metrics: hook-fed counters, and the scrape-time reading of its state
+    (all of it through the member's read-only :class:`~groupkit.runtime.probe.MemberProbe`)."""
 
-    def __init__(self, consumer: GroupConsumer, instruments: _Instruments) -> None:
-        self._consumer = consumer
+    def __init__(self, probe: MemberProbe, instruments: _Instruments) -> None:
+        self._probe = probe
         self._i = instruments
-        cfg = consumer._cfg
-        self.group = cfg.group_id
-        self.protocol = cfg.protocol
-        self._reset = cfg.auto_offset_reset
+        self.group = probe.group_id
+        self.protocol = probe.protocol
         self._initialised: str | None = None
         self._rate = _Rate()
         # lag and committed offsets, asked of the brokers at scrape time
@@ -323,7 +329,7 @@ class MetricsObserver(GroupObserver):
     # ------------------------------------------------------------------ labels
 
     def _member(self) -> str:
-        member = self._consumer.member_id or ""
+        member = self._probe.member_id or ""
         if member != self._initialised and member:
             self._initialise(member)
         return member
@@ -342,7 +348,7 @@ class MetricsObserver(GroupObserver):
             i.write_errors.labels(g, member, kind)
         for reason in KNOWN_REJECTIONS:
             i.rejected.labels(g, member, reason)
-        for topic in self._consumer._topics:
+        for topic in self._probe.topics:
             i.consumed.labels(g, member, topic)
 
     # ------------------------------------------------------------------ hooks
@@ -419,22 +425,14 @@ class MetricsObserver(GroupObserver):
         confluent-kafka lets one thread at a time into a ``Consumer`` (a call from another
         thread waits at a gate, and a busy poll loop can starve it for good), so the scrape
         thread never touches the data consumer: what only it knows is sampled here, at most
-        twice a second, right after a ``poll`` handed out records.
+        twice a second, right after a ``poll`` handed out records (``MemberProbe.records_lag``).
         """
         now = time.monotonic()
         if now - self._positions_at < 0.5:
             return
         self._positions_at = now
-        data = self._consumer._data
-        owned = _copy(self._consumer._owned)
-        ktps = [KTopicPartition(tp.topic, tp.partition) for tp in sorted(owned)]
         try:
-            positions = data.position(ktps)
-            out: dict[TopicPartition, int] = {}
-            for k in positions:
-                _low, high = data.get_watermark_offsets(k, cached=True)
-                if k.offset >= 0 and high >= 0:
-                    out[TopicPartition(k.topic, k.partition)] = max(0, high - k.offset)
+            out = self._probe.records_lag()
         except Exception as e:  # never break poll for a metric
             _log.debug("metrics.positions_unavailable", group=self.group, error=str(e))
             return
@@ -442,30 +440,23 @@ class MetricsObserver(GroupObserver):
 
     def snapshot(self) -> _Snapshot | None:
         """The member's gauges now, or ``None`` once it has closed (its series then vanish)."""
-        c = self._consumer.coordinator
-        if c is None:
+        status = self._probe.status()
+        if status is None:
             return None
-        from groupkit.runtime.coordinator import monotonic_ms
-
-        with c.lock:
-            state = c.state
-            member = c.member_id
-            generation = c.member.generation
-            leader = state.leader == member
-            live = len(state.live_members()) if leader else 0
-            age = c.member.session_age_ms(monotonic_ms())
+        leader = status.is_leader
+        age = status.session_age_ms
         paused = self._paused_now if leader else 0
         # What the data consumer has assigned right now: a revoked partition leaves this set
         # (on the poll thread) before the member's record frees it for its next owner.
-        parts = tuple(sorted(_copy(self._consumer._owned)))
+        parts = tuple(sorted(self._probe.owned()))
         lag, committed = self._offsets(parts)
         records_lag = self._records_lag
         return _Snapshot(
             group=self.group,
-            member=member,
-            generation=generation,
+            member=status.member_id,
+            generation=status.generation,
             is_leader=leader,
-            live_members=live,
+            live_members=status.live_members,
             paused=paused,
             heartbeat_age_s=None if age is None else age / 1000,
             partitions=parts,
@@ -496,39 +487,17 @@ class MetricsObserver(GroupObserver):
                     )
             if not parts:
                 return {}, {}
-            admin = self._consumer._admin
-            if admin is None:  # the consumer is closed
-                return {}, {}
             try:
-                ends = end_offsets(admin, parts, timeout=3.0)
-                got = committed_offsets(admin, self.group, parts, timeout=3.0)
-                missing = [tp for tp in parts if got.get(tp) is None]
-                starts = (
-                    end_offsets(admin, missing, earliest=True, timeout=3.0)
-                    if missing and self._reset != "latest"
-                    else {}
-                )
+                offsets = self._probe.read_offsets(parts, timeout=3.0)
             except Exception as e:  # a scrape must not fail because a broker is slow
                 _log.debug("metrics.offsets_unavailable", group=self.group, error=str(e))
                 return {}, {}
-            lag = {
-                tp: compute_lag(ends[tp], got.get(tp), starts.get(tp), self._reset)
-                for tp in parts
-                if tp in ends
-            }
-            committed = {tp: o for tp, o in got.items() if o is not None}
+            if offsets is None:  # the consumer is closed
+                return {}, {}
+            lag = {tp: n for tp, n in offsets.lag.items() if tp in offsets.end}
+            committed = {tp: o for tp, o in offsets.committed.items() if o is not None}
             self._offsets_cache = (now, lag, committed)
             return lag, committed
-
-
-def _copy(s: set[TopicPartition]) -> frozenset[TopicPartition]:
-    """A copy of a set another thread may be changing (retry if it changed mid-copy)."""
-    for _ in range(10):
-        try:
-            return frozenset(s)
-        except RuntimeError:  # "Set changed size during iteration"
-            continue
-    return frozenset()
 
 
 def unclaimed(state: GroupState) -> set[TopicPartition]:

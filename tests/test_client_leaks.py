@@ -112,10 +112,10 @@ def test_lost_session_renews_the_data_consumer_and_closes_the_old_one(
     c = GroupConsumer(conf, observers=[stall])
     c.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
     pump(c, lambda: len(c.assignment()) == 2, 30, "the assignment")
-    old_data = c._data
+    old_data = c._data.handle
     stall.armed.set()
     pump(c, lambda: len(lost) == 2, 30, "the member to lose its session and its partitions")
-    assert c._data is not old_data  # renewed once it owned nothing
+    assert c._data.handle is not old_data  # renewed once it owned nothing
     settled(baseline + PER_MEMBER, "the old data consumer closed, the new one open")
     pump(c, lambda: len(c.assignment()) == 2, 30, "the member to own everything again")
     c.close()

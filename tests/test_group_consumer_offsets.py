@@ -63,7 +63,7 @@ def test_a_failed_offset_lookup_reassigns_only_what_has_not_started(
         f'Failed to fetch committed offsets for 0 partition(s) in group "{conf["group.id"]}": '
         "Broker: Coordinator load in progress"))  # fmt: skip
     with capture() as logs:
-        c._watch_offset_errors([failed])
+        c._data.watch_offset_errors([failed])
         wait_for(pump(lambda: any(e["event"] == "offsets.refetch" for e in logs)), 10,
                  "the re-assignment after its back-off", step=0)  # fmt: skip
     refetch = [e for e in logs if e["event"] == "offsets.refetch"]
@@ -106,7 +106,7 @@ def test_the_users_on_commit_hears_each_auto_commit(
     wait_for(step, 30, "a commit of all 7 records reported to on_commit", step=0)
     # (before the first records, librdkafka answers an auto-commit with _NO_OFFSET)
     assert all(e is None or e.code() == KafkaError._NO_OFFSET for e, _ in heard), heard
-    assert len(c._commits.sent) <= 1  # never more than one auto-commit waiting
+    assert len(c._data.commits.sent) <= 1  # never more than one auto-commit waiting
 
 
 class _Member:

@@ -5,19 +5,24 @@ It looks like ``confluent_kafka.Consumer`` (a config dict; ``subscribe``, ``poll
 data consumer never joins the broker's group: it ``assign()``s exactly what groupkit's control
 log grants this member, and uses ``group.id`` only for committed offsets.
 
-Which thread does what:
+This module is the public API and the hot path. The rest of a member is in three pieces, each
+with one job:
 
 - the control thread (:class:`~groupkit.runtime.coordinator.Coordinator`) reads and writes the
-  control topic, heartbeats and, on the leader, plans generations;
-- the thread that calls :meth:`GroupConsumer.poll` carries out hand-offs (like librdkafka's
-  rebalance callbacks, ``on_assign``/``on_revoke``/``on_lost`` run on it), commits, and gets
-  messages. A revocation is done in this order, because the leader grants a partition to its
-  next owner as soon as the log shows it released:
-
-  1. stop returning messages of the partition;
-  2. commit its offsets (when auto-commit is on, else the user commits in ``on_revoke``);
-  3. ``on_revoke``; 4. unassign it from the data consumer;
-  5. tell the control thread, which then writes the record that no longer claims it.
+  control topic, heartbeats and, on the leader, plans generations; this module and the next
+  talk to it only through its narrow interface ("the poll thread's side": ``needs_service``,
+  ``take_handoffs``, ``fence``, ``check_commit``, ``released``, ``lost``, ``leave``, ...);
+- the hand-off executor (runtime/handoff.py) carries out on the thread that calls
+  :meth:`GroupConsumer.poll` what the control thread hands it (like librdkafka's rebalance
+  callbacks, ``on_assign``/``on_revoke``/``on_lost`` run on it). A revocation is done in this
+  order, because the leader grants a partition to its next owner as soon as the log shows it
+  released: 1. stop returning messages of the partition; 2. commit its offsets (when
+  auto-commit is on, else the user commits in ``on_revoke``); 3. ``on_revoke``; 4. unassign it
+  from the data consumer; 5. tell the control thread, which then writes the record that no
+  longer claims it. An assignment starts at the offsets the previous owner committed and named
+  in its release, where it did (offset hints);
+- the data consumer (runtime/data_consumer.py) owns the librdkafka handle: assignment at
+  offsets, commits, the repair of failed offset look-ups and the renewal of a stuck handle.
 
 - ``poll`` also fences: before it returns any message it checks, by the monotonic clock, that
   the member's own latest record was seen in the log within ``session.timeout.ms``; if not, the
@@ -28,32 +33,26 @@ lock, without weakening any of the above:
 
 - Fencing uses a cached deadline: the session lapses at ``send time of the newest own record
   seen in the log + session.timeout``; that send time only grows (a member's records carry a
-  growing ``seq``), so a deadline read under the lock is never later than the true one. The
-  lock is taken again only once the cached deadline has passed (about once per session).
+  growing ``seq``), so a deadline read under the lock (``Coordinator.fence``) is never later
+  than the true one. The lock is taken again only once the cached deadline has passed (about
+  once per session).
 - ``_service`` (hand-offs, abandonment, a failed control loop, auto-commit) runs at once when
-  there is a hand-off, a failure or an abandonment, else at least every 10 ms.
+  there is a hand-off or an abandonment (``Coordinator.needs_service``, a flag read without
+  the lock), else (a failed control loop, auto-commit, the fence) at least every 10 ms.
 - Ownership needs no per-message filter: ``assign``/``incremental_unassign`` return only after
   librdkafka has stopped the removed partitions' fetchers by bumping their version barrier
   (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
   older version (``rd_kafka_op_version_outdated``); assignment changes only happen on this
   thread. So a fetch started after the last unassign returns only owned partitions, and the
-  filter runs only when partitions were lost *after* the fetch started (the fence after it).
+  filter runs only when partitions were lost *after* the fetch started (the fence after it;
+  ``DataConsumer.unassigns`` counts the unassigns).
 - Offsets are stored by librdkafka's own ``enable.auto.offset.store`` (when the user left it
   on): it stores ``offset + 1`` of each message as ``poll``/``consume`` returns it, i.e. of
   exactly the records handed to us. The only records not handed on to the user are those of
   partitions lost after the fetch, and unassigning a partition resets its stored offset
   (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for them.
-- A failed look-up of committed offsets is not retried by librdkafka (2.16): a request-level
-  error (the coordinator still loading after a broker restart) leaves the newly assigned
-  partitions "queried" for good, and every later assignment of the handle waits behind them
-  (``rd_kafka_assignment_handle_OffsetFetch``, ``rd_kafka_assignment_serve_pending``). So for a
-  while after each assignment the messages are scanned for that error, and the partitions that
-  have not started are assigned again, with a growing back-off (see ``_refetch_offsets``).
-- Most assignments need no look-up at all: when a revocation's commit of the positions succeeds,
-  the record that releases the partitions carries those offsets, and their next owner is
-  assigned them at those offsets (``Handoff.offsets``; protocol/state.py, "Offset hints"). Only
-  partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
-  or whose previous owner did not release them (a crash) are looked up.
+- For a while after each assignment the messages are scanned for librdkafka's failed look-ups
+  of committed offsets (``DataConsumer.watch_offset_errors``; it does not retry them itself).
 """
 
 from __future__ import annotations
@@ -61,11 +60,11 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -76,13 +75,16 @@ from groupkit.errors import (
     FencedError,
 )
 from groupkit.log import get_logger
-from groupkit.protocol.records import EMPTY, Partitions
+from groupkit.protocol.records import Partitions
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.config import GroupConfig, _parse
+from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
-from groupkit.runtime.coordinator import Coordinator, Handoff, monotonic_ms
+from groupkit.runtime.coordinator import Coordinator
+from groupkit.runtime.data_consumer import DataConsumer, ktps
+from groupkit.runtime.handoff import Callback, HandoffExecutor
 from groupkit.runtime.hooks import GroupObserver, Observers
+from groupkit.runtime.probe import MemberProbe
 
 if TYPE_CHECKING:
     from groupkit.runtime.telemetry import TelemetryPublisher
@@ -94,37 +96,10 @@ _log = get_logger("groupkit.consumer")
 #: thread (revoke, assign) waits at most this long for it.
 _SERVICE_EVERY_S = 0.01
 
-#: How long after an assignment ``poll`` looks for librdkafka's "Failed to fetch committed
-#: offset(s)" errors (at least; twice the session when that is longer): a look-up waits for a
-#: coordinator, and a request that was sent times out after ``socket.timeout.ms`` (60 s).
-_OFFSETS_WATCH_S = 90.0
-#: First and longest wait before partitions whose committed offsets could not be fetched are
-#: assigned again (doubling in between; an authorization error may last until an ACL is added).
-_REFETCH_BACKOFF_S = (0.5, 10.0)
-#: The text librdkafka gives both its request- and partition-level look-up failures.
-_OFFSET_FETCH_FAILED = "Failed to fetch committed offset"
-
-Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
-
 _monotonic = time.monotonic
 _msg_error = Message.error
 _msg_topic = Message.topic
 _msg_partition = Message.partition
-
-
-def _ktps(
-    parts: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
-) -> list[KTopicPartition]:
-    """confluent-kafka's partitions; at ``offsets`` where given (else: the committed offset,
-    looked up when assigned)."""
-    if not offsets:
-        return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
-    return [
-        KTopicPartition(tp.topic, tp.partition, offsets[tp])
-        if tp in offsets
-        else KTopicPartition(tp.topic, tp.partition)
-        for tp in sorted(parts)
-    ]
 
 
 def _counts(msgs: list[Message]) -> list[tuple[tuple[str, int], int]]:
@@ -168,30 +143,6 @@ class _LazyCounts(Sequence[tuple[tuple[str, int], int]]):
         return repr(self._get())
 
 
-class _AsyncCommits:
-    """The asynchronous commits of one data consumer handle still waiting for their result.
-
-    librdkafka queues an async commit while no group coordinator is known and looks up no
-    committed offsets for newly assigned partitions until every commit is done
-    (``rd_kafka_assignment_serve_pending``): auto-commit keeps at most one in flight, so an
-    outage leaves one queued commit behind rather than one per interval. Its ``done`` is the
-    handle's ``on_commit`` and calls the user's (librdkafka reports only async commits there).
-    """
-
-    def __init__(self, user_cb: Callable[..., Any] | None) -> None:
-        self._user_cb = user_cb
-        self.sent: deque[float] = deque()  # monotonic send times, oldest first
-
-    def done(self, err: Any, partitions: Any) -> None:
-        if self.sent:
-            self.sent.popleft()
-        if self._user_cb is not None:
-            self._user_cb(err, partitions)
-
-    def waiting_since(self) -> float | None:
-        return self.sent[0] if self.sent else None
-
-
 def _msg_tp(msg: Message) -> TopicPartition:
     partition = msg.partition()
     return TopicPartition(msg.topic() or "", -1 if partition is None else partition)
@@ -216,14 +167,8 @@ class GroupConsumer:
         self._control: ControlClients | None = None
         try:
             self._open_control()
-            # librdkafka stores the offset of each record as poll/consume hands it over; those
-            # are the records handed to the user (see the module docstring).
-            self._auto_store = bool(_parse("enable.auto.offset.store",
-                                           cfg.data_consumer.get("enable.auto.offset.store",
-                                                                 True), "bool"))  # fmt: skip
-            self._commits = _AsyncCommits(None)  # replaced with each data consumer handle
             try:
-                self._data = self._new_data_consumer()
+                self._data = DataConsumer(cfg, lambda: self.member_id, self._fast_path_off)
             except KafkaException as e:
                 raise ConfigError(f"the data consumer refused its settings: {e}") from e
         except BaseException:
@@ -236,30 +181,23 @@ class GroupConsumer:
             self._telemetry = TelemetryPublisher(cfg, self._admin)
             self.observers.add(self._telemetry)
         self._coordinator: Coordinator | None = None
+        self._handoffs = HandoffExecutor(
+            self, self._data, self.observers, lambda: self._coordinator, lambda: self._closed
+        )
         self._topics: list[str] = []
-        self._on_assign: Callback | None = None
-        self._on_revoke: Callback | None = None
-        self._on_lost: Callback | None = None
-        self._owned: set[TopicPartition] = set()  # what the data consumer has assigned
-        #: bumped by every unassign: a fetch that started before a bump may hold records of
-        #: partitions no longer owned (see _consume)
-        self._unassigns = 0
-        #: an unassign failed: the data consumer may still fetch partitions we do not own
-        self._unassign_failed = False
+        self._probe = MemberProbe(
+            cfg, lambda: self._topics, self._data, lambda: self._coordinator, lambda: self._admin
+        )
         #: monotonic seconds before which our session cannot have lapsed (see _fence)
         self._fence_until = 0.0
         #: monotonic seconds at which _service is due even with nothing to do
         self._next_service = 0.0
-        #: monotonic seconds until which messages are scanned for failed offset look-ups
-        self._offsets_watch_until = 0.0
-        #: when to assign again what could not start for want of its committed offset
-        self._refetch_at: float | None = None
-        self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._wake = threading.Event()
         self._last_poll = time.monotonic()
-        self._last_commit = time.monotonic()
         self._closed = False
         if registry is not None:  # no registry, no metrics: nothing global is touched
+            # The one place the core names the metrics (at the edge, on demand): they read
+            # this member through its probe only, and nothing here imports them otherwise.
             from groupkit.metrics import instrument
 
             self.observers.add(instrument(self, registry))
@@ -272,18 +210,19 @@ class GroupConsumer:
 
     @property
     def generation(self) -> int:
-        if self._coordinator is None:
-            return -1
-        with self._coordinator.lock:
-            return self._coordinator.member.generation
+        c = self._coordinator
+        return -1 if c is None else c.generation
 
     @property
     def is_leader(self) -> bool:
         c = self._coordinator
-        if c is None:
-            return False
-        with c.lock:
-            return c.state.leader == c.member_id
+        return False if c is None else c.is_leader
+
+    @property
+    def probe(self) -> MemberProbe:
+        """A read-only view of this member for observers: config values, topics, owned
+        partitions, its standing in the group and its lag (runtime/probe.py)."""
+        return self._probe
 
     @property
     def coordinator(self) -> Coordinator | None:
@@ -306,17 +245,17 @@ class GroupConsumer:
             raise ConfigError("subscribe needs at least one topic")
         # Asked of the data consumer, so it knows the topics before its first assign (no
         # ~500 ms metadata wait for a new owner's first record).
-        md = self._data.list_topics(timeout=10)
+        md = self._data.handle.list_topics(timeout=10)
         missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
         if missing:
             raise ConfigError(
                 f"topic(s) {', '.join(missing)} do not exist on the cluster "
                 "(or this principal lacks DESCRIBE on them)"
             )
-        self._on_assign, self._on_revoke, self._on_lost = on_assign, on_revoke, on_lost
+        h = self._handoffs
+        h.on_assign, h.on_revoke, h.on_lost = on_assign, on_revoke, on_lost
         if self._coordinator is not None:
-            with self._coordinator.lock:
-                self._coordinator.member.set_subscription(topics)
+            self._coordinator.set_subscription(topics)
             return
         self._topics = topics
         self._join()
@@ -371,27 +310,23 @@ class GroupConsumer:
         """The next message of an owned partition, or ``None`` after ``timeout`` seconds."""
         now = _monotonic()
         c = self._coordinator
-        if (
-            c is not None
-            and now < self._next_service
-            and self._owned
-            and not (c.handoffs or c.abandoned)
-        ):
+        d = self._data
+        if c is not None and now < self._next_service and d.owned and not c.needs_service:
             # The fast path: nothing for _service to do (see _consume), one fetch. Unlike a
             # batch, Consumer.poll returns a record as it dequeues it, after any callback it
             # served, so an unassign in a callback drops it in librdkafka: only the fence
             # below can make it unowned, and _hand_out counts unassigns from here.
             self._last_poll = now
             if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
-                msg = self._data.poll(timeout)
+                msg = d.poll(timeout)
                 if msg is None:
                     return None
             else:
-                msg = self._data.poll(_SERVICE_EVERY_S)
-            if msg is not None and now < self._offsets_watch_until:
-                self._watch_offset_errors((msg,))
+                msg = d.poll(_SERVICE_EVERY_S)
+            if msg is not None and now < d.offsets_watch_until:
+                d.watch_offset_errors((msg,))
             if msg is not None and (
-                _monotonic() < self._fence_until or self._hand_out([msg], self._unassigns)
+                _monotonic() < self._fence_until or self._hand_out([msg], d.unassigns)
             ):
                 if self.observers._observers:  # bool(self.observers) without its call
                     self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
@@ -407,12 +342,13 @@ class GroupConsumer:
     def _consume(self, n: int, timeout: float | None) -> list[Message]:
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
+        d = self._data
         now = _monotonic()
         deadline = None if timeout is None or timeout < 0 else now + timeout
         while True:
             self._last_poll = now  # a blocking poll is polling (as librdkafka counts it)
             c = self._coordinator
-            if c is None or now >= self._next_service or c.handoffs or c.abandoned:
+            if c is None or now >= self._next_service or c.needs_service:
                 # Hand-offs and an abandonment at once; a failed control loop, auto-commit
                 # and the fence without records within 10 ms.
                 self._service()
@@ -420,23 +356,19 @@ class GroupConsumer:
             remaining = 0.1 if deadline is None else max(0.0, deadline - now)
             wait = remaining if remaining < _SERVICE_EVERY_S else _SERVICE_EVERY_S
             msgs: list[Message] = []
-            unassigns = self._unassigns
-            if self._owned:
-                msgs = self._data.consume(n, wait)
+            unassigns = d.unassigns
+            if d.owned:
+                msgs = d.consume(n, wait)
             else:
                 self._wake.wait(wait)
                 self._wake.clear()
             now = _monotonic()
-            if msgs and now < self._offsets_watch_until:
-                self._watch_offset_errors(msgs)
+            if msgs and now < d.offsets_watch_until:
+                d.watch_offset_errors(msgs)
             if msgs:
                 # (A batch may hold records dequeued before a callback in the same fetch
                 # unassigned their partition: the count is taken before the fetch.)
-                if (
-                    now >= self._fence_until
-                    or self._unassigns != unassigns
-                    or self._unassign_failed
-                ):
+                if now >= self._fence_until or d.unassigns != unassigns or d.unassign_failed:
                     self._hand_out(msgs, unassigns)
                 if msgs:
                     if self.observers:
@@ -447,9 +379,13 @@ class GroupConsumer:
 
     def _service_due(self, now: float) -> float:
         """When ``_service`` must run next at the latest: now, while the fast path is unsafe."""
-        if self._coordinator is None or self._closed or self._unassign_failed:
+        if self._coordinator is None or self._closed or self._data.unassign_failed:
             return 0.0
         return now + _SERVICE_EVERY_S
+
+    def _fast_path_off(self) -> None:
+        """An unassign failed: from now on every fetch is filtered by ownership."""
+        self._next_service = 0.0
 
     def _hand_out(self, msgs: list[Message], unassigns: int) -> bool:
         """Fence, then keep in ``msgs`` only what may be handed out; false if nothing may.
@@ -460,8 +396,9 @@ class GroupConsumer:
         moved) is dropped; librdkafka dropped its stored offsets when it was unassigned.
         """
         self._fence()
-        if self._unassigns != unassigns or self._unassign_failed:
-            owned = self._owned
+        d = self._data
+        if d.unassigns != unassigns or d.unassign_failed:
+            owned = d.owned
             msgs[:] = [
                 m for m in msgs if m.error() is not None or (m.topic(), m.partition()) in owned
             ]
@@ -473,30 +410,30 @@ class GroupConsumer:
         Cheap unless the cached deadline has passed: the session lapses ``session.timeout``
         after the send of the newest own record seen in the log, and that send time never
         moves back (``Member``'s records have growing ``seq``; an older one is not confirmed
-        again), so the deadline computed here is never later than the true one; a newer
-        heartbeat only moves the true one later, which the next look under the lock finds.
+        again), so the deadline ``Coordinator.fence`` computes is never later than the true
+        one; a newer heartbeat only moves the true one later, which the next look finds.
         """
         c = self._coordinator
-        if c is None or not self._owned or _monotonic() < self._fence_until:
+        owned = self._data.owned
+        if c is None or not owned or _monotonic() < self._fence_until:
             return
-        session = c.member.fence_after_ms  # the session less the clock-skew allowance
-        with c.lock:
-            now_ms = monotonic_ms()
-            age = c.member.session_age_ms(now_ms)
+        fence = c.fence(owned)
+        if fence.until is None:
+            self._fence_until = 0.0
+            self._lose(frozenset(owned), "session_lapsed")
+        else:
             # What the member itself no longer owns, it lost (a revoked partition stays owned
             # until released): the control thread fenced it, and may since have confirmed a
             # newer heartbeat, so the age alone says nothing of it. Seen in the soak: a process
             # thawed after a freeze past its session, the control thread fenced and heartbeat
             # first, and poll handed out records of the lost partitions before the hand-off.
-            gone = frozenset(self._owned - c.member.owned)
-        if age is None or age >= session:
-            self._fence_until = 0.0
-            self._lose(frozenset(self._owned), "session_lapsed")
-        else:
-            if gone:
-                self._lose(gone, "fenced")
-            # monotonic_ms() floors monotonic_ns(); -1 ms keeps the float deadline early.
-            self._fence_until = (now_ms - age + session - 1) / 1000
+            if fence.gone:
+                self._lose(fence.gone, "fenced")
+            self._fence_until = fence.until
+
+    def _lose(self, parts: Partitions, why: str) -> None:
+        """Stop ``parts`` without a commit (``on_lost``): see ``HandoffExecutor.lose``."""
+        self._handoffs.lose(parts, why)
 
     def _service(self) -> None:
         """Fence, carry out hand-offs, auto-commit: everything ``poll`` owes the group."""
@@ -507,186 +444,22 @@ class GroupConsumer:
             raise ControlLoopError(c.failure) from c.failure
         if c.abandoned:
             # We left for not polling in time; others may own our partitions by now.
-            self._lose(frozenset(self._owned), "max_poll_interval_exceeded")
-            c.stop()
-            c.control.close(5)  # (the stopped loop flushed its tombstone)
+            self._lose(frozenset(self._data.owned), "max_poll_interval_exceeded")
+            c.close(5)  # (the stopped loop flushed its tombstone)
             self._join()
             return
         self._fence()
-        if c.handoffs:
-            with c.lock:
-                handoffs = list(c.handoffs)
-                c.handoffs.clear()
-            for h in handoffs:
-                self._apply(h)
+        for h in c.take_handoffs():
+            self._handoffs.apply(h)
+        d = self._data
         now = _monotonic()
-        if self._refetch_at is not None and now >= self._refetch_at:
-            self._refetch_offsets()
-        interval = self._cfg.auto_commit_interval_ms / 1000
-        waiting = self._commits.waiting_since()
-        overdue = max(10 * interval, self._cfg.session_timeout_ms / 1000)
-        if (
-            self._cfg.enable_auto_commit
-            and self._owned
-            and now - self._last_commit >= interval
-            # at most one in flight (see _AsyncCommits), unless its answer is long overdue
-            and (waiting is None or now - waiting >= overdue)
-        ):
-            self._last_commit = now
+        if d.refetch_at is not None and now >= d.refetch_at:
+            d.refetch_offsets()
+        if d.auto_commit_due(now):
             try:
                 self.commit(asynchronous=True)
             except (FencedError, KafkaException) as e:
                 _log.debug("auto_commit.skipped", error=str(e))
-
-    def _apply(self, h: Handoff) -> None:
-        assert self._coordinator is not None
-        t0 = time.monotonic()
-        if h.lost:
-            self._lose(h.lost & frozenset(self._owned), "lost")
-        if h.revoke:
-            revoke = h.revoke & frozenset(self._owned)
-            if revoke:
-                offsets = self._revoke_offsets(revoke)
-                if self._on_revoke is not None:
-                    self._on_revoke(self, _ktps(revoke))
-                self._unassign(revoke)
-                # Released (and so grantable to the next owner) only once committed.
-                self._commit_then_release(revoke, offsets, h.revoke)
-            else:
-                self._coordinator.released(h.revoke)
-        if h.assign:
-            add = h.assign - frozenset(self._owned)
-            if add:
-                # At the offsets the previous owner committed and named in its release, where
-                # it did: no look-up for those (state.py, "Offset hints").
-                start = {p: o for p, o in h.offsets.items() if p in add}
-                if self._cfg.protocol == "cooperative":
-                    self._data.incremental_assign(_ktps(add, start))
-                else:
-                    self._owned |= add
-                    self._data.assign(_ktps(self._owned, start))
-                self._owned |= add
-                self._watch_offsets()
-                if self._on_assign is not None:
-                    self._on_assign(self, _ktps(add))
-        # (losses are reported by _lose, wherever they happen: poll's own fence may be first)
-        self.observers.handoff(self._coordinator.member_id, h.generation, h.assign, h.revoke,
-                               EMPTY, time.monotonic() - t0)  # fmt: skip
-
-    def _watch_offsets(self, assigned: bool = True) -> None:
-        """Scan messages for failed offset look-ups for a while (after an assignment, which
-        also starts the back-off afresh unless a re-fetch is already due)."""
-        window = max(_OFFSETS_WATCH_S, 2 * self._cfg.session_timeout_ms / 1000)
-        self._offsets_watch_until = _monotonic() + window
-        if assigned and self._refetch_at is None:
-            self._refetch_backoff = _REFETCH_BACKOFF_S[0]
-
-    def _watch_offset_errors(self, msgs: Iterable[Message]) -> None:
-        """Schedule ``_refetch_offsets`` when librdkafka says a look-up failed for good."""
-        for m in msgs:
-            err = _msg_error(m)
-            if err is None or not err.str().startswith(_OFFSET_FETCH_FAILED):
-                continue
-            if self._refetch_at is None:
-                self._refetch_at = _monotonic() + self._refetch_backoff
-                _log.warning("offsets.fetch_failed", member=self.member_id, error=err.str(),
-                             retry_in_s=self._refetch_backoff)  # fmt: skip
-
-    def _refetch_offsets(self) -> None:
-        """Assign again what cannot start for want of its committed offset.
-
-        That is every owned partition without a position, i.e. with nothing handed out since
-        it was assigned (librdkafka does not say which ones a request-level error stranded; a
-        partition-level error names one, which has no position either). One that merely had
-        no records yet starts again from its committed offset, where it was; one that has a
-        position is never touched, so nothing is read twice. Unassigning takes them off
-        librdkafka's "queried" list, which also unblocks the look-ups of later assignments.
-        """
-        self._refetch_at = None
-        stuck: set[TopicPartition] = set()
-        if self._owned:
-            for p in self._data.position(_ktps(sorted(self._owned))):
-                if p.offset is None or p.offset < 0:
-                    stuck.add(TopicPartition(p.topic, p.partition))
-        _log.warning("offsets.refetch", member=self.member_id, partitions=len(stuck))
-        if stuck:
-            parts = _ktps(sorted(stuck))
-            try:
-                self._data.incremental_unassign(parts)
-                self._data.incremental_assign(parts)
-            except KafkaException as e:
-                _log.warning("offsets.refetch_failed", member=self.member_id, error=str(e))
-                self._refetch_at = _monotonic() + self._refetch_backoff
-        self._refetch_backoff = min(self._refetch_backoff * 2, _REFETCH_BACKOFF_S[1])
-        self._watch_offsets(assigned=False)
-
-    def _new_data_consumer(self) -> Consumer:
-        """A data consumer handle, and a fresh record of its async commits."""
-        commits = _AsyncCommits(self._cfg.user_config.get("on_commit"))
-        data = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self._auto_store,
-                         "on_commit": commits.done})  # fmt: skip
-        self._commits = commits
-        return data
-
-    def _renew_data_consumer(self) -> None:
-        """Swap in a fresh data consumer once the member has lost everything.
-
-        A handle can be stuck for good after a broker restart: librdkafka (2.16) looks up no
-        committed offsets for newly assigned partitions while any of its commits is outstanding,
-        nor after a look-up failed at the request level (see ``_refetch_offsets``, which mends
-        that case for a member that keeps partitions; the soak's stuck members turned out to be
-        that one). Owning nothing now, and refused any commit as a fenced member, this member
-        gives the old handle nothing more to do: it is closed in the background.
-        """
-        old = self._data
-        try:
-            self._data = self._new_data_consumer()
-        except KafkaException as e:  # keep the old one: better stuck than gone
-            _log.warning("data_consumer.renew_failed", member=self.member_id, error=str(e))
-            return
-        self._unassigns += 1  # a fetch under way on the old handle hands out nothing
-
-        def close_old() -> None:
-            try:
-                old.close()
-            except Exception as e:  # closing a handle we no longer use: nothing to do
-                _log.debug("data_consumer.close_failed", error=str(e))
-
-        threading.Thread(target=close_old, name="groupkit-close-data", daemon=True).start()
-
-    def _lose(self, parts: Partitions, why: str) -> None:
-        if not parts:
-            return
-        _log.warning("partitions.lost", member=self.member_id, reason=why, partitions=len(parts))
-        c = self._coordinator
-        if c is not None:
-            self.observers.handoff(c.member_id, c.member.generation, EMPTY, EMPTY, parts, 0.0)
-        self._unassign(parts)
-        if not self._owned and not self._closed:
-            self._renew_data_consumer()
-        try:
-            if self._on_lost is not None:
-                self._on_lost(self, _ktps(parts))
-        finally:
-            # Stopped here, so no longer claimed in the log either (a no-op when the control
-            # loop's own fence took them; not when this thread's fence was first).
-            c = self._coordinator
-            if c is not None:
-                c.lost(parts)
-
-    def _unassign(self, parts: Partitions) -> None:
-        self._owned -= parts
-        self._unassigns += 1
-        try:
-            if self._cfg.protocol == "cooperative":
-                self._data.incremental_unassign(_ktps(parts))
-            else:
-                self._data.assign(_ktps(self._owned))
-        except BaseException:
-            # From now on every fetch is filtered by ownership (the fast path is off).
-            self._unassign_failed = True
-            self._next_service = 0.0
-            raise
 
     # ------------------------------------------------------------------ offsets
 
@@ -703,27 +476,11 @@ class GroupConsumer:
         elif offsets is not None:
             parts = [TopicPartition(o.topic, o.partition) for o in offsets]
         else:
-            parts = sorted(self._owned)
+            parts = sorted(self._data.owned)
         self._check_commit(parts)
         if message is None and offsets is None and not parts:
             return None
-        # confluent-kafka's overloads want a literal ``asynchronous``; ours is a plain bool.
-        commit: Any = self._data.commit
-        commits = self._commits  # of the handle committing, whatever replaces it meanwhile
-        if asynchronous:  # counted before: its answer may be served on another thread at once
-            commits.sent.append(time.monotonic())
-        try:
-            if message is not None:
-                result = commit(message=message, asynchronous=asynchronous)
-            elif offsets is not None:
-                result = commit(offsets=list(offsets), asynchronous=asynchronous)
-            else:
-                result = commit(asynchronous=asynchronous)
-        except BaseException:
-            if asynchronous and commits.sent:
-                commits.sent.pop()  # refused at once: librdkafka will not answer it
-            raise
-        return None if asynchronous else list(result or [])
+        return self._data.commit(message, offsets, asynchronous)
 
     def _check_commit(self, parts: Iterable[TopicPartition]) -> None:
         c = self._coordinator
@@ -734,100 +491,32 @@ class GroupConsumer:
                 f"member {c.member_id} left the group (max.poll.interval.ms exceeded); "
                 "commit refused"
             )
-        foreign = sorted(str(p) for p in parts if p not in self._owned)
+        owned = self._data.owned
+        foreign = sorted(str(p) for p in parts if p not in owned)
         if foreign:
             raise FencedError(
                 f"member {c.member_id} does not own {', '.join(foreign)}; commit refused"
             )
-        with c.lock:
-            c.member.check_commit(parts, monotonic_ms())
-
-    def _revoke_offsets(self, parts: Partitions) -> list[KTopicPartition] | None:
-        """What to commit for ``parts`` before giving them away: the positions of the records
-        handed to the user (``None``: the user stores offsets, commit what is stored; ``[]``:
-        auto-commit is off, the user commits in ``on_revoke``)."""
-        if not self._cfg.enable_auto_commit:
-            return []
-        if not self._auto_store:
-            return None
-        positions = self._data.position(_ktps(parts))
-        return [p for p in positions if p.offset is not None and p.offset >= 0]
-
-    def _commit_then_release(
-        self,
-        parts: Partitions,
-        offsets: list[KTopicPartition] | None,
-        release: Partitions,
-        wait: float | None = None,
-        leave: bool = False,
-    ) -> None:
-        """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
-
-        The commit runs in its own thread: a synchronous commit can block for as long as the
-        group coordinator is unreachable (a broker restart), and the poll thread must keep
-        serving the partitions that stay. Until the commit succeeds the member's record keeps
-        claiming the partitions, so nobody is granted them with offsets still uncommitted. If
-        the member's session lapses meanwhile, they are lost anyway and the commit stops.
-        ``leave``: the member is closing; its last record goes with its tombstone.
-        """
-        c = self._coordinator
-        assert c is not None
-
-        def run() -> None:
-            #: what the commit below stored for sure, for the release record to carry (only
-            #: offsets we named: what a commit of stored offsets covers we cannot know)
-            committed: dict[TopicPartition, int] = {}
-            while offsets != []:
-                try:
-                    with c.lock:
-                        c.member.check_commit(parts, monotonic_ms())
-                    commit: Any = self._data.commit
-                    if offsets is None:
-                        commit(asynchronous=False)
-                    else:
-                        done = commit(offsets=offsets, asynchronous=False)
-                        committed = {
-                            TopicPartition(p.topic, p.partition): p.offset
-                            for p in done or ()
-                            if p.error is None and p.offset >= 0
-                        }
-                    break
-                except FencedError as e:
-                    _log.warning("commit.refused", member=c.member_id, error=str(e))
-                    break
-                except KafkaException as e:
-                    err = e.args[0] if e.args else None
-                    if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
-                        break  # nothing consumed since the last commit
-                    _log.warning("commit.retrying", member=c.member_id, error=str(e))
-                    time.sleep(0.2)  # the coordinator is moving; try again shortly
-                except RuntimeError:
-                    return  # the consumer was closed under us
-            c.released(release, leave=leave, committed=committed)
-
-        t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
-        t.start()
-        if wait is not None:
-            t.join(wait)
+        c.check_commit(parts)
 
     def store_offsets(
         self, message: Message | None = None, offsets: Sequence[KTopicPartition] | None = None
     ) -> None:
         if message is not None:
-            self._data.store_offsets(message=message)
+            self._data.handle.store_offsets(message=message)
         elif offsets is not None:
-            self._data.store_offsets(offsets=list(offsets))
+            self._data.handle.store_offsets(offsets=list(offsets))
 
     def position(self, partitions: Sequence[KTopicPartition]) -> list[KTopicPartition]:
-        return list(self._data.position(list(partitions)))
+        return list(self._data.handle.position(list(partitions)))
 
     def committed(
         self, partitions: Sequence[KTopicPartition], timeout: float | None = None
     ) -> list[KTopicPartition]:
-        return list(self._data.committed(list(partitions), timeout=timeout or 10))
+        return list(self._data.handle.committed(list(partitions), timeout=timeout or 10))
 
     def assignment(self) -> list[KTopicPartition]:
-        return _ktps(self._owned)
+        return ktps(self._data.owned)
 
     # ------------------------------------------------------------------ closing
 
@@ -839,23 +528,16 @@ class GroupConsumer:
             self._abandon(c)
         self._service()
         # Revoke everything on this thread (commit first), then say goodbye through the log.
-        owned = frozenset(self._owned)
+        owned = frozenset(self._data.owned)
         if owned:
-            offsets = self._revoke_offsets(owned)
-            if self._on_revoke is not None:
-                self._on_revoke(self, _ktps(owned))
-            self._unassign(owned)
             # Released and left in one step (Coordinator.released), unless the commit is slow.
-            self._commit_then_release(owned, offsets, owned, wait=10.0, leave=True)
-        with c.lock:
-            if c.member.state not in ("leaving", "left"):
-                c.member.leave()
+            self._handoffs.revoke(owned, owned, wait=10.0, leave=True)
+        c.leave()
         # Written with the release above; else one more turn of the loop writes them.
         deadline = time.monotonic() + 5
-        while c.member.state != "left" and time.monotonic() < deadline:
+        while not c.has_left and time.monotonic() < deadline:
             time.sleep(0.01)  # the control thread's next turn takes the leave
-        c.stop()
-        c.control.close(5)
+        c.close(5)
         self._coordinator = None
 
     def _abandon(self, c: Coordinator) -> None:
@@ -866,10 +548,9 @@ class GroupConsumer:
         """
         self._coordinator = None
         try:
-            self._lose(frozenset(self._owned), "control_loop_failed")
+            self._lose(frozenset(self._data.owned), "control_loop_failed")
         finally:
-            c.stop()
-            c.control.close(1)
+            c.close(1)
             # The failure's traceback holds the loop's frame, which holds the coordinator (and
             # the admin), which holds the failure: a cycle only a garbage collection frees, so
             # the admin kept reconnecting meanwhile. The loop has ended: its frames' locals can

@@ -23,7 +23,14 @@ simulator runs too); this module only does the I/O around it. Each turn:
 The first turn runs as soon as the history is read, so the join record goes out at once.
 
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
-fencing clock) and the queue of hand-offs.
+fencing clock) and the queue of hand-offs. The ``poll`` thread (runtime/consumer.py and
+runtime/handoff.py) goes through the methods under "the poll thread's side" only, never through
+the lock or the member: ``Coordinator.needs_service`` (a flag read without the lock, for the
+hot path),
+:meth:`~Coordinator.take_handoffs`, :meth:`~Coordinator.fence` (the session deadline),
+:meth:`~Coordinator.check_commit`, :meth:`~Coordinator.released` and :meth:`~Coordinator.lost`
+(what it stopped), and :meth:`~Coordinator.leave`, :meth:`~Coordinator.close`. Observers
+read :meth:`~Coordinator.status` (through ``GroupConsumer.probe``).
 """
 
 from __future__ import annotations
@@ -32,8 +39,9 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
@@ -91,6 +99,31 @@ class Handoff:
     #: where to start some of ``assign``: the offsets their previous owner committed and named
     #: in its release (``Actions.offsets``); the others look their committed offset up
     offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+
+
+class Fence(NamedTuple):
+    """What :meth:`Coordinator.fence` tells the ``poll`` thread about its session."""
+
+    #: monotonic seconds before which the session cannot have lapsed; ``None``: it has lapsed
+    #: (or nothing of ours was read back yet)
+    until: float | None
+    #: what of the partitions asked about the member no longer claims: it lost them
+    gone: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """The member's standing in its group at one moment (:meth:`Coordinator.status`)."""
+
+    member_id: str
+    #: the generation its partitions belong to
+    generation: int
+    is_leader: bool
+    #: live members of the group as the leader's replay sees them (0 unless it leads)
+    live_members: int
+    #: monotonic ms since the send of the own record its session runs from (``None``: nothing
+    #: of ours read back yet; see ``Member.session_age_ms``)
+    session_age_ms: int | None
 
 
 @dataclass
@@ -167,7 +200,7 @@ class Coordinator:
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
         self.node = Node(self.member, self.state, self.planner)
         self.stats = Stats()
-        self.handoffs: deque[Handoff] = deque()
+        self._handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
         self._on_handoff = on_handoff
         self._poll_age = poll_age
@@ -175,6 +208,10 @@ class Coordinator:
         self._rebalance: _Rebalance | None = None
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
+        #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
+        #: Set under the lock with either; read without it (one plain read: the hot path
+        #: looks at it on every call, and a change it misses is seen on the next)
+        self.needs_service = False
         self._stop = threading.Event()
         self._caught_up = threading.Event()
         self._failure: BaseException | None = None
@@ -338,6 +375,7 @@ class Coordinator:
         age = self._poll_age()
         if age * 1000 > self.cfg.max_poll_interval_ms:
             self.abandoned = True
+            self.needs_service = True
             _log.warning("max_poll_interval_exceeded", group=self.cfg.group_id,
                          member=self.member_id, seconds_since_poll=round(age, 3))  # fmt: skip
             self.member.leave()
@@ -353,15 +391,100 @@ class Coordinator:
         if acts.lost or new_revoke or acts.assign:
             self._revoking |= new_revoke
             self._revoking -= acts.lost
-            self.handoffs.append(
+            self._handoffs.append(
                 Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets)
             )
+            self.needs_service = True
             for e in acts.events:
                 _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
                           what=e, generation=acts.generation)  # fmt: skip
         for w in acts.writes:
             self._write(w.raw_key, w.raw_value, service=service)
         return acts
+
+    # ------------------------------------------------------------------ the poll thread's side
+
+    def take_handoffs(self) -> list[Handoff]:
+        """The queued hand-offs, oldest first, for the ``poll`` thread to carry out (none
+        without taking the lock, when none is queued)."""
+        if not self._handoffs:
+            return []
+        with self.lock:
+            handoffs = list(self._handoffs)
+            self._handoffs.clear()
+            self.needs_service = self.abandoned
+        return handoffs
+
+    def fence(self, owned: Set[TopicPartition]) -> Fence:
+        """Where the member's session stands, for the ``poll`` thread's fence over ``owned``.
+
+        The session lapses ``session.timeout`` (less the clock-skew allowance) after the send
+        of the own record it runs from (``Member.session_age_ms``); that send time never moves
+        back, so the deadline returned is never later than the true one and may be cached
+        until it passes. ``gone``: what of ``owned`` the member itself no longer claims (a
+        revoked partition stays claimed until released): the control thread fenced it and may
+        since have confirmed a newer heartbeat, so the age alone says nothing of it.
+        """
+        session = self.member.fence_after_ms  # the session less the clock-skew allowance
+        with self.lock:
+            now_ms = monotonic_ms()
+            age = self.member.session_age_ms(now_ms)
+            gone = frozenset(owned - self.member.owned)
+        if age is None or age >= session:
+            return Fence(None, gone)
+        # monotonic_ms() floors monotonic_ns(); -1 ms keeps the float deadline early.
+        return Fence((now_ms - age + session - 1) / 1000, gone)
+
+    def check_commit(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Raise :class:`~groupkit.errors.FencedError` unless the member may commit
+        ``partitions`` now (its session is current and it claims them)."""
+        with self.lock:
+            self.member.check_commit(partitions, monotonic_ms())
+
+    def set_subscription(self, topics: Iterable[str]) -> None:
+        """Change the member's topics; its next record says so."""
+        with self.lock:
+            self.member.set_subscription(topics)
+
+    @property
+    def generation(self) -> int:
+        """The generation the member's partitions belong to."""
+        with self.lock:
+            return self.member.generation
+
+    @property
+    def is_leader(self) -> bool:
+        with self.lock:
+            return self.state.leader == self.member_id
+
+    def status(self) -> MemberStatus:
+        """Where the member stands now, read at once under the lock (for observers)."""
+        with self.lock:
+            leader = self.state.leader == self.member_id
+            return MemberStatus(
+                member_id=self.member_id,
+                generation=self.member.generation,
+                is_leader=leader,
+                live_members=len(self.state.live_members()) if leader else 0,
+                session_age_ms=self.member.session_age_ms(monotonic_ms()),
+            )
+
+    def leave(self) -> None:
+        """Start a clean leave (unless one is under way): the next turn revokes everything
+        still claimed and writes the tombstone."""
+        with self.lock:
+            if self.member.state not in ("leaving", "left"):
+                self.member.leave()
+
+    @property
+    def has_left(self) -> bool:
+        """The member's tombstone is written (or it left for good)."""
+        return self.member.state == "left"
+
+    def close(self, timeout: float) -> None:
+        """Stop the loop and close the control clients, flushing for up to ``timeout`` s."""
+        self.stop()
+        self.control.close(timeout)
 
     def released(
         self,

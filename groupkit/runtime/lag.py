@@ -1,4 +1,7 @@
-"""Per-partition lag of a group, as lag-aware assignors and the metrics need it.
+"""Per-partition lag of a group, as lag-aware assignors, the metrics and the telemetry need it.
+
+:func:`read_offsets` is the one place that reads it (end, committed and, where needed, log
+start offsets); the others call it.
 
 Lag = end offset − committed offset. A partition with no committed offset lags by what a
 consumer would read from where ``auto.offset.reset`` puts it: nothing for ``latest``, the
@@ -7,7 +10,8 @@ whole retained log (end − beginning) for ``earliest`` (KIP-169's rule).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -112,14 +116,31 @@ def compute_lag(
     return max(0, end - committed)
 
 
-def fetch_lags(
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    """End and committed offsets of some partitions of a group, and the lag they make."""
+
+    #: high watermarks
+    end: Mapping[TopicPartition, int]
+    #: the group's committed offsets; ``None`` where nothing is committed
+    committed: Mapping[TopicPartition, int | None]
+    #: :func:`compute_lag` of every partition asked (an end the broker did not give counts 0)
+    lag: Mapping[TopicPartition, int]
+
+
+def read_offsets(
     admin: AdminClient,
     group_id: str,
     partitions: Iterable[TopicPartition],
     auto_offset_reset: str = "latest",
     timeout: float = 10.0,
-) -> dict[TopicPartition, int]:
-    """Lag of every partition in ``partitions`` for ``group_id``."""
+) -> GroupOffsets:
+    """The one reader of a group's lag: end offsets, committed offsets and, for partitions
+    without a commit when ``auto_offset_reset`` is not ``latest``, the log start offsets.
+
+    Used by the lag-aware assignors (:func:`fetch_lags`), the metrics and the telemetry.
+    Raises :class:`~groupkit.errors.BrokerError` when the brokers do not answer.
+    """
     parts = sorted(set(partitions))
     ends = end_offsets(admin, parts, timeout=timeout)
     committed = committed_offsets(admin, group_id, parts, timeout=timeout)
@@ -129,7 +150,19 @@ def fetch_lags(
         if missing and auto_offset_reset != "latest"
         else {}
     )
-    return {
+    lag = {
         tp: compute_lag(ends.get(tp, 0), committed.get(tp), beginnings.get(tp), auto_offset_reset)
         for tp in parts
     }
+    return GroupOffsets(ends, {tp: committed.get(tp) for tp in parts}, lag)
+
+
+def fetch_lags(
+    admin: AdminClient,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    auto_offset_reset: str = "latest",
+    timeout: float = 10.0,
+) -> dict[TopicPartition, int]:
+    """Lag of every partition in ``partitions`` for ``group_id``."""
+    return dict(read_offsets(admin, group_id, partitions, auto_offset_reset, timeout).lag)

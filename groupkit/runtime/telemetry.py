@@ -28,8 +28,8 @@ and reject newer ones) and ``type``:
   could consume, not its capacity. (The alternative, each member reporting its own rate in
   its control record's ``client`` info, would put a metric into the group's replicated state.)
 - ``topics``: per topic, lists indexed by partition number: ``end`` (high watermark),
-  ``committed`` (``null``: nothing committed), ``lag`` (by :func:`~groupkit.runtime.lag.
-  compute_lag`, so ``auto.offset.reset`` decides the lag of uncommitted partitions) and
+  ``committed`` (``null``: nothing committed), ``lag`` (read by :func:`~groupkit.runtime.lag.
+  read_offsets`, so ``auto.offset.reset`` decides the lag of uncommitted partitions) and
   ``owner`` (the live member whose record claims it, ``null`` while it is unowned).
 
 ``rebalance`` — one per rebalance the leader finished
@@ -66,7 +66,7 @@ from groupkit.protocol import GroupState
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
-from groupkit.runtime.lag import committed_offsets, compute_lag, end_offsets
+from groupkit.runtime.lag import read_offsets
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.telemetry")
@@ -506,12 +506,8 @@ class TelemetryPublisher(GroupObserver):
 
     def _snapshot(self, c: _Capture) -> LagSnapshot:
         parts = [TopicPartition(t, p) for t, n in sorted(c.counts.items()) for p in range(n)]
-        admin = self._admin()
-        ends = end_offsets(admin, parts)
-        committed = committed_offsets(admin, c.group, parts)
-        reset = self.cfg.auto_offset_reset
-        missing = [tp for tp in parts if committed.get(tp) is None]
-        begins = end_offsets(admin, missing, earliest=True) if missing and reset != "latest" else {}
+        offsets = read_offsets(self._admin(), c.group, parts, self.cfg.auto_offset_reset)
+        ends, committed, lag = offsets.end, offsets.committed, offsets.lag
         now = c.at
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
         # Rates need two snapshots of the same leadership.
@@ -522,10 +518,7 @@ class TelemetryPublisher(GroupObserver):
             t: TopicOffsets(
                 end=tuple(ends.get(TopicPartition(t, p), 0) for p in range(n)),
                 committed=tuple(committed.get(TopicPartition(t, p)) for p in range(n)),
-                lag=tuple(
-                    compute_lag(ends.get(tp, 0), committed.get(tp), begins.get(tp), reset)
-                    for tp in (TopicPartition(t, p) for p in range(n))
-                ),
+                lag=tuple(lag.get(TopicPartition(t, p), 0) for p in range(n)),
                 owner=tuple(c.owners.get(TopicPartition(t, p)) for p in range(n)),
             )
             for t, n in sorted(c.counts.items())

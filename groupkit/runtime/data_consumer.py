@@ -1,0 +1,328 @@
+"""The data consumer: the librdkafka handle a member reads its partitions with, and its repairs.
+
+A :class:`DataConsumer` owns one ``confluent_kafka.Consumer`` that never joins the broker's
+group: it ``assign()``s exactly the partitions the member was granted (at an offset hint where
+there is one) and uses ``group.id`` only for committed offsets. It is touched only by the
+thread that calls ``GroupConsumer.poll`` (confluent-kafka admits one thread at a time into a
+``Consumer``). It knows nothing of the control log; what it holds is what librdkafka holds:
+
+- ``owned``: what the handle has assigned, and ``unassigns``, bumped by every unassign: a fetch
+  that started before a bump may hold records of partitions no longer owned (the poll hot path
+  filters only then; see runtime/consumer.py). ``assign``/``incremental_unassign`` return only
+  after librdkafka has stopped the removed partitions' fetchers
+  (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
+  older version (``rd_kafka_op_version_outdated``).
+- Offsets are stored by librdkafka's own ``enable.auto.offset.store`` (when the user left it
+  on): it stores ``offset + 1`` of each message as ``poll``/``consume`` returns it, i.e. of
+  exactly the records handed out. Unassigning a partition resets its stored offset
+  (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for partitions that
+  were dropped after a fetch.
+- Its asynchronous commits (:class:`AsyncCommits`): auto-commit keeps at most one in flight.
+
+And the repairs librdkafka (2.16) needs:
+
+- A failed look-up of committed offsets is not retried: a request-level error (the coordinator
+  still loading after a broker restart) leaves the newly assigned partitions "queried" for
+  good, and every later assignment of the handle waits behind them
+  (``rd_kafka_assignment_handle_OffsetFetch``, ``rd_kafka_assignment_serve_pending``). So for
+  a while after each assignment the messages are scanned for that error, and the partitions
+  that have not started are assigned again, with a growing back-off (see
+  :meth:`DataConsumer.refetch_offsets`).
+- A handle can be stuck for good after a broker restart; once the member owns nothing it is
+  replaced by a fresh one (:meth:`DataConsumer.renew`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from groupkit.log import get_logger
+from groupkit.protocol.records import Partitions
+from groupkit.runtime.config import GroupConfig, _parse
+from groupkit.types import TopicPartition
+
+_log = get_logger("groupkit.consumer")
+
+#: How long after an assignment ``poll`` looks for librdkafka's "Failed to fetch committed
+#: offset(s)" errors (at least; twice the session when that is longer): a look-up waits for a
+#: coordinator, and a request that was sent times out after ``socket.timeout.ms`` (60 s).
+_OFFSETS_WATCH_S = 90.0
+#: First and longest wait before partitions whose committed offsets could not be fetched are
+#: assigned again (doubling in between; an authorization error may last until an ACL is added).
+_REFETCH_BACKOFF_S = (0.5, 10.0)
+#: The text librdkafka gives both its request- and partition-level look-up failures.
+_OFFSET_FETCH_FAILED = "Failed to fetch committed offset"
+
+_monotonic = time.monotonic
+_msg_error = Message.error
+
+
+def ktps(
+    parts: Iterable[TopicPartition], offsets: Mapping[TopicPartition, int] | None = None
+) -> list[KTopicPartition]:
+    """confluent-kafka's partitions; at ``offsets`` where given (else: the committed offset,
+    looked up when assigned)."""
+    if not offsets:
+        return [KTopicPartition(tp.topic, tp.partition) for tp in sorted(parts)]
+    return [
+        KTopicPartition(tp.topic, tp.partition, offsets[tp])
+        if tp in offsets
+        else KTopicPartition(tp.topic, tp.partition)
+        for tp in sorted(parts)
+    ]
+
+
+class AsyncCommits:
+    """The asynchronous commits of one data consumer handle still waiting for their result.
+
+    librdkafka queues an async commit while no group coordinator is known and looks up no
+    committed offsets for newly assigned partitions until every commit is done
+    (``rd_kafka_assignment_serve_pending``): auto-commit keeps at most one in flight, so an
+    outage leaves one queued commit behind rather than one per interval. Its ``done`` is the
+    handle's ``on_commit`` and calls the user's (librdkafka reports only async commits there).
+    """
+
+    def __init__(self, user_cb: Callable[..., Any] | None) -> None:
+        self._user_cb = user_cb
+        self.sent: deque[float] = deque()  # monotonic send times, oldest first
+
+    def done(self, err: Any, partitions: Any) -> None:
+        if self.sent:
+            self.sent.popleft()
+        if self._user_cb is not None:
+            self._user_cb(err, partitions)
+
+    def waiting_since(self) -> float | None:
+        return self.sent[0] if self.sent else None
+
+
+class DataConsumer:
+    """The member's librdkafka data handle: assign/unassign at offsets, commits, repairs.
+
+    ``member_id`` names the member in log lines; ``on_unassign_failed`` is told when an
+    unassign raised (the poll hot path must then filter every fetch by ownership).
+    """
+
+    def __init__(
+        self,
+        cfg: GroupConfig,
+        member_id: Callable[[], str | None],
+        on_unassign_failed: Callable[[], None],
+    ) -> None:
+        self._cfg = cfg
+        self._member_id = member_id
+        self._on_unassign_failed = on_unassign_failed
+        # librdkafka stores the offset of each record as poll/consume hands it over; those
+        # are the records handed to the user (see the module docstring).
+        self.auto_store = bool(_parse("enable.auto.offset.store",
+                                      cfg.data_consumer.get("enable.auto.offset.store", True),
+                                      "bool"))  # fmt: skip
+        self.commits = AsyncCommits(None)  # replaced with each handle
+        self.handle: Consumer = self._new_handle()
+        #: the handle's own ``poll`` and ``consume``, bound (the hot path calls them directly)
+        self.poll = self.handle.poll
+        self.consume = self.handle.consume
+        self.owned: set[TopicPartition] = set()  # what the handle has assigned
+        #: bumped by every unassign (and renewal): a fetch that started before a bump may hold
+        #: records of partitions no longer owned
+        self.unassigns = 0
+        #: an unassign failed: the handle may still fetch partitions we do not own
+        self.unassign_failed = False
+        #: monotonic seconds until which messages are scanned for failed offset look-ups
+        self.offsets_watch_until = 0.0
+        #: when to assign again what could not start for want of its committed offset
+        self.refetch_at: float | None = None
+        self._refetch_backoff = _REFETCH_BACKOFF_S[0]
+        self._last_commit = time.monotonic()
+
+    def _new_handle(self) -> Consumer:
+        """A data consumer handle, and a fresh record of its async commits."""
+        commits = AsyncCommits(self._cfg.user_config.get("on_commit"))
+        handle = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self.auto_store,
+                           "on_commit": commits.done})  # fmt: skip
+        self.commits = commits
+        return handle
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, add: Partitions, start: Mapping[TopicPartition, int]) -> None:
+        """Start fetching ``add``, at ``start`` where given (offset hints), else at the
+        committed offset (looked up by librdkafka)."""
+        if self._cfg.protocol == "cooperative":
+            self.handle.incremental_assign(ktps(add, start))
+        else:
+            self.owned |= add
+            self.handle.assign(ktps(self.owned, start))
+        self.owned |= add
+        self.watch_offsets()
+
+    def unassign(self, parts: Partitions) -> None:
+        """Stop fetching ``parts``; returns once librdkafka has stopped their fetchers."""
+        self.owned -= parts
+        self.unassigns += 1
+        try:
+            if self._cfg.protocol == "cooperative":
+                self.handle.incremental_unassign(ktps(parts))
+            else:
+                self.handle.assign(ktps(self.owned))
+        except BaseException:
+            # From now on every fetch is filtered by ownership (the fast path is off).
+            self.unassign_failed = True
+            self._on_unassign_failed()
+            raise
+
+    # ------------------------------------------------------------------ commits
+
+    def commit(
+        self,
+        message: Message | None,
+        offsets: Sequence[KTopicPartition] | None,
+        asynchronous: bool,
+    ) -> list[KTopicPartition] | None:
+        """``Consumer.commit`` of the current handle, its async commits counted."""
+        # confluent-kafka's overloads want a literal ``asynchronous``; ours is a plain bool.
+        commit: Any = self.handle.commit
+        commits = self.commits  # of the handle committing, whatever replaces it meanwhile
+        if asynchronous:  # counted before: its answer may be served on another thread at once
+            commits.sent.append(time.monotonic())
+        try:
+            if message is not None:
+                result = commit(message=message, asynchronous=asynchronous)
+            elif offsets is not None:
+                result = commit(offsets=list(offsets), asynchronous=asynchronous)
+            else:
+                result = commit(asynchronous=asynchronous)
+        except BaseException:
+            if asynchronous and commits.sent:
+                commits.sent.pop()  # refused at once: librdkafka will not answer it
+            raise
+        return None if asynchronous else list(result or [])
+
+    def commit_sync(self, offsets: list[KTopicPartition] | None) -> dict[TopicPartition, int]:
+        """Commit ``offsets`` (``None``: what is stored) synchronously, on whatever handle is
+        current; return what was stored for sure (only offsets we named: what a commit of
+        stored offsets covers we cannot know). Raises ``KafkaException`` as ``commit`` does."""
+        commit: Any = self.handle.commit
+        if offsets is None:
+            commit(asynchronous=False)
+            return {}
+        done = commit(offsets=offsets, asynchronous=False)
+        return {
+            TopicPartition(p.topic, p.partition): p.offset
+            for p in done or ()
+            if p.error is None and p.offset >= 0
+        }
+
+    def auto_commit_due(self, now: float) -> bool:
+        """Whether auto-commit should commit now (and, if so, it counts as done now)."""
+        interval = self._cfg.auto_commit_interval_ms / 1000
+        waiting = self.commits.waiting_since()
+        overdue = max(10 * interval, self._cfg.session_timeout_ms / 1000)
+        if (
+            self._cfg.enable_auto_commit
+            and self.owned
+            and now - self._last_commit >= interval
+            # at most one in flight (see AsyncCommits), unless its answer is long overdue
+            and (waiting is None or now - waiting >= overdue)
+        ):
+            self._last_commit = now
+            return True
+        return False
+
+    def revoke_offsets(self, parts: Partitions) -> list[KTopicPartition] | None:
+        """What to commit for ``parts`` before giving them away: the positions of the records
+        handed to the user (``None``: the user stores offsets, commit what is stored; ``[]``:
+        auto-commit is off, the user commits in ``on_revoke``)."""
+        if not self._cfg.enable_auto_commit:
+            return []
+        if not self.auto_store:
+            return None
+        positions = self.handle.position(ktps(parts))
+        return [p for p in positions if p.offset is not None and p.offset >= 0]
+
+    # ------------------------------------------------------------------ offset repair
+
+    def watch_offsets(self, assigned: bool = True) -> None:
+        """Scan messages for failed offset look-ups for a while (after an assignment, which
+        also starts the back-off afresh unless a re-fetch is already due)."""
+        window = max(_OFFSETS_WATCH_S, 2 * self._cfg.session_timeout_ms / 1000)
+        self.offsets_watch_until = _monotonic() + window
+        if assigned and self.refetch_at is None:
+            self._refetch_backoff = _REFETCH_BACKOFF_S[0]
+
+    def watch_offset_errors(self, msgs: Iterable[Message]) -> None:
+        """Schedule :meth:`refetch_offsets` when librdkafka says a look-up failed for good."""
+        for m in msgs:
+            err = _msg_error(m)
+            if err is None or not err.str().startswith(_OFFSET_FETCH_FAILED):
+                continue
+            if self.refetch_at is None:
+                self.refetch_at = _monotonic() + self._refetch_backoff
+                _log.warning("offsets.fetch_failed", member=self._member_id(), error=err.str(),
+                             retry_in_s=self._refetch_backoff)  # fmt: skip
+
+    def refetch_offsets(self) -> None:
+        """Assign again what cannot start for want of its committed offset.
+
+        That is every owned partition without a position, i.e. with nothing handed out since
+        it was assigned (librdkafka does not say which ones a request-level error stranded; a
+        partition-level error names one, which has no position either). One that merely had
+        no records yet starts again from its committed offset, where it was; one that has a
+        position is never touched, so nothing is read twice. Unassigning takes them off
+        librdkafka's "queried" list, which also unblocks the look-ups of later assignments.
+        """
+        self.refetch_at = None
+        stuck: set[TopicPartition] = set()
+        if self.owned:
+            for p in self.handle.position(ktps(sorted(self.owned))):
+                if p.offset is None or p.offset < 0:
+                    stuck.add(TopicPartition(p.topic, p.partition))
+        _log.warning("offsets.refetch", member=self._member_id(), partitions=len(stuck))
+        if stuck:
+            parts = ktps(sorted(stuck))
+            try:
+                self.handle.incremental_unassign(parts)
+                self.handle.incremental_assign(parts)
+            except KafkaException as e:
+                _log.warning("offsets.refetch_failed", member=self._member_id(), error=str(e))
+                self.refetch_at = _monotonic() + self._refetch_backoff
+        self._refetch_backoff = min(self._refetch_backoff * 2, _REFETCH_BACKOFF_S[1])
+        self.watch_offsets(assigned=False)
+
+    def renew(self) -> None:
+        """Swap in a fresh handle once the member has lost everything.
+
+        A handle can be stuck for good after a broker restart: librdkafka (2.16) looks up no
+        committed offsets for newly assigned partitions while any of its commits is outstanding,
+        nor after a look-up failed at the request level (see :meth:`refetch_offsets`, which
+        mends that case for a member that keeps partitions; the soak's stuck members turned out
+        to be that one). Owning nothing now, and refused any commit as a fenced member, this
+        member gives the old handle nothing more to do: it is closed in the background.
+        """
+        old = self.handle
+        try:
+            self.handle = self._new_handle()
+        except KafkaException as e:  # keep the old one: better stuck than gone
+            _log.warning("data_consumer.renew_failed", member=self._member_id(), error=str(e))
+            return
+        self.poll = self.handle.poll
+        self.consume = self.handle.consume
+        self.unassigns += 1  # a fetch under way on the old handle hands out nothing
+
+        def close_old() -> None:
+            try:
+                old.close()
+            except Exception as e:  # closing a handle we no longer use: nothing to do
+                _log.debug("data_consumer.close_failed", error=str(e))
+
+        threading.Thread(target=close_old, name="groupkit-close-data", daemon=True).start()
+
+    def close(self) -> None:
+        self.handle.close()

@@ -1,0 +1,196 @@
+"""The hand-off executor: carries out the coordinator's :class:`Handoff`s on the ``poll`` thread.
+
+The control thread (:class:`~groupkit.runtime.coordinator.Coordinator`) decides what the member
+loses, gives up and gets; this module does it, on the thread that calls
+``GroupConsumer.poll`` (like librdkafka's rebalance callbacks, ``on_assign``/``on_revoke``/
+``on_lost`` run on it), against the :class:`~groupkit.runtime.data_consumer.DataConsumer`. It
+talks to the coordinator only through its narrow interface (``released``, ``lost``,
+``check_commit``, ``generation``), never through its lock or member.
+
+A hand-off is done in the order of its fields: lose, revoke, assign.
+
+- **Lose** (``on_lost``, no commit): the partitions are unassigned, ``on_lost`` runs, and the
+  coordinator is told (``Coordinator.lost``) so the member stops claiming them even when the
+  ``poll`` thread's own fence was first. A member left owning nothing renews its data handle
+  (``DataConsumer.renew``).
+- **Revoke**, in this order, because the leader grants a partition to its next owner as soon as
+  the log shows it released:
+
+  1. stop returning messages of the partition (the ``poll`` thread is here, not fetching);
+  2. note the offsets to commit (the positions of the records handed out, when auto-commit is
+     on; else the user commits in ``on_revoke``);
+  3. ``on_revoke``; 4. unassign it from the data consumer;
+  5. commit, then tell the control thread (``Coordinator.released``), which then writes the
+     record that no longer claims it. The commit runs in its own thread (see
+     :meth:`HandoffExecutor.commit_then_release`): until it succeeds the member's record keeps
+     claiming the partitions, so nobody is granted them with offsets still uncommitted.
+
+- **Assign**: at the offsets the previous owner committed and named in its release, where it
+  did (``Handoff.offsets``; protocol/state.py, "Offset hints"): no look-up for those. Only
+  partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
+  or whose previous owner did not release them (a crash) are looked up. Then ``on_assign``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from groupkit.errors import FencedError
+from groupkit.log import get_logger
+from groupkit.protocol.records import EMPTY, Partitions
+from groupkit.runtime.coordinator import Coordinator, Handoff
+from groupkit.runtime.data_consumer import DataConsumer, ktps
+from groupkit.runtime.hooks import Observers
+from groupkit.types import TopicPartition
+
+if TYPE_CHECKING:
+    from groupkit.runtime.consumer import GroupConsumer
+
+_log = get_logger("groupkit.consumer")
+
+Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
+
+
+class HandoffExecutor:
+    """Carries out hand-offs for one ``GroupConsumer`` (``consumer``, the callbacks' first
+    argument) on its data consumer. ``coordinator`` gives the member's current coordinator
+    (``None`` while it has none: not joined, left, or its control loop failed); ``closed`` says
+    whether the consumer is closed (a closed one renews no handle)."""
+
+    def __init__(
+        self,
+        consumer: GroupConsumer,
+        data: DataConsumer,
+        observers: Observers,
+        coordinator: Callable[[], Coordinator | None],
+        closed: Callable[[], bool],
+    ) -> None:
+        self._consumer = consumer
+        self._data = data
+        self._observers = observers
+        self._coordinator = coordinator
+        self._closed = closed
+        self.on_assign: Callback | None = None
+        self.on_revoke: Callback | None = None
+        self.on_lost: Callback | None = None
+
+    def apply(self, h: Handoff) -> None:
+        """Carry out ``h``: lose, revoke (commit, then release), assign."""
+        c = self._coordinator()
+        assert c is not None
+        data = self._data
+        t0 = time.monotonic()
+        if h.lost:
+            self.lose(h.lost & frozenset(data.owned), "lost")
+        if h.revoke:
+            revoke = h.revoke & frozenset(data.owned)
+            if revoke:
+                self.revoke(revoke, h.revoke)
+            else:
+                c.released(h.revoke)
+        if h.assign:
+            add = h.assign - frozenset(data.owned)
+            if add:
+                # At the offsets the previous owner committed and named in its release, where
+                # it did: no look-up for those (state.py, "Offset hints").
+                data.assign(add, {p: o for p, o in h.offsets.items() if p in add})
+                if self.on_assign is not None:
+                    self.on_assign(self._consumer, ktps(add))
+        # (losses are reported by lose, wherever they happen: poll's own fence may be first)
+        c = self._coordinator()
+        assert c is not None
+        self._observers.handoff(c.member_id, h.generation, h.assign, h.revoke, EMPTY,
+                                time.monotonic() - t0)  # fmt: skip
+
+    def lose(self, parts: Partitions, why: str) -> None:
+        """Stop ``parts`` without a commit, run ``on_lost`` and tell the coordinator, if the
+        member still has one (not when its control loop failed)."""
+        if not parts:
+            return
+        c = self._coordinator()
+        member = c.member_id if c is not None else None
+        _log.warning("partitions.lost", member=member, reason=why, partitions=len(parts))
+        if c is not None:
+            self._observers.handoff(c.member_id, c.generation, EMPTY, EMPTY, parts, 0.0)
+        self._data.unassign(parts)
+        if not self._data.owned and not self._closed():
+            self._data.renew()
+        try:
+            if self.on_lost is not None:
+                self.on_lost(self._consumer, ktps(parts))
+        finally:
+            # Stopped here, so no longer claimed in the log either (a no-op when the control
+            # loop's own fence took them; not when this thread's fence was first).
+            c = self._coordinator()
+            if c is not None:
+                c.lost(parts)
+
+    def revoke(
+        self,
+        parts: Partitions,
+        release: Partitions,
+        wait: float | None = None,
+        leave: bool = False,
+    ) -> None:
+        """Give up ``parts`` (owned): offsets noted, ``on_revoke``, unassigned; ``release``
+        (``parts`` and any revoked partition no longer owned) is released once committed."""
+        offsets = self._data.revoke_offsets(parts)
+        if self.on_revoke is not None:
+            self.on_revoke(self._consumer, ktps(parts))
+        self._data.unassign(parts)
+        # Released (and so grantable to the next owner) only once committed.
+        self.commit_then_release(parts, offsets, release, wait=wait, leave=leave)
+
+    def commit_then_release(
+        self,
+        parts: Partitions,
+        offsets: list[KTopicPartition] | None,
+        release: Partitions,
+        wait: float | None = None,
+        leave: bool = False,
+    ) -> None:
+        """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
+
+        The commit runs in its own thread: a synchronous commit can block for as long as the
+        group coordinator is unreachable (a broker restart), and the poll thread must keep
+        serving the partitions that stay. Until the commit succeeds the member's record keeps
+        claiming the partitions, so nobody is granted them with offsets still uncommitted. If
+        the member's session lapses meanwhile, they are lost anyway and the commit stops.
+        ``leave``: the member is closing; its last record goes with its tombstone.
+        """
+        c = self._coordinator()
+        assert c is not None
+        data = self._data
+
+        def run() -> None:
+            #: what the commit below stored for sure, for the release record to carry (only
+            #: offsets we named: what a commit of stored offsets covers we cannot know)
+            committed: dict[TopicPartition, int] = {}
+            while offsets != []:
+                try:
+                    c.check_commit(parts)
+                    committed = data.commit_sync(offsets)
+                    break
+                except FencedError as e:
+                    _log.warning("commit.refused", member=c.member_id, error=str(e))
+                    break
+                except KafkaException as e:
+                    err: Any = e.args[0] if e.args else None
+                    if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
+                        break  # nothing consumed since the last commit
+                    _log.warning("commit.retrying", member=c.member_id, error=str(e))
+                    time.sleep(0.2)  # the coordinator is moving; try again shortly
+                except RuntimeError:
+                    return  # the consumer was closed under us
+            c.released(release, leave=leave, committed=committed)
+
+        t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
+        t.start()
+        if wait is not None:
+            t.join(wait)

@@ -1,0 +1,118 @@
+"""A read-only view of one member, for observers at the edge (metrics, diagnostics).
+
+``GroupConsumer.probe`` is a :class:`MemberProbe`. It answers what an observer may ask of a
+member without reaching into the consumer: a few config values, the subscribed topics, the
+partitions the data consumer has assigned, the member's standing in the group (under the
+coordinator's lock, through ``Coordinator.status``), and the two sources of lag: the group's
+end and committed offsets (through the consumer's AdminClient: :func:`~groupkit.runtime.lag.
+read_offsets`) and the data consumer's own positions (``records_lag``; poll thread only).
+It changes nothing, and it never blocks the ``poll`` thread: it takes no lock the hot path takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from confluent_kafka.admin import AdminClient
+
+from groupkit.runtime.config import GroupConfig
+from groupkit.runtime.coordinator import Coordinator, MemberStatus
+from groupkit.runtime.data_consumer import DataConsumer, ktps
+from groupkit.runtime.lag import GroupOffsets, read_offsets
+from groupkit.types import TopicPartition
+
+__all__ = ["GroupOffsets", "MemberProbe", "MemberStatus"]
+
+
+class MemberProbe:
+    """What observers may read of one ``GroupConsumer``; built by the consumer itself."""
+
+    def __init__(
+        self,
+        cfg: GroupConfig,
+        topics: Callable[[], Sequence[str]],
+        data: DataConsumer,
+        coordinator: Callable[[], Coordinator | None],
+        admin: Callable[[], AdminClient | None],
+    ) -> None:
+        self._cfg = cfg
+        self._topics = topics
+        self._data = data
+        self._coordinator = coordinator
+        self._admin = admin
+
+    # ------------------------------------------------------------------ configuration
+
+    @property
+    def group_id(self) -> str:
+        return self._cfg.group_id
+
+    @property
+    def protocol(self) -> str:
+        """The rebalance protocol: "eager" or "cooperative"."""
+        return self._cfg.protocol
+
+    @property
+    def auto_offset_reset(self) -> str:
+        """What the lag of a partition without a committed offset counts from
+        (:func:`~groupkit.runtime.lag.compute_lag`)."""
+        return self._cfg.auto_offset_reset
+
+    # ------------------------------------------------------------------ the member
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id, while the consumer is a member (``None`` before and after)."""
+        c = self._coordinator()
+        return c.member_id if c is not None else None
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        """The topics the consumer subscribed to when it joined."""
+        return tuple(self._topics())
+
+    def owned(self) -> frozenset[TopicPartition]:
+        """What the data consumer has assigned right now (a copy; from any thread). A revoked
+        partition leaves it (on the poll thread) before the member's record frees it."""
+        s = self._data.owned
+        for _ in range(10):
+            try:
+                return frozenset(s)
+            except RuntimeError:  # "Set changed size during iteration": the poll thread
+                continue
+        return frozenset()
+
+    def status(self) -> MemberStatus | None:
+        """The member's standing in the group now, or ``None`` when it is not a member
+        (closed, or not subscribed)."""
+        c = self._coordinator()
+        return None if c is None else c.status()
+
+    # ------------------------------------------------------------------ lag
+
+    def read_offsets(
+        self, partitions: Iterable[TopicPartition], timeout: float = 10.0
+    ) -> GroupOffsets | None:
+        """End and committed offsets and lag of ``partitions``, asked of the brokers through
+        the consumer's AdminClient (never the data consumer); ``None`` once it is closed.
+        Raises :class:`~groupkit.errors.BrokerError` when the brokers do not answer."""
+        admin = self._admin()
+        if admin is None:
+            return None
+        return read_offsets(admin, self.group_id, partitions, self.auto_offset_reset, timeout)
+
+    def records_lag(self) -> dict[TopicPartition, int]:
+        """High watermark (librdkafka's cached one) minus the position handed to the app, of
+        each owned partition with both: the Java client's ``records-lag``.
+
+        On the ``poll`` thread only (an observer's ``consumed`` hook): confluent-kafka lets
+        one thread at a time into a ``Consumer``, and a call from another thread may wait
+        behind a busy poll loop for good. Raises what the client raises.
+        """
+        handle = self._data.handle
+        out: dict[TopicPartition, int] = {}
+        for k in handle.position(ktps(self.owned())):
+            _low, high = handle.get_watermark_offsets(k, cached=True)
+            if k.offset >= 0 and high >= 0:
+                out[TopicPartition(k.topic, k.partition)] = max(0, high - k.offset)
+        return out

@@ -1,0 +1,137 @@
+"""No import cycle inside ``groupkit/``, and metrics at the edge.
+
+An ast walk of every module's imports made when it is imported: module level, including those
+inside top-level ``if``/``try``/``with`` blocks, but not those under ``if TYPE_CHECKING:``
+(annotations only) nor those inside functions (made on demand). A cycle among them means two
+modules that cannot be read, tested or changed apart.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "groupkit"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imported(name: str, path: Path, known: Iterable[str], type_checking: bool = False) -> set[str]:
+    """The modules of ``known`` that module ``name`` imports at import time (with
+    ``type_checking``: also those under ``if TYPE_CHECKING:``, and inside functions)."""
+    known = set(known)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes: Iterable[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)  # a submodule
+            elif isinstance(node, ast.If):
+                if not _is_type_checking(node.test) or type_checking:
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for h in node.handlers:
+                    visit(h.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+            elif isinstance(node, ast.With | ast.ClassDef) or (  # a class body runs at import
+                type_checking and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            ):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return {m for m in found if m in known and m != name}
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return sorted(out)
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {name: _imported(name, path, mods) for name, path in mods.items()}
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_walk_sees_imports_of_every_kind() -> None:
+    g = _graph()
+    assert len(g) > 30  # every module was found
+    assert "groupkit.runtime.coordinator" in g["groupkit.runtime.consumer"]  # from-import
+    assert "groupkit.protocol.records" in g["groupkit.runtime.handoff"]
+
+
+def test_no_import_cycle_in_groupkit() -> None:
+    assert cycles(_graph()) == []
+
+
+def test_metrics_sit_at_the_edge() -> None:
+    """Metrics read a member through its probe, never the consumer (not even for types), and
+    nothing below the edge imports them when it is imported."""
+    mods = _modules()
+    metrics = _imported("groupkit.metrics", mods["groupkit.metrics"], mods, type_checking=True)
+    assert "groupkit.runtime.consumer" not in metrics
+    assert "groupkit.runtime.probe" in metrics
+    core = ("groupkit.runtime", "groupkit.protocol", "groupkit.assignors", "groupkit.types")
+    for name, path in mods.items():
+        if name.startswith(core):
+            assert "groupkit.metrics" not in _imported(name, path, mods), name
