@@ -32,6 +32,7 @@ as group configs). ``group.initial.rebalance.delay.ms=0``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -237,7 +238,9 @@ def main() -> None:
     load_before = load()
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gk-bench-rebalance-") as tmp:
-        work = Path(tmp)
+        # GK_BENCH_KEEP=<dir>: keep the workers' output there (with GK_BENCH_LOGS, to trace hops)
+        work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         props = broker_properties(args.session_ms, args.heartbeat_ms)
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
