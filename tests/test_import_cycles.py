@@ -135,3 +135,48 @@ def test_metrics_sit_at_the_edge() -> None:
     for name, path in mods.items():
         if name.startswith(core):
             assert "groupkit.metrics" not in _imported(name, path, mods), name
+
+
+#: the layers, lowest first: a module may import its own layer and the ones below, never above
+#: (README, "The map"). Imports inside functions and for types count too: a pure layer that
+#: reaches up, even lazily, is no longer pure.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("groupkit.errors", "groupkit.types", "groupkit.log", "groupkit.cache"),
+    ("groupkit.assignors",),
+    ("groupkit.protocol",),
+    ("groupkit.runtime",),
+    ("groupkit.metrics", "groupkit.pipeline", "groupkit.dev", "groupkit.cli", "groupkit"),
+)
+
+
+def _layer(name: str) -> int:
+    best, depth = len(LAYERS), -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (name == p or name.startswith(p + ".")) and len(p) > depth:
+                best, depth = i, len(p)
+    return best
+
+
+#: the one upward import, on demand: ``GroupConsumer(conf, registry=...)`` instruments itself
+ALLOWED_UP = {("groupkit.runtime.consumer", "groupkit.metrics")}
+
+
+def test_layers_import_only_downwards() -> None:
+    mods = _modules()
+    up = []
+    for name, path in mods.items():
+        for dep in _imported(name, path, mods, type_checking=True):
+            if _layer(dep) > _layer(name) and dep != "groupkit" and (name, dep) not in ALLOWED_UP:
+                up.append(f"{name} -> {dep}")
+    assert up == [], up
+
+
+def test_the_pure_layers_import_no_kafka_client() -> None:
+    """The protocol and the assignors run without a broker (simulator, hypothesis, Spark)."""
+    for name, path in _modules().items():
+        if _layer(name) <= _layer("groupkit.protocol"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+            assert not any(m.split(".")[0] == "confluent_kafka" for m in names), name

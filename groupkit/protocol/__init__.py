@@ -6,7 +6,7 @@
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
 5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
 6. :mod:`~groupkit.protocol.node` — :class:`Node`, the driver that composes the three above.
-6. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
+7. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
 
 How a runtime drives it (through a ``Node``, as the runtime and the simulator both do): feed
 every control record (``Node.feed``); then ``Node.step(now_ms)`` and carry out its ``Actions`` in
