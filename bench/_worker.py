@@ -8,13 +8,14 @@ of the call, not of a Python start-up. It appends one JSON line per fact to ``--
 
 - ``{"e": "ready"}`` consumer built; ``{"e": "sub"}`` just before ``subscribe()``;
   ``{"e": "leave"}`` just before ``close()``; ``{"e": "closed"}`` after it;
-- ``{"e": "a" | "r" | "l", "p": [partitions]}``: assigned / revoked / lost, written inside the
-  rebalance callbacks (ownership as the application sees it, for both kinds alike);
-- ``{"e": "f", "p": partition}``: the first record of a partition after it was assigned
-  (the partition is *consuming again*);
+- ``{"e": "assign" | "revoke" | "lost", "tps": [[topic, partition], ...]}``: written inside the
+  rebalance callbacks (ownership as the application sees it, for both kinds alike; the audit
+  format of groupkit.dev.harness, which reads it);
+- ``{"e": "first", "tp": [topic, partition]}``: the first record of a partition after it was
+  assigned (the partition is *consuming again*);
 - ``{"e": "n", "n": count}``: records polled since the last such fact, at most every 50 ms
   (for the records/s dip);
-- ``{"e": "lead", "v": bool, "g": generation}`` (groupkit) when leadership or generation changes;
+- ``{"e": "state", "leader": bool, "generation": n}`` (groupkit) when either changes;
 - ``{"e": "caught", "n": records}`` (groupkit) when the member has caught up with its control
   partition after ``subscribe()``: ``n`` is ``Coordinator.stats.records_read`` then, the control
   records it replayed (read from another thread a moment after catch-up, so it may include the
@@ -27,7 +28,6 @@ info logs off.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import sys
@@ -38,20 +38,8 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 
+from groupkit.dev.harness import Audit
 from groupkit.log import configure as configure_logs
-
-
-class Audit:
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-        self._lock = threading.Lock()
-
-    def write(self, e: str, **fact: Any) -> None:
-        fact["e"] = e
-        fact.setdefault("t", time.monotonic())
-        line = json.dumps(fact, separators=(",", ":")) + "\n"
-        with self._lock:
-            self._f.write(line)
 
 
 def native_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,19 +106,16 @@ def main() -> None:
     waiting: set[int] = set()  # assigned partitions not yet seen consuming
 
     def on_assign(_c: Any, parts: list[KTP]) -> None:
-        ps = [p.partition for p in parts]
-        waiting.update(ps)
-        audit.write("a", p=ps)
+        waiting.update(p.partition for p in parts)
+        audit.ownership("assign", [(p.topic, p.partition) for p in parts])
 
     def on_revoke(_c: Any, parts: list[KTP]) -> None:
-        ps = [p.partition for p in parts]
-        waiting.difference_update(ps)
-        audit.write("r", p=ps)
+        waiting.difference_update(p.partition for p in parts)
+        audit.ownership("revoke", [(p.topic, p.partition) for p in parts])
 
     def on_lost(_c: Any, parts: list[KTP]) -> None:
-        ps = [p.partition for p in parts]
-        waiting.difference_update(ps)
-        audit.write("l", p=ps)
+        waiting.difference_update(p.partition for p in parts)
+        audit.ownership("lost", [(p.topic, p.partition) for p in parts])
 
     commands: queue.Queue[str] = queue.Queue()
 
@@ -178,7 +163,7 @@ def main() -> None:
                 p = msg.partition()
                 if p in waiting:
                     waiting.discard(p)
-                    audit.write("f", p=p, t=t)
+                    audit.write("first", tp=[args.topic, p], t=t)
         if count and t - flushed >= 0.05:
             audit.write("n", n=count, t=t)
             count, flushed = 0, t
@@ -187,7 +172,7 @@ def main() -> None:
             state = (consumer.is_leader, consumer.generation)
             if state != lead:
                 lead = state
-                audit.write("lead", v=state[0], g=state[1])
+                audit.write("state", leader=state[0], generation=state[1])
 
 if __name__ == "__main__":
     main()

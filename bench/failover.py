@@ -29,7 +29,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bar_chart, write_results
-from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
+from bench._harness import Group, broker, create_topic, load, measure, pct, versions
+from groupkit.dev.harness import LoadProducer, wait_for
 
 
 def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
@@ -52,7 +53,7 @@ def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
             time.sleep(args.gap)
             t0 = leader.kill()
             new = _wait_leader(group, timeout)
-            new_t = next(f["t"] for f in reversed(new.facts) if f["e"] == "lead" and f["v"])
+            new_t = next(f["t"] for f in reversed(new.facts()) if f["e"] == "state" and f["leader"])
             group.wait_stable(timeout)
             r = measure(group, t0, time.monotonic())
             r["new_leader_s"] = new_t - t0
@@ -68,14 +69,14 @@ def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
 
 
 def _wait_leader(group: Group, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        group.refresh()
-        lead = group.leader()
-        if lead is not None:
-            return lead
-        time.sleep(0.005)
-    raise TimeoutError(f"{group.group}: no leader")
+    seen: list[Any] = []
+
+    def found() -> bool:
+        seen.append(group.leader())
+        return seen[-1] is not None
+
+    wait_for(found, timeout, f"{group.group}: a leader", step=0.005)
+    return seen[-1]
 
 
 def main() -> None:
@@ -103,7 +104,7 @@ def main() -> None:
         with broker(args.bootstrap, work / "broker", {}) as boot:
             topic = f"bench-failover-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = Pacer(boot, topic, args.partitions).start()
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
             try:
                 for session, heartbeat in settings:
                     res[f"{session}/{heartbeat}"] = run_setting(

@@ -61,16 +61,15 @@ from bench._common import bar_chart, median, write_results
 from bench._harness import (
     Group,
     Member,
-    Pacer,
     broker,
     create_topic,
     load,
     measure,
     pct,
     versions,
-    wait_for,
 )
 from bench.rebalance import GK_DEFAULT, _wait_fact, broker_properties
+from groupkit.dev.harness import LoadProducer, wait_for
 from groupkit.runtime.admin import create_topic as create_config_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, partition_for_group
 
@@ -143,7 +142,7 @@ def trial(ag: AgedGroup, joiner: Member, boot: str, timeout: float) -> dict[str,
     _wait_fact(group, joiner, "caught", timeout)
     caught = joiner.fact("caught")
     assert caught is not None
-    firsts = [f["t"] for f in joiner.facts if f["e"] == "f" and f["t"] >= t0]
+    firsts = [f["t"] for f in joiner.facts() if f["e"] == "first" and f["t"] >= t0]
     r.update(
         age_s=t0 - ag.started,
         first_s=min(firsts) - t0 if firsts else float("nan"),
@@ -245,9 +244,9 @@ def main() -> None:
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-join-age-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = Pacer(boot, topic, args.partitions).start()
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
             try:
-                wait_for(lambda: pacer.sent > 0, 30, "the producer")
+                wait_for(lambda: pacer.count > 0, 30, "the producer")
                 # One lane per setting, side by side, each offset by a young point's trials so
                 # that no start or trial of one lane meets one of another (at least at first).
                 stagger = args.young + args.trials * args.slot + 2.0

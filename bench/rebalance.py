@@ -50,7 +50,8 @@ from confluent_kafka.admin import (
 )
 
 from bench._common import bar_chart, median, write_results
-from bench._harness import Group, Pacer, broker, create_topic, load, measure, pct, versions
+from bench._harness import Group, broker, create_topic, load, measure, pct, versions
+from groupkit.dev.harness import LoadProducer, wait_for
 
 # name -> (kind, protocol)
 CONTENDERS: dict[str, tuple[str, str]] = {
@@ -178,15 +179,14 @@ def kill_timeout(kind: str, protocol: str, session: int) -> float:
 
 
 def _wait_fact(group: Group, m: Any, kind: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m.refresh()
+    def seen() -> bool:
         if m.fact(kind):
-            return
+            return True
         if m.proc.poll() is not None and not m.fact(kind):
             raise RuntimeError(f"{m.name} exited: {group.log_tail(m)}")
-        time.sleep(0.005)
-    raise TimeoutError(f"{m.name}: no {kind} fact")
+        return False
+
+    wait_for(seen, timeout, f"{m.name}: a {kind} fact", step=0.005)
 
 
 def summarize(run: dict[str, Any], event: str) -> dict[str, float]:
@@ -242,7 +242,7 @@ def main() -> None:
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = Pacer(boot, topic, args.partitions).start()
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
             runs = []
             try:
                 for setting in settings:

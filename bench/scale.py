@@ -51,10 +51,11 @@ from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
 from bench._common import bar_chart, median, write_results
-from bench._harness import Group, broker, create_topic, load, versions, wait_for
+from bench._harness import Group, broker, create_topic, load, versions
 from bench.join_age import log_end
 from bench.rebalance import GK_DEFAULT, broker_properties
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
+from groupkit.dev.harness import wait_for
 from groupkit.protocol.node import Node, NodeStep
 from groupkit.protocol.records import KIND_ASSIGNMENT, KIND_MEMBER, KIND_SNAPSHOT
 from groupkit.protocol.sim import GroupSim, LogRecord
@@ -234,12 +235,7 @@ def settled(group: Group) -> bool:
             raise RuntimeError(f"{m.name} exited: {group.log_tail(m)}")
     if len(live) != len(group.members) or not all(m.fact("caught") for m in live):
         return False
-    seen: set[int] = set()
-    for m in live:
-        if m.owned & seen:
-            return False
-        seen |= m.owned
-    return len(seen) == group.partitions
+    return group.owned_once(group.parts, live)
 
 
 def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
@@ -260,13 +256,13 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         try:
             wait_for(lambda: settled(group), args.start_timeout, f"{members} members settled",
                      step=0.2)  # fmt: skip
-        except TimeoutError as e:  # say how far it got
+        except AssertionError as e:  # say how far it got
             live = group.live()
-            owned = [p for m in live for p in m.owned]
+            owned = [p for m in live for p in m.owned()]
             raise TimeoutError(
                 f"{e}: {sum(bool(m.fact('caught')) for m in live)} of {members} caught up, "
                 f"{len(set(owned))} of {members} partitions owned ({len(owned)} holdings), "
-                f"{sum(m.fact('lead') is not None and m.is_leader() for m in live)} leading, "
+                f"{sum(m.is_leader() for m in live)} leading, "
                 f"{len(live)} alive"
             ) from e
         start_s = time.monotonic() - t_start
@@ -471,7 +467,7 @@ def main() -> None:
                     for n in real_sizes:
                         try:
                             r = real_run(boot, pid, work, n, setting, args)
-                        except (TimeoutError, RuntimeError) as e:
+                        except (AssertionError, TimeoutError, RuntimeError) as e:
                             real_failed.append(f"{setting} {n}: {e}"[:300])
                             print(f"  real {setting} {n}: FAILED {e}"[:300], flush=True)
                             continue

@@ -89,9 +89,9 @@ def _cmd_assign(args: argparse.Namespace) -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from groupkit import devbroker
+    from groupkit.dev import broker as dev_broker
 
-    return devbroker.cli(args)
+    return dev_broker.cli(args)
 
 
 def _client_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from groupkit import demo
+    from groupkit.dev import demo
 
     return demo.run(args)
 
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "demo", help="a broker, a skewed producer and members with /metrics, watched live"
     )
-    from groupkit.demo import add_arguments as demo_arguments
+    from groupkit.dev.demo import add_arguments as demo_arguments
 
     demo_arguments(p)
     p.set_defaults(func=_cmd_demo)

@@ -12,9 +12,9 @@ restart it, and every wait is bounded.
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
    broker; start a member whose control-topic reads are delayed; cut a running member off from
    the brokers past its session, then heal it (``partition``: every member talks to the brokers
-   through a fault proxy, groupkit.devbroker_proxy, under its own client.id; the cut is picked
+   through a fault proxy, groupkit.dev.proxy, under its own client.id; the cut is picked
    from ``groupharness.CUTS``: both ways, read but not write, write but not read).
-   On a cluster (``brokers=3``, ``groupkit.devbroker.LocalCluster``; topics with three
+   On a cluster (``brokers=3``, ``groupkit.dev.broker.LocalCluster``; topics with three
    replicas, ``min.insync.replicas`` 2) the broker fault restarts one node, and three more
    faults join: kill -9 the node leading the group's control partition; kill -9 one leading
    data partitions only; and move the control partition's leadership (the leader's controlled
@@ -45,19 +45,11 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from groupkit.devbroker import LocalBroker, LocalCluster
-from groupkit.devbroker_proxy import FaultProxy
+from groupkit.dev.broker import LocalBroker, LocalCluster
+from groupkit.dev.harness import TP, LoadProducer, MemberProcess, missing, tps, wait_for
+from groupkit.dev.proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
-from tests.groupharness import (
-    CUTS,
-    TP,
-    Group,
-    KeyedProducer,
-    Worker,
-    control_partition,
-    cut_pattern,
-    wait_for,
-)
+from tests.groupharness import CUTS, WorkerGroup, control_partition, cut_pattern
 
 FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member",
           "partition")  # fmt: skip
@@ -94,7 +86,7 @@ class ChaosReport:
 
 
 def late_records(
-    z: Worker, frozen: set[TP], paused_at: float, paused_wall: float = float("-inf")
+    z: MemberProcess, frozen: set[TP], paused_at: float, paused_wall: float = float("-inf")
 ) -> list[str]:
     """Records of ``frozen`` partitions the zombie was handed after its freeze began without
     having been granted them again: each one is a fencing failure.
@@ -109,13 +101,17 @@ def late_records(
     bad = []
     regranted: dict[TP, float] = {}
     for f in z.facts():
-        tp: TP = tuple(f.get("tp", ()))  # type: ignore[assignment]
-        if f["t"] <= paused_at or tp not in frozen:
+        if f["t"] <= paused_at:
             continue
         if f["e"] == "assign":
-            regranted.setdefault(tp, f["t"])
-        elif (
-            f["e"] == "msg"
+            for tp in set(tps(f)) & frozen:
+                regranted.setdefault(tp, f["t"])
+            continue
+        if f["e"] != "msg":
+            continue
+        tp: TP = (f["tp"][0], f["tp"][1])
+        if (
+            tp in frozen
             and f["t"] < regranted.get(tp, float("inf"))
             and f.get("ts", float("inf")) > paused_wall * 1000
         ):
@@ -123,7 +119,71 @@ def late_records(
     return bad
 
 
-class Chaos:
+class FaultRun:
+    """A group of workers under faults, and what its final audit needs: the partitions on which
+    a duplicate is explained (a crash, a freeze, an outage) and the report. The chaos run and the
+    cluster fault tests (tests/test_cluster_faults.py, test_cluster_partition.py) are both one.
+
+    ``deadline_from_since``: whether :meth:`stable` allows session + margin from ``since`` (the
+    fault: a cluster test's bound) or from the call (the chaos run, whose fault handling may
+    itself wait for the group before it asks)."""
+
+    deadline_from_since = False
+
+    def __init__(self, group: WorkerGroup, producer: LoadProducer, parts: set[TP],
+                 session_s: float, margin_s: float,
+                 log: Callable[[str], None] = print) -> None:  # fmt: skip
+        self.group, self.producer, self.parts = group, producer, parts
+        self.session_s, self.margin_s, self.log = session_s, margin_s, log
+        self.report = ChaosReport()
+        #: partitions on which a duplicate is explained by a crash, a freeze or an outage
+        self.dup_allowed: set[TP] = set()
+        #: what :meth:`stable` waited for -> seconds from its ``since`` to stable
+        self.stable_after: dict[str, float] = {}
+
+    def stable(self, after: str, since: float | None = None) -> float:
+        """Wait until every partition is owned once and consumed again after ``since`` (default:
+        now); return the seconds waited."""
+        now = time.monotonic()
+        t = now if since is None else since
+        timeout = self.session_s + self.margin_s - (now - t if self.deadline_from_since else 0)
+        try:
+            took = wait_for(lambda: self.group.consuming_since(self.parts, t), max(0.0, timeout),
+                            f"the group to own and consume everything after {after}")  # fmt: skip
+        except AssertionError as e:
+            # Described now, at the deadline (not as the wait began, when after a broker
+            # restart every member has just lost everything).
+            raise AssertionError(f"{e}: {self.group.describe()}; {self.group.stale(t)}") from None
+        self.stable_after[after] = round(time.monotonic() - t, 2)
+        self.log(f"[chaos] stable {took:.2f}s after {after}: {self.group.describe()}")
+        return took
+
+    def freeze_through(self, z: MemberProcess, move: Callable[[], object], pause_s: float,
+                       what: str, must_fit: bool = True) -> None:  # fmt: skip
+        """Freeze ``z`` (SIGSTOP) for ``pause_s``, calling ``move()`` meanwhile; then wait for the
+        group to be stable and audit the frozen member's fence (``late_records``).
+
+        ``must_fit``: fail if ``move()`` took longer than the freeze (a test of exactly this
+        window); else the freeze just ends when ``move()`` returns."""
+        frozen = z.owned()
+        self.dup_allowed |= frozen
+        paused_at = z.pause()
+        paused_wall = time.time()  # records created after this exist only after the freeze
+        move()
+        left = paused_at + pause_s - time.monotonic()
+        assert left > 0 or not must_fit, f"{what}: the move took longer than the freeze"
+        if left > 0:
+            time.sleep(left)  # the fault itself: a freeze of a fixed length, not a wait
+        resumed_at = z.resume()
+        self.stable(what, since=resumed_at)
+        self.report.zombie_late_records += late_records(z, frozen, paused_at, paused_wall)
+
+    def finish(self) -> ChaosReport:
+        """Stop the producer and audit the run (:func:`audit`)."""
+        return audit(self.group, self.producer, self.dup_allowed, self.report)
+
+
+class Chaos(FaultRun):
     def __init__(
         self,
         workdir: Path,
@@ -140,10 +200,7 @@ class Chaos:
         self.workdir = workdir
         self.members = members
         self.partitions = partitions
-        self.session_s = session_timeout_ms / 1000
-        self.margin_s = margin_s
         self.rng = random.Random(seed)
-        self.log = log
         extra: dict[str, object] = {}
         self.cluster: LocalCluster | None = None
         self.brokers: LocalBroker | LocalCluster
@@ -166,13 +223,12 @@ class Chaos:
         self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
         # -1: the brokers' default replication factor (3 on the cluster)
         create_topic(self.admin, self.topic, partitions, replication_factor=-1)
-        self.parts: set[TP] = {(self.topic, p) for p in range(partitions)}
-        self.group = Group(self.bootstrap, "chaos-group", [self.topic], workdir, protocol=protocol,
-                           session_timeout_ms=session_timeout_ms, extra=extra)  # fmt: skip
-        self.producer = KeyedProducer(self.bootstrap, self.topic, rate_per_s=200)
-        self.report = ChaosReport()
-        #: partitions on which a duplicate is explained by a crash, a freeze or an outage
-        self.dup_allowed: set[TP] = set()
+        group = WorkerGroup(self.bootstrap, "chaos-group", [self.topic], workdir,
+                            protocol=protocol, session_timeout_ms=session_timeout_ms,
+                            extra=extra)  # fmt: skip
+        super().__init__(group, LoadProducer.keyed(self.bootstrap, self.topic, 200),
+                         {(self.topic, p) for p in range(partitions)}, session_timeout_ms / 1000,
+                         margin_s, log)  # fmt: skip
 
     # ------------------------------------------------------------------ running
 
@@ -199,51 +255,26 @@ class Chaos:
                 self.broker.stop()
         return self.report
 
-    def spawn(self, slow_control_ms: int = 0) -> Worker:
+    def spawn(self, slow_control_ms: int = 0) -> MemberProcess:
         """A member that talks to the broker through the fault proxy, as client.id its name."""
-        name = f"w{len(self.group.workers)}"
+        name = f"w{len(self.group.members)}"
         return self.group.spawn(name, slow_control_ms=slow_control_ms,
                                 bootstrap=self.brokers.proxy_bootstrap, client_id=name)  # fmt: skip
 
-    def stable(self, after: str, since: float | None = None) -> float:
-        """Wait until every partition is owned once and consumed again after ``since``."""
-        t = time.monotonic() if since is None else since
-        try:
-            took = wait_for(lambda: self.group.consuming_since(self.parts, t),
-                            self.session_s + self.margin_s,
-                            "the group to own and consume everything")  # fmt: skip
-        except AssertionError as e:
-            # Described now, at the deadline (not as the wait began, when after a broker
-            # restart every member has just lost everything).
-            raise AssertionError(f"{e}: {self.group.describe()}; {self.stale(t)}") from None
-        self.log(f"[chaos] stable {took:.2f}s after {after}: {self.group.describe()}")
-        return took
-
-    def stale(self, since: float) -> str:
-        """Per running worker: owned partitions without a record processed since ``since``."""
-        out = []
-        for w in self.running():
-            mine = w.owned()
-            fresh = {tuple(f["tp"]) for f in w.facts() if f["e"] == "msg" and f["t"] > since}
-            idle = sorted(mine - fresh)
-            if idle:
-                out.append(f"{w.name} owns but has not consumed {idle}")
-        return "; ".join(out) or "every owned partition consumed"
-
-    def running(self) -> list[Worker]:
+    def running(self) -> list[MemberProcess]:
         return self.group.live()
 
-    def leader(self) -> Worker | None:
+    def leader(self) -> MemberProcess | None:
         for w in self.running():
             if w.state().get("leader"):
                 return w
         return None
 
-    def crash(self, w: Worker) -> None:
+    def crash(self, w: MemberProcess) -> None:
         self.dup_allowed |= w.owned()
         w.kill()
 
-    def replace(self, w: Worker, slow_control_ms: int = 0) -> None:
+    def replace(self, w: MemberProcess, slow_control_ms: int = 0) -> None:
         """kill -9 ``w`` and start a new member in its place: the group keeps its size."""
         self.crash(w)
         self.spawn(slow_control_ms=slow_control_ms)
@@ -356,7 +387,7 @@ class Chaos:
         return {tp for tp, spans in self.group.intervals().items()
                 if any(start > since for start, _, _ in spans)}  # fmt: skip
 
-    def frozen_leader_move(self, victims: list[Worker]) -> float:
+    def frozen_leader_move(self, victims: list[MemberProcess]) -> float:
         """Freeze a member just under its session while the control partition's leadership
         moves (its leader's controlled shutdown): with one node's clock ahead, log time may
         jump forward by the skew meanwhile. The member must fence itself in time (no record
@@ -364,29 +395,22 @@ class Chaos:
         assert self.cluster is not None
         owners = [w for w in victims if w.owned()] or victims
         z = self.rng.choice(owners)
-        frozen = z.owned()
-        self.dup_allowed |= frozen
         node = self.control_leader()
-        paused_at = z.pause()
-        paused_wall = time.time()
-        self.cluster.node(node).stop()  # a controlled shutdown hands leadership over at once
-        self.log(f"[chaos] {z.name} frozen; node {node} stopped (control leader now "
-                 f"{self.control_leader()})")  # fmt: skip
-        left = paused_at + self.session_s - 0.5 - time.monotonic()
-        if left > 0:
-            time.sleep(left)  # the fault itself: a freeze of a fixed length
-        resumed_at = z.resume()
-        self.stable(f"{z.name} frozen through a leadership move", since=resumed_at)
-        self.report.zombie_late_records += late_records(z, frozen, paused_at, paused_wall)
+
+        def move() -> None:
+            self.cluster.node(node).stop()  # type: ignore[union-attr]  # a controlled shutdown
+            self.log(f"[chaos] {z.name} frozen; node {node} stopped (control leader now "
+                     f"{self.control_leader()})")  # fmt: skip
+
+        # The freeze ends when the move is done if that takes longer (a loaded machine).
+        self.freeze_through(z, move, self.session_s - 0.5, f"{z.name} frozen through a "
+                            "leadership move", must_fit=False)  # fmt: skip
         self.cluster.restart(node)
         return time.monotonic()
 
-    def finish(self) -> None:
-        audit(self.group, self.producer, self.dup_allowed, self.report)
-
 
 def audit(
-    group: Group, producer: KeyedProducer, dup_allowed: set[TP], report: ChaosReport
+    group: WorkerGroup, producer: LoadProducer, dup_allowed: set[TP], report: ChaosReport
 ) -> ChaosReport:
     """Stop ``producer``, wait until every acknowledged offset was processed, and count into
     ``report``: lost records, duplicates (unexplained unless on a ``dup_allowed`` partition),
@@ -395,22 +419,18 @@ def audit(
     ends = producer.end_offsets()
     report.produced = sum(ends.values())
 
-    def drained() -> bool:
-        done = group.processed()
-        return all(set(range(e)) <= set(done.get(tp, {})) for tp, e in ends.items())
-
     with contextlib.suppress(AssertionError):  # what is missing is counted as lost below
-        wait_for(drained, 60, "every produced record to be processed")
+        wait_for(lambda: not missing(ends, group.processed()), 60,
+                 "every produced record to be processed")  # fmt: skip
     done = group.processed()
-    for tp, end in ends.items():
-        seen = done.get(tp, {})
-        report.lost += len(set(range(end)) - set(seen))
-        dups = [o for o, n in seen.items() if n > 1]
+    report.lost = sum(len(gone) for gone in missing(ends, done).values())
+    for tp in ends:
+        dups = [o for o, n in done.get(tp, {}).items() if n > 1]
         report.duplicates += len(dups)
         if dups and tp not in dup_allowed:
             report.unexplained_duplicates.append(f"{tp}: {sorted(dups)[:5]}")
     report.processed = sum(sum(c.values()) for c in done.values())
-    zombies = [w.name for w in group.workers.values() if w.pauses]
+    zombies = [w.name for w in group.members.values() if w.pauses]
     report.running_overlaps = group.overlaps(ignore=zombies)
     report.zombie_overlaps = len(group.overlaps()) - len(report.running_overlaps)
     return report

@@ -2,7 +2,7 @@
 
 The ``kafka`` fixture takes, in order: an external cluster named by
 ``GROUPKIT_BOOTSTRAP_SERVERS``; a testcontainers Kafka when a Docker engine answers a ping; else
-the local broker that ``groupkit.devbroker`` runs from Apache Kafka's own jars. It never skips:
+the local broker that ``groupkit.dev.broker`` runs from Apache Kafka's own jars. It never skips:
 a test that needs a broker fails when none can be had.
 """
 
@@ -28,7 +28,7 @@ class KafkaBackend:
     bootstrap: str
     kind: str  # "external", "testcontainers", "local"
     version: str
-    local: Any = None  # the devbroker.LocalBroker (LocalCluster) that this run started
+    local: Any = None  # the groupkit.dev.broker.LocalBroker (LocalCluster) that this run started
     created_topics: list[str] = field(default_factory=list)
     #: librdkafka clients still alive when this run stopped its broker (leaks)
     outlived: int = 0
@@ -60,7 +60,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def stop_after_clients(backend: KafkaBackend, stop: Callable[[], object]) -> None:
     """Stop this run's broker only once every client of the session is gone (a client that
     outlives its broker retries it for ever, logging ``Connect ... failed``)."""
-    from groupkit.devbroker import wait_clients_closed
+    from groupkit.dev.broker import wait_clients_closed
 
     # While another broker of this session still serves, its own clients (e.g. the ``admin``
     # fixture's) may live on: nothing can be told apart, so only wait briefly.
@@ -94,13 +94,38 @@ def _docker_engine_answers() -> bool:
         return False
 
 
+def _external() -> KafkaBackend | None:
+    """The cluster ``GROUPKIT_BOOTSTRAP_SERVERS`` names, if it names one (it wins)."""
+    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
+    if not external:
+        return None
+    backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
+    _announce(backend)
+    return backend
+
+
+def _local_version() -> str:
+    from groupkit.dev.broker import DEFAULT_KAFKA_VERSION
+
+    return os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
+
+
+def _serve(local: Any, kind: str) -> Iterator[KafkaBackend]:
+    """Start ``local`` (a LocalBroker or LocalCluster) for the session; stop it after the
+    session's clients are gone."""
+    backend = KafkaBackend(local.start(), kind, local.version, local=local)
+    _announce(backend)
+    try:
+        yield backend
+    finally:
+        stop_after_clients(backend, local.stop)
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
-    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
-    if external:
-        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
-        _announce(backend)
-        yield backend
+    external = _external()
+    if external is not None:
+        yield external
         return
     if _docker_engine_answers():
         from testcontainers.community.kafka import KafkaContainer
@@ -111,17 +136,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
             _announce(backend)
             yield backend
         return
-    from groupkit.devbroker import DEFAULT_KAFKA_VERSION, LocalBroker
+    from groupkit.dev.broker import LocalBroker
 
-    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
-    broker = LocalBroker(tmp_path_factory.mktemp("broker"), version=version)
-    bootstrap = broker.start()
-    backend = KafkaBackend(bootstrap, "local", version, local=broker)
-    _announce(backend)
-    try:
-        yield backend
-    finally:
-        stop_after_clients(backend, broker.stop)
+    yield from _serve(LocalBroker(tmp_path_factory.mktemp("broker"), version=_local_version()),
+                      "local")  # fmt: skip
 
 
 #: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
@@ -136,34 +154,21 @@ CLUSTER_PROPERTIES = {
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
-    """Three KRaft brokers (``devbroker.LocalCluster``: RF 3, ``min.insync.replicas`` 2, racks
+    """Three KRaft brokers (``dev.broker.LocalCluster``: RF 3, ``min.insync.replicas`` 2, racks
     r0..r2), shared by the session; ``cluster.local`` is the LocalCluster to inject faults
     with; each node also has a ``PROXIED`` listener for a fault proxy
-    (``groupkit.devbroker_proxy``, tests/test_cluster_partition.py).
+    (``groupkit.dev.proxy``, tests/test_cluster_partition.py).
     ``GROUPKIT_BOOTSTRAP_SERVERS`` still wins: then ``local`` is ``None``, and a test that must
     kill, skew or cut off a broker says it cannot."""
-    external = os.environ.get("GROUPKIT_BOOTSTRAP_SERVERS")
-    if external:
-        backend = KafkaBackend(external, "external", os.environ.get("GROUPKIT_KAFKA_VERSION", "?"))
-        _announce(backend)
-        yield backend
+    external = _external()
+    if external is not None:
+        yield external
         return
-    from groupkit.devbroker import DEFAULT_KAFKA_VERSION, LocalCluster
+    from groupkit.dev.broker import LocalCluster
 
-    version = os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
-    local = LocalCluster(
-        tmp_path_factory.mktemp("cluster"),
-        version=version,
-        extra_properties=CLUSTER_PROPERTIES,
-        proxied=True,
-    )
-    bootstrap = local.start()
-    backend = KafkaBackend(bootstrap, "local 3-node cluster", version, local=local)
-    _announce(backend)
-    try:
-        yield backend
-    finally:
-        stop_after_clients(backend, local.stop)
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"), version=_local_version(),
+                         extra_properties=CLUSTER_PROPERTIES, proxied=True)  # fmt: skip
+    yield from _serve(local, "local 3-node cluster")
 
 
 @pytest.fixture(scope="session")

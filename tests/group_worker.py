@@ -4,8 +4,9 @@ Run as ``python -m tests.group_worker --bootstrap B --group G --topics t1,t2 --a
 It appends one JSON line per fact to ``FILE`` (flushed at once, so a kill -9 loses nothing
 written before it):
 
-- ``{"e": "assign" | "revoke" | "lost", "tp": [topic, partition], "t": monotonic}``: ownership,
-  logged inside the callbacks, i.e. while the poll thread does nothing else;
+- ``{"e": "assign" | "revoke" | "lost", "tps": [[topic, partition], ...], "t": monotonic}``:
+  ownership, logged inside the callbacks, i.e. while the poll thread does nothing else (the
+  audit format of groupkit.dev.harness, which reads it);
 - ``{"e": "msg", "tp": [...], "o": offset, "ts": create_time_ms, "t": ...}``: a processed
   record (``ts`` is the producer's timestamp, epoch ms);
 - ``{"e": "state", "member": id, "generation": n, "leader": bool, "t": ...}`` when it changes;
@@ -39,22 +40,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import Audit
 from groupkit.errors import FencedError, GroupkitError
 from groupkit.log import configure as configure_logs
 from groupkit.protocol import GroupState
 from groupkit.runtime.hooks import GroupObserver
-
-
-class Audit:
-    def __init__(self, path: str) -> None:
-        self._f = open(path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
-        self._lock = threading.Lock()
-
-    def write(self, **fact: Any) -> None:
-        fact.setdefault("t", time.monotonic())
-        with self._lock:
-            self._f.write(json.dumps(fact) + "\n")
-            self._f.flush()
 
 
 class SlowControl(GroupObserver):
@@ -110,20 +100,14 @@ def main() -> None:
     if os.environ.get("GK_DATA_DEBUG"):  # e.g. "cgrp,fetch": librdkafka debug of the data consumer
         conf["debug"] = os.environ["GK_DATA_DEBUG"]
 
-    def tps(parts: list[KTP]) -> list[list[Any]]:
-        return [[p.topic, p.partition] for p in parts]
-
     def on_assign(_c: GroupConsumer, parts: list[KTP]) -> None:
-        for tp in tps(parts):
-            audit.write(e="assign", tp=tp)
+        audit.ownership("assign", [(p.topic, p.partition) for p in parts])
 
     def on_revoke(_c: GroupConsumer, parts: list[KTP]) -> None:
-        for tp in tps(parts):
-            audit.write(e="revoke", tp=tp)
+        audit.ownership("revoke", [(p.topic, p.partition) for p in parts])
 
     def on_lost(_c: GroupConsumer, parts: list[KTP]) -> None:
-        for tp in tps(parts):
-            audit.write(e="lost", tp=tp)
+        audit.ownership("lost", [(p.topic, p.partition) for p in parts])
 
     commands: list[str] = []
 
@@ -136,7 +120,7 @@ def main() -> None:
     consumer = GroupConsumer(conf, observers=observers)
     consumer.subscribe(args.topics.split(","), on_assign=on_assign, on_revoke=on_revoke,
                        on_lost=on_lost)  # fmt: skip
-    audit.write(e="started", member=consumer.member_id)
+    audit.write("started", member=consumer.member_id)
     last_state: tuple[Any, ...] = ()
     last_offset: dict[tuple[str, int], int] = {}
     while True:
@@ -144,24 +128,24 @@ def main() -> None:
             cmd = commands.pop(0)
             if cmd == "close":
                 consumer.close()
-                audit.write(e="closed")
+                audit.write("closed")
                 return
             if cmd == "commit":
                 for (topic, part), off in sorted(last_offset.items()):
                     try:
                         consumer.commit(offsets=[KTP(topic, part, off + 1)], asynchronous=False)
-                        audit.write(e="committed", tp=[topic, part], o=off + 1)
+                        audit.write("committed", tp=[topic, part], o=off + 1)
                     except (GroupkitError, KafkaException) as e:
-                        audit.write(e="commit_refused", tp=[topic, part], o=off + 1,
+                        audit.write("commit_refused", tp=[topic, part], o=off + 1,
                                     error=str(e), fenced=isinstance(e, FencedError))  # fmt: skip
-                audit.write(e="commit_done")
+                audit.write("commit_done")
             if cmd.startswith("subscribe "):
                 consumer.subscribe(cmd.split(" ", 1)[1].split(","), on_assign=on_assign,
                                    on_revoke=on_revoke, on_lost=on_lost)  # fmt: skip
         try:
             batch = consumer.consume(100, 0.05)
         except GroupkitError as e:  # the control loop failed: say so, release, exit
-            audit.write(e="failed", error=str(e))
+            audit.write("failed", error=str(e))
             with contextlib.suppress(GroupkitError):
                 consumer.close()
             sys.exit(3)
@@ -171,19 +155,19 @@ def main() -> None:
             if c is not None:
                 with c.lock:
                     age = c.member.session_age_ms(time.monotonic_ns() // 1_000_000)
-            audit.write(e="batch", n=len(batch), age_ms=age,
+            audit.write("batch", n=len(batch), age_ms=age,
                         fence_until=consumer._fence_until)  # fmt: skip
         for msg in batch:
             if msg.error() is not None:
-                audit.write(e="error", error=str(msg.error()))
+                audit.write("error", error=str(msg.error()))
                 continue
-            audit.write(e="msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
+            audit.write("msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
                         ts=msg.timestamp()[1])  # fmt: skip
             last_offset[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
         state = (consumer.member_id, consumer.generation, consumer.is_leader)
         if state != last_state:
             last_state = state
-            audit.write(e="state", member=state[0], generation=state[1], leader=state[2])
+            audit.write("state", member=state[0], generation=state[1], leader=state[2])
 
 
 if __name__ == "__main__":

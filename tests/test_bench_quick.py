@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -26,13 +26,9 @@ from bench.rebalance import broker_properties  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    b = LocalBroker(tmp_path_factory.mktemp("bench-broker"),
-                    extra_properties=broker_properties(1000, 100))  # fmt: skip
-    boot = b.start()
-    try:
-        yield boot
-    finally:
-        b.stop()
+    with LocalBroker(tmp_path_factory.mktemp("bench-broker"),
+                     extra_properties=broker_properties(1000, 100)) as b:  # fmt: skip
+        yield b.bootstrap
 
 
 @pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover", "join_age", "scale"])

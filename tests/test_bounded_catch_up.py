@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from groupkit import GroupConsumer
-from tests.groupharness import wait_for
+from groupkit.dev.harness import wait_for
 
 
 def _poll_until(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float,

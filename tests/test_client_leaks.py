@@ -2,7 +2,7 @@
 
 A client that outlives its use keeps retrying its brokers (``Connect to ipv4#... failed:
 Connection refused`` once they are gone). Each test counts the live librdkafka handles of this
-process (``devbroker.live_client_handles``: one ``rdk:main`` thread per handle) before and after
+process (``dev.broker.live_client_handles``: one ``rdk:main`` thread per handle) before and after
 a path, with the consumer object still referenced, so what is counted is what ``close()`` (or the
 path itself) closed, not what garbage collection happened to destroy. The constructor's own
 paths (a failed subscribe, a constructor that fails half-way) are in
@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import free_port, live_client_handles
+from groupkit.dev.broker import free_port, live_client_handles
+from groupkit.dev.harness import wait_for
 from groupkit.errors import BrokerError, GroupkitError
 from groupkit.protocol import GroupState
 from groupkit.runtime.hooks import GroupObserver
-from tests.groupharness import wait_for
 
 #: admin, data consumer, control reader, control writer
 PER_MEMBER = 4

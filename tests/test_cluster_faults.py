@@ -10,7 +10,7 @@ once and consumed) within session timeout + ``MARGIN_S`` of the fault.
 - the broker leading the group's control partition is killed (-9) and restarted;
 - a broker leading data partitions (and not the control partition) is killed and restarted;
 - broker clock skew: one broker runs with its wall clock ``SKEW_S`` ahead
-  (``devbroker.skewed_clock_jvm_args``); the control partition's
+  (``groupkit.dev.broker.skewed_clock_jvm_args``); the control partition's
   leadership moves to it (the leader's controlled shutdown) and back (preferred-leader election)
   while a member is frozen for just under its session, with ``groupkit.max.clock.skew.ms`` above
   the skew. The test first shows the skew is real: a LogAppendTime record led by that broker is
@@ -26,19 +26,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from groupkit.devbroker import LocalCluster
+from groupkit.dev.broker import LocalCluster
+from groupkit.dev.harness import TP, LoadProducer, wait_for
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, TUNING_CONFIG
-from tests.chaos import ChaosReport, audit, late_records
+from tests.chaos import ChaosReport, FaultRun
 from tests.conftest import KafkaBackend, delete_topics, unique_name
-from tests.groupharness import TP, Group, KeyedProducer, Worker, control_partition, wait_for
+from tests.groupharness import WorkerGroup, control_partition
 
 PARTITIONS = 6
 SESSION_MS = 3000
@@ -65,31 +65,17 @@ def local_cluster(backend: KafkaBackend) -> LocalCluster:
     return lc
 
 
-@dataclass
-class Run:
-    lc: LocalCluster
-    admin: AdminClient
-    group: Group
-    producer: KeyedProducer
-    topic: str
-    session_s: float
-    parts: set[TP]
-    dup_allowed: set[TP] = field(default_factory=set)
-    report: ChaosReport = field(default_factory=ChaosReport)
-    stable_after: dict[str, float] = field(default_factory=dict)
+class Run(FaultRun):
+    """A group on the cluster under one test's faults (tests.chaos.FaultRun); stable within
+    session + ``MARGIN_S`` of each fault."""
 
-    def stable(self, after: str, since: float) -> float:
-        """Wait until every partition is owned once and consumed after ``since``; return the
-        seconds from ``since``."""
-        try:
-            wait_for(lambda: self.group.consuming_since(self.parts, since),
-                     max(0.0, since + self.session_s + MARGIN_S - time.monotonic()),
-                     f"the group to own and consume everything after {after}")  # fmt: skip
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {self.group.describe()}") from None
-        took = time.monotonic() - since
-        self.stable_after[after] = round(took, 2)
-        return took
+    deadline_from_since = True
+
+    def __init__(self, lc: LocalCluster, admin: AdminClient, group: WorkerGroup,
+                 producer: LoadProducer, topic: str, session_s: float,
+                 parts: set[TP]) -> None:  # fmt: skip
+        super().__init__(group, producer, parts, session_s, MARGIN_S)
+        self.lc, self.admin, self.topic = lc, admin, topic
 
     def control_partition(self) -> TopicPartition:
         """The group's partition of its control topic (from the topic's partition count)."""
@@ -99,9 +85,9 @@ class Run:
         return self.lc.leader(tp.topic, tp.partition)
 
     def finish(self) -> ChaosReport:
-        dead = [w.name for w in self.group.workers.values() if not w.alive]
+        dead = [w.name for w in self.group.members.values() if not w.alive]
         assert dead == [], f"members died: {dead}"
-        audit(self.group, self.producer, self.dup_allowed, self.report)
+        super().finish()
         print(self.report.summary(), self.stable_after)
         return self.report
 
@@ -124,9 +110,10 @@ def running_group(
     topic = unique_name("data")
     create_topic(admin, topic, PARTITIONS, replication_factor=-1)
     ctl = control_topic or unique_name("ctl")
-    group = Group(lc.bootstrap, unique_name("g"), [topic], workdir, session_timeout_ms=session_ms,
-                  control_topic=ctl, extra=dict(extra or {}))  # fmt: skip
-    producer = KeyedProducer(lc.bootstrap, topic, rate_per_s=100)
+    group = WorkerGroup(lc.bootstrap, unique_name("g"), [topic], workdir,
+                        session_timeout_ms=session_ms, control_topic=ctl,
+                        extra=dict(extra or {}))  # fmt: skip
+    producer = LoadProducer.keyed(lc.bootstrap, topic, 100)
     run = Run(lc, admin, group, producer, topic, session_ms / 1000,
               {(topic, p) for p in range(PARTITIONS)})  # fmt: skip
     try:
@@ -138,7 +125,7 @@ def running_group(
         run.stable("start", t0)
         yield run
         # A member that died of a fault (its control loop failed) would hide in "stable".
-        assert [w.name for w in group.workers.values() if not w.alive] == []
+        assert [w.name for w in group.members.values() if not w.alive] == []
     finally:
         producer.stop()
         group.stop_all()
@@ -262,21 +249,6 @@ def log_append_lead_s(lc: LocalCluster, node: int) -> tuple[float, float]:
         delete_topics(admin, [name])
 
 
-def freeze_through(run: Run, w: Worker, move: object, what: str) -> None:
-    """Freeze ``w`` (SIGSTOP) for ``PAUSE_S``, calling ``move()`` meanwhile; audit its fence."""
-    frozen = w.owned()
-    run.dup_allowed |= frozen
-    paused_at = w.pause()
-    paused_wall = time.time()  # records created after this exist only after the freeze
-    move()  # type: ignore[operator]
-    left = paused_at + PAUSE_S - time.monotonic()
-    assert left > 0, f"moving the leadership took longer than the freeze ({what})"
-    time.sleep(left)  # the fault itself: a freeze of a fixed length, not a wait for a condition
-    resumed_at = w.resume()
-    run.stable(what, resumed_at)
-    run.report.zombie_late_records += late_records(w, frozen, paused_at, paused_wall)
-
-
 def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
     lc = local_cluster(cluster)
     home, skewed = 0, 2  # the control partition's replicas, in preference order: home, skewed
@@ -306,7 +278,7 @@ def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
                 wait_for(lambda: run.leader(tp) == skewed, 3, f"node {skewed} to lead {tp}")
 
             first = next(w for w in run.group.live() if w.owned())
-            freeze_through(run, first, to_skewed, f"leadership to the +{SKEW_S}s node")
+            run.freeze_through(first, to_skewed, PAUSE_S, f"leadership to the +{SKEW_S}s node")
 
             lc.restart(home)
             wait_for(lambda: home in run.admin.list_topics(tp.topic, timeout=10)
@@ -318,7 +290,8 @@ def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
                 wait_for(lambda: run.leader(tp) == home, 3, f"node {home} to lead {tp} again")
 
             second = next(w for w in run.group.live() if w.owned() and w is not first)
-            freeze_through(run, second, to_home, "leadership back to the true-clock node")
+            run.freeze_through(second, to_home, PAUSE_S,
+                             "leadership back to the true-clock node")
             report = run.finish()
         assert_clean(report)
         assert all(t <= SKEW_SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())

@@ -1,5 +1,5 @@
 """A member cut off from the brokers while its process runs, on the session's 3-broker ``cluster``
-(issue 18 §2), through the fault proxy (``groupkit.devbroker_proxy``).
+(issue 18 §2), through the fault proxy (``groupkit.dev.proxy``).
 
 A group of three member processes reads an RF-3 topic while a keyed producer writes. Member
 ``w0`` bootstraps through the proxy, so every connection of its four clients goes through it
@@ -31,9 +31,10 @@ from pathlib import Path
 
 import pytest
 
-from groupkit.devbroker_proxy import FaultProxy
+from groupkit.dev.harness import MemberProcess, wait_for
+from groupkit.dev.proxy import FaultProxy
 from tests.conftest import KafkaBackend
-from tests.groupharness import CUTS, Worker, cut_pattern, wait_for
+from tests.groupharness import CUTS, cut_pattern
 from tests.test_cluster_faults import (
     MARGIN_S,
     SESSION_MS,
@@ -51,12 +52,12 @@ def proxy(cluster: KafkaBackend) -> Iterator[FaultProxy]:
         yield p
 
 
-def fenced_after(w: Worker, since: float) -> float:
+def fenced_after(w: MemberProcess, since: float) -> float:
     return max(f["t"] for f in w.facts() if f["e"] == "lost" and f["t"] > since) - since
 
 
-def granted_after(run: Run, w: Worker, since: float) -> float:
-    return max(f["t"] for o in run.group.workers.values() if o is not w for f in o.facts()
+def granted_after(run: Run, w: MemberProcess, since: float) -> float:
+    return max(f["t"] for o in run.group.members.values() if o is not w for f in o.facts()
                if f["e"] == "assign" and f["t"] > since) - since  # fmt: skip
 
 
@@ -70,7 +71,7 @@ def test_member_cut_off_then_healed(
 ) -> None:
     lc = local_cluster(cluster)
     with running_group(lc, tmp_path, first_via=lc.proxy_bootstrap) as run:
-        w = run.group.workers["w0"]
+        w = run.group.members["w0"]
         # Every client of w0 really goes through the proxy (and nobody else's does).
         seen = set(proxy.clients())
         assert {"w0", "w0.control-reader", "w0.control-writer"} <= seen, seen

@@ -24,10 +24,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import LoadProducer, wait_for
 from groupkit.errors import FencedError
 from groupkit.runtime.hooks import GroupObserver
 from tests.conftest import unique_name
-from tests.groupharness import KeyedProducer, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -365,7 +365,7 @@ def test_a_member_frozen_inside_a_fetch_hands_out_nothing_fetched_after(
     coordinator = c.coordinator
     assert coordinator is not None
     # A live topic: records keep arriving, so the frozen call finds some queued when it wakes.
-    producer = KeyedProducer(bootstrap, topic, rate_per_s=1000).start()
+    producer = LoadProducer.keyed(bootstrap, topic, 1000).start()
     try:
         coordinator.stop()  # the whole process freezes: no heartbeat either
         freeze["armed"] = True

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import (
     AssignmentKey,
@@ -36,7 +37,6 @@ from groupkit.protocol.records import (
 )
 from groupkit.runtime.hooks import GroupObserver
 from tests.conftest import unique_name
-from tests.groupharness import wait_for
 
 
 class Rejections(GroupObserver):

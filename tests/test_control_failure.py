@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 from groupkit.errors import ConsumerClosedError, ControlLoopError
 from groupkit.runtime.admin import create_topic
 from tests.test_security import (  # noqa: F401 - names, root and sasl are fixtures

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from groupkit.cli import build_parser
-from groupkit.demo import MemberView, render
-from groupkit.demo_worker import zipf_weights
+from groupkit.dev.demo import MemberView, render
+from groupkit.dev.demo_worker import zipf_weights
 
 
 def test_zipf_weights_make_partition_zero_hottest() -> None:

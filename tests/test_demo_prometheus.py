@@ -37,8 +37,8 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from groupkit.devbroker import free_port
-from tests.groupharness import wait_for
+from groupkit.dev.broker import free_port
+from groupkit.dev.harness import wait_for
 from tests.test_deploy import dashboard_exprs, instantiate
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from groupkit.demo_worker import build_parser
+from groupkit.dev.demo_worker import build_parser
 from groupkit.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def test_every_mounted_or_copied_file_exists() -> None:
 def test_compose_commands_parse_with_the_demo_worker() -> None:
     services = _compose()["services"]
     dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
-    assert 'ENTRYPOINT ["python", "-m", "groupkit.demo_worker"]' in dockerfile
+    assert 'ENTRYPOINT ["python", "-m", "groupkit.dev.demo_worker"]' in dockerfile
     worker = build_parser().parse_args(services["worker"]["command"])
     producer = build_parser().parse_args(services["producer"]["command"])
     assert (worker.role, producer.role) == ("worker", "produce")

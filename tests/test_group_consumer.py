@@ -11,17 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from groupkit.dev.harness import TP, LoadProducer, missing, wait_for
 from tests.chaos import late_records
 from tests.conftest import unique_name
-from tests.groupharness import TP, Group, KeyedProducer, wait_for
+from tests.groupharness import WorkerGroup
 
 
 @pytest.fixture
-def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Group]]:
-    groups: list[Group] = []
+def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., WorkerGroup]]:
+    groups: list[WorkerGroup] = []
 
-    def make(topics: list[str], **kw: object) -> Group:
-        g = Group(bootstrap, unique_name("g"), topics, tmp_path, **kw)  # type: ignore[arg-type]
+    def make(topics: list[str], **kw: object) -> WorkerGroup:
+        g = WorkerGroup(bootstrap, unique_name("g"), topics, tmp_path, **kw)  # type: ignore[arg-type]
         groups.append(g)
         return g
 
@@ -37,13 +38,13 @@ def _parts(topic: str, n: int) -> set[TP]:
 @pytest.mark.parametrize("protocol", ["cooperative", "eager"])
 def test_members_join_and_share_every_partition_once(
     protocol: str,
-    make_group: Callable[..., Group],
+    make_group: Callable[..., WorkerGroup],
     topic_factory: Callable[..., str],
     bootstrap: str,
 ) -> None:
     topic = topic_factory(partitions=12)
     parts = _parts(topic, 12)
-    producer = KeyedProducer(bootstrap, topic).start()
+    producer = LoadProducer.keyed(bootstrap, topic).start()
     g = make_group([topic], protocol=protocol)
     try:
         for _ in range(3):
@@ -56,7 +57,7 @@ def test_members_join_and_share_every_partition_once(
         g.wait_stable(parts)
         assert sorted(len(w.owned()) for w in g.live()) == [3, 3, 3, 3]
         for name, owned in before.items():
-            w = g.workers[name]
+            w = g.members[name]
             revoked = set(w.events("revoke")[revokes_before[name] :])
             if protocol == "cooperative":
                 # Only what moved was revoked; what stayed was never paused.
@@ -71,7 +72,7 @@ def test_members_join_and_share_every_partition_once(
 
 
 def test_kill_follower_then_leader_reassigns_after_session_timeout(
-    make_group: Callable[..., Group], topic_factory: Callable[..., str]
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=6)
     parts = _parts(topic, 6)
@@ -96,7 +97,7 @@ def test_kill_follower_then_leader_reassigns_after_session_timeout(
 
 
 def test_clean_close_rebalances_at_once(
-    make_group: Callable[..., Group], topic_factory: Callable[..., str]
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=6)
     parts = _parts(topic, 6)
@@ -114,7 +115,7 @@ def test_clean_close_rebalances_at_once(
 
 
 def test_subscription_change_and_new_partitions_rebalance(
-    make_group: Callable[..., Group], topic_factory: Callable[..., str], admin: object
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], admin: object
 ) -> None:
     from confluent_kafka.admin import NewPartitions
 
@@ -134,12 +135,12 @@ def test_subscription_change_and_new_partitions_rebalance(
 
 
 def test_at_least_once_across_joins_leaves_and_crashes(
-    make_group: Callable[..., Group], topic_factory: Callable[..., str], bootstrap: str
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
     topic = topic_factory(partitions=8)
     parts = _parts(topic, 8)
     g = make_group([topic], session_timeout_ms=3000)
-    producer = KeyedProducer(bootstrap, topic, rate_per_s=300).start()
+    producer = LoadProducer.keyed(bootstrap, topic, 300).start()
     try:
         _w0, w1 = g.spawn(), g.spawn()
         g.wait_stable(parts)
@@ -157,15 +158,10 @@ def test_at_least_once_across_joins_leaves_and_crashes(
     ends = producer.end_offsets()
     assert sum(ends.values()) >= 100
 
-    def drained() -> bool:
-        done = g.processed()
-        return all(set(range(end)) <= set(done.get(tp, {})) for tp, end in ends.items())
-
-    wait_for(drained, 60, "every produced record to be processed")
+    wait_for(lambda: not missing(ends, g.processed()), 60, "every produced record processed")
     done = g.processed()
-    for tp, end in ends.items():
-        missing = set(range(end)) - set(done[tp])
-        assert not missing, f"{tp} lost offsets {sorted(missing)[:10]}"
+    assert missing(ends, done) == {}
+    for tp in ends:
         dups = {o for o, n in done[tp].items() if n > 1}
         if dups:
             assert tp in crashed_owned, (
@@ -175,14 +171,14 @@ def test_at_least_once_across_joins_leaves_and_crashes(
 
 
 def test_zombie_fences_itself_when_it_wakes(
-    make_group: Callable[..., Group], topic_factory: Callable[..., str], bootstrap: str
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
     """A member frozen past its session timeout finds its partitions lost the moment it runs
     again, before it processes or commits anything more of them."""
     topic = topic_factory(partitions=4)
     parts = _parts(topic, 4)
     g = make_group([topic], session_timeout_ms=2000)
-    producer = KeyedProducer(bootstrap, topic, rate_per_s=100).start()
+    producer = LoadProducer.keyed(bootstrap, topic, 100).start()
     try:
         a, z = g.spawn(), g.spawn()
         g.wait_stable(parts)

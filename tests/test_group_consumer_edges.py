@@ -16,7 +16,8 @@ from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import live_client_handles
+from groupkit.dev.broker import live_client_handles
+from groupkit.dev.harness import wait_for
 from groupkit.errors import (
     BrokerError,
     ConfigError,
@@ -26,7 +27,6 @@ from groupkit.errors import (
 )
 from groupkit.runtime.describe import describe_group
 from tests.conftest import unique_name
-from tests.groupharness import wait_for
 
 
 def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str) -> None:

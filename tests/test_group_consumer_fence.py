@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.types import TopicPartition
 from tests.conftest import unique_name
-from tests.groupharness import wait_for
 
 
 def test_partitions_lost_by_polls_fence_are_granted_again(

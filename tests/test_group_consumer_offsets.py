@@ -21,8 +21,8 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.log import capture
-from tests.groupharness import wait_for
 
 
 def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
 
 CHECK = """
 import sys
@@ -39,13 +39,9 @@ print(lags)
 
 
 def test_lag_of_a_group_on_a_fresh_broker(tmp_path: Path) -> None:
-    broker = LocalBroker(tmp_path / "fresh")
-    bootstrap = broker.start()
-    try:
-        proc = subprocess.run([sys.executable, "-c", CHECK, bootstrap], capture_output=True,
-                              text=True, timeout=120, check=False)  # fmt: skip
-    finally:
-        broker.stop()
+    with LocalBroker(tmp_path / "fresh") as broker:
+        proc = subprocess.run([sys.executable, "-c", CHECK, broker.bootstrap],
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
     assert proc.stdout.strip().splitlines()[-1] == (
         "{TopicPartition(topic='t', partition=0): 0, TopicPartition(topic='t', partition=1): 0}"

@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.metrics import METRICS, _Rate, serve
 from tests.conftest import unique_name
-from tests.groupharness import wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -262,7 +262,7 @@ def test_no_registry_no_metrics_and_nothing_global_on_import() -> None:
     """Importing groupkit registers nothing, starts no thread, configures no logging."""
     code = (
         "import threading, structlog, prometheus_client\n"
-        "import groupkit, groupkit.metrics, groupkit.log, groupkit.demo\n"
+        "import groupkit, groupkit.metrics, groupkit.log, groupkit.dev.demo\n"
         "names = list(prometheus_client.REGISTRY._names_to_collectors)\n"
         "print({'threads': threading.active_count(), 'configured': structlog.is_configured(),\n"
         "       'groupkit': [n for n in names if n.startswith('groupkit')]})\n"

@@ -22,10 +22,10 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
+from groupkit.dev.harness import wait_for
 from groupkit.runtime.telemetry import LagSnapshot, RebalanceEvent, Telemetry, decode
 from groupkit.types import TopicPartition
 from tests.conftest import delete_topics, unique_name
-from tests.groupharness import wait_for
 from tests.spark_fixtures import spark  # noqa: F401  (the session fixture)
 
 pytestmark = pytest.mark.broker

@@ -20,7 +20,7 @@ from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
 from groupkit.types import MemberSubscription
 from groupkit.types import TopicPartition as TP
-from tests.protocol_sim import parts
+from tests.sim_log_readers import parts
 
 
 def stable_pair(protocol: str = "cooperative", **kw: object) -> GroupSim:

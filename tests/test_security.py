@@ -37,7 +37,8 @@ from confluent_kafka.admin import (
 )
 
 from groupkit import GroupConsumer
-from groupkit.devbroker import LocalBroker
+from groupkit.dev.broker import LocalBroker
+from groupkit.dev.harness import wait_for
 from groupkit.errors import BrokerError, GroupkitError
 from groupkit.protocol.records import (
     HmacSigner,
@@ -53,7 +54,6 @@ from groupkit.runtime.describe import describe_group
 from groupkit.runtime.lag import committed_offsets
 from groupkit.types import TopicPartition
 from tests.conftest import ReleasedAdmin, unique_name
-from tests.groupharness import wait_for
 
 USERS = {
     "admin": "admin-secret",
@@ -68,13 +68,9 @@ KEY = "correct horse battery staple"
 
 @pytest.fixture(scope="module")
 def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(Path(tmp_path_factory.mktemp("sasl-broker")), sasl_users=USERS,
-                         authorizer=True)  # fmt: skip
-    broker.start()
-    try:
+    with LocalBroker(Path(tmp_path_factory.mktemp("sasl-broker")), sasl_users=USERS,
+                     authorizer=True) as broker:  # fmt: skip
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")

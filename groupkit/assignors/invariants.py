@@ -7,7 +7,9 @@ listing all of them. The checks, and what they guarantee:
 
 - ``check_complete``: every member is present with a sorted list; every partition of a topic
   some member subscribes to is assigned exactly once, and only to a member subscribed to its
-  topic; nothing else is assigned. Holds for every assignor.
+  topic; nothing else is assigned. Holds for every assignor. Its core, ``check_owned_once`` (no
+  partition held twice, every expected one held), is also the multi-process harness's check of
+  a running group at one moment (groupkit.dev.harness).
 - ``check_balanced``: the strong balance rule of KIP-54: no single move of a partition to
   another member subscribed to its topic would make the counts more even (a member holding a
   partition of topic ``t`` has at most one more partition than any subscriber of ``t``). With
@@ -67,25 +69,40 @@ def check_complete(
         out.append(f"members missing from the assignment: {missing}")
     if extra:
         out.append(f"assignment names members that are not in the group: {extra}")
-    holder: dict[tuple[str, int], str] = {}
+    existing: dict[str, list[tuple[str, int]]] = {}
     for mid, tps in sorted(assignment.items()):
         if list(tps) != sorted(tps):
             out.append(f"{mid}: partitions are not sorted")
         topics = members[mid].topics if mid in members else ()
+        existing[mid] = []
         for t, p in tps:
             if not 0 <= p < partitions_per_topic.get(t, 0):
                 out.append(f"{mid} holds {t}-{p}, which does not exist")
                 continue
             if t not in topics:
                 out.append(f"{mid} holds {t}-{p} but does not subscribe to {t}")
+            existing[mid].append((t, p))
+    subscribed = {t for s in members.values() for t in s.topics}
+    every = [(t, p) for t in sorted(subscribed) for p in range(partitions_per_topic.get(t, 0))]
+    return out + check_owned_once(existing, every)
+
+
+def check_owned_once(
+    holders: Mapping[str, Iterable[tuple[str, int]]], partitions: Iterable[tuple[str, int]]
+) -> list[str]:
+    """No partition held by two members, and each of ``partitions`` held by one: of an
+    assignment (``check_complete``), or of the members of a running group at one moment
+    (groupkit.dev.harness, where the same partition held twice breaks the safety invariant)."""
+    out = []
+    holder: dict[tuple[str, int], str] = {}
+    for mid, tps in sorted(holders.items()):
+        for t, p in tps:
             if (t, p) in holder:
                 out.append(f"{t}-{p} is assigned twice: to {holder[(t, p)]} and {mid}")
             holder[(t, p)] = mid
-    subscribed = {t for s in members.values() for t in s.topics}
-    for t in sorted(subscribed):
-        for p in range(partitions_per_topic.get(t, 0)):
-            if (t, p) not in holder:
-                out.append(f"{t}-{p} is subscribed but not assigned")
+    for t, p in partitions:
+        if (t, p) not in holder:
+            out.append(f"{t}-{p} is subscribed but not assigned")
     return out
 
 

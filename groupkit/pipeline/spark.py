@@ -83,7 +83,7 @@ def kafka_connector_jars(version: str | None = None) -> list[str]:
     Resolved once with ``mvn`` into the cache; ``[]`` when ``mvn`` is not installed (the caller
     then uses ``spark.jars.packages``).
     """
-    from groupkit.devbroker import cache_root
+    from groupkit.cache import cache_root
 
     version = version or spark_version()
     home = cache_root() / "spark-jars" / version

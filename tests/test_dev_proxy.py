@@ -1,4 +1,4 @@
-"""The fault proxy (groupkit.devbroker_proxy) on plain sockets: what it forwards, holds and lets
+"""The fault proxy (groupkit.dev.proxy) on plain sockets: what it forwards, holds and lets
 through again. Its use against Kafka is tests/test_cluster_partition.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from groupkit.devbroker import free_port
-from groupkit.devbroker_proxy import FaultProxy, parse_client_id
+from groupkit.dev.broker import free_port
+from groupkit.dev.proxy import FaultProxy, parse_client_id
 
 
 def request(client_id: bytes | None) -> bytes:

@@ -3,8 +3,8 @@
 ``groupkit demo`` runs them on one machine; ``docker-compose.yml`` runs the same two commands
 in containers (``deploy/Dockerfile``)::
 
-    python -m groupkit.demo_worker worker --bootstrap-servers B --topic T --metrics-port 8000
-    python -m groupkit.demo_worker produce --bootstrap-servers B --topic T --rate 200
+    python -m groupkit.dev.demo_worker worker --bootstrap-servers B --topic T --metrics-port 8000
+    python -m groupkit.dev.demo_worker produce --bootstrap-servers B --topic T --rate 200
 
 The worker is what a real service looks like: a ``GroupConsumer`` with a registry, the
 registry served over HTTP, JSON logs on stderr, a clean leave on SIGTERM or SIGINT. It
@@ -185,7 +185,7 @@ def run_producer(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m groupkit.demo_worker", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m groupkit.dev.demo_worker", description=__doc__)
     sub = ap.add_subparsers(dest="role", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--bootstrap-servers", default=os.environ.get("BOOTSTRAP_SERVERS"),

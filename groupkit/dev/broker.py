@@ -22,7 +22,7 @@ broker and controller, in one static three-voter quorum, in ``<state>/node<i>``,
 killed (SIGKILL) and restarted on its data and ports, optionally with its wall clock off by whole
 seconds (``skewed_clock_jvm_args``), to show a broker whose clock is skewed.
 ``LocalCluster(proxied=True)`` (or ``LocalBroker(proxied=True)``) gives every node a second
-plaintext listener, ``PROXIED``, advertising a port that ``groupkit.devbroker_proxy.FaultProxy``
+plaintext listener, ``PROXIED``, advertising a port that ``groupkit.dev.proxy.FaultProxy``
 listens on, so a client that bootstraps there (``proxy_bootstrap``) reaches every broker through
 the proxy, which can cut it off.
 
@@ -59,19 +59,15 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
+from groupkit.cache import cache_root
 from groupkit.errors import DevBrokerError
 
 DEFAULT_KAFKA_VERSION = "4.1.1"
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
 MIN_JAVA = 17
-
-
-def cache_root() -> Path:
-    """``$GROUPKIT_CACHE`` or ``~/.cache/groupkit``."""
-    env = os.environ.get("GROUPKIT_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "groupkit"
 
 
 def default_state_dir() -> Path:
@@ -332,7 +328,25 @@ class BrokerStatus:
         )
 
 
-class LocalBroker:
+class _StartedInWith:
+    """``with LocalBroker(...) as broker`` (or a cluster): started on entry, stopped however the
+    block ends."""
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self) -> bool:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalBroker(_StartedInWith):
     """One single-node KRaft broker whose state lives in ``state_dir``."""
 
     def __init__(
@@ -372,7 +386,7 @@ class LocalBroker:
         self.clock_offset_s = clock_offset_s
         self.controller_port = 0
         #: a second plaintext listener, ``PROXIED``, on ``proxied_port``, that advertises
-        #: ``proxy_port`` instead: a fault proxy (devbroker_proxy) listens there and forwards
+        #: ``proxy_port`` instead: a fault proxy (groupkit.dev.proxy) listens there and forwards
         #: to ``proxied_port``, so a client that bootstraps through the proxy is told the proxy's
         #: address of every broker by the metadata, and all of its traffic keeps going through it
         self.proxied = proxied
@@ -696,7 +710,7 @@ class LocalBroker:
         self._proc = None
 
 
-class LocalCluster:
+class LocalCluster(_StartedInWith):
     """``brokers`` KRaft nodes on loopback, each broker and controller, in one voter quorum.
 
     Node ``i`` lives in ``state_dir/node<i>`` (a :class:`LocalBroker` with ``node.id`` ``i``
@@ -720,7 +734,7 @@ class LocalCluster:
         proxied: bool = False,
     ) -> None:
         """``proxied``: every node also gets a ``PROXIED`` listener that advertises a port a
-        fault proxy listens on (:meth:`proxy_routes`, ``groupkit.devbroker_proxy``)."""
+        fault proxy listens on (:meth:`proxy_routes`, ``groupkit.dev.proxy``)."""
         if brokers < 1:
             raise DevBrokerError(f"a cluster needs at least one broker, got {brokers}")
         self.state_dir = Path(state_dir) if state_dir else default_state_dir()

@@ -5,9 +5,9 @@ What it does, in order:
 1. Uses ``--bootstrap-servers``, or the local development broker (``groupkit broker``): a
    running one is reused, otherwise one is started and stopped again at the end.
 2. Creates the demo topic (``--partitions``, default 12) and starts the producer process
-   (``python -m groupkit.demo_worker produce``): ``--rate`` records a second, Zipf-skewed so
+   (``python -m groupkit.dev.demo_worker produce``): ``--rate`` records a second, Zipf-skewed so
    partition 0 is the hottest.
-3. Starts ``--members`` member processes (``python -m groupkit.demo_worker worker``), each a
+3. Starts ``--members`` member processes (``python -m groupkit.dev.demo_worker worker``), each a
    ``GroupConsumer`` serving ``/metrics`` on its own port and processing at most
    ``--max-rate`` records a second, so the owners of hot partitions fall behind.
 4. Every ``--refresh`` seconds scrapes every member's ``/metrics`` and draws a table: members,
@@ -39,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from groupkit.demo_worker import EVENT_PRODUCER_DONE, EVENT_READY
+from groupkit.dev.demo_worker import EVENT_PRODUCER_DONE, EVENT_READY
 
 DEFAULT_METRICS_PORT = 9301
 
@@ -208,7 +208,7 @@ def render(
 
 
 def _free_port(avoid: set[int], start: int) -> int:
-    from groupkit.devbroker import free_port
+    from groupkit.dev.broker import free_port
 
     if start <= 0:
         return free_port()
@@ -267,7 +267,7 @@ class Demo:
     def _start_broker(self) -> str:
         if self.args.bootstrap_servers:
             return str(self.args.bootstrap_servers)
-        from groupkit.devbroker import LocalBroker
+        from groupkit.dev.broker import LocalBroker
 
         broker = LocalBroker()
         st = broker.status()
@@ -282,7 +282,7 @@ class Demo:
 
     def _spawn(self, role: str, name: str, extra: list[str]) -> Child:
         log = self.state_dir / f"{name}.log"
-        cmd = [sys.executable, "-m", "groupkit.demo_worker", role,
+        cmd = [sys.executable, "-m", "groupkit.dev.demo_worker", role,
                "--bootstrap-servers", self.bootstrap, "--topic", self.topic, *extra]  # fmt: skip
         out = log.open("wb")  # a fresh log per run: its events are this run's
         proc = subprocess.Popen(
@@ -545,7 +545,7 @@ class Demo:
 
 
 def _default_state_dir() -> Path:
-    from groupkit.devbroker import cache_root
+    from groupkit.cache import cache_root
 
     return cache_root() / "demo"
 

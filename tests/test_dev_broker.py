@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from groupkit import devbroker
+from groupkit.dev import broker as dev_broker
 from groupkit.errors import DevBrokerError
 
 
@@ -43,7 +43,7 @@ def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
         # kill -9 the broker behind the CLI's back: status must call it crashed, not running.
         pid = int((state / "broker.pid").read_text())
         os.kill(pid, signal.SIGKILL)
-        broker = devbroker.LocalBroker(state)
+        broker = dev_broker.LocalBroker(state)
         st = broker.status()
         # The pid may linger a moment as it dies; wait on the condition, bounded.
         deadline = time.monotonic() + 10
@@ -61,7 +61,7 @@ def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
 
 
 def test_clean_stop(tmp_path: Path) -> None:
-    broker = devbroker.LocalBroker(tmp_path / "b")
+    broker = dev_broker.LocalBroker(tmp_path / "b")
     bootstrap = broker.start()
     assert broker.status().state == "running"
     assert broker.status().bootstrap == bootstrap
@@ -75,7 +75,7 @@ def test_clean_stop(tmp_path: Path) -> None:
 def test_restart_keeps_data_and_port(tmp_path: Path) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    broker = devbroker.LocalBroker(tmp_path / "b")
+    broker = dev_broker.LocalBroker(tmp_path / "b")
     bootstrap = broker.start()
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -92,14 +92,14 @@ def test_restart_keeps_data_and_port(tmp_path: Path) -> None:
 def test_missing_java_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no java, no mvn
     with pytest.raises(DevBrokerError, match=r"java not found on PATH: install .*openjdk"):
-        devbroker.java_major_version()
+        dev_broker.java_major_version()
 
 
 def test_missing_mvn_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GROUPKIT_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DevBrokerError, match=r"mvn not found on PATH: install Maven"):
-        devbroker.ensure_jars()
+        dev_broker.ensure_jars()
 
 
 def test_unknown_kafka_version_fails_resolution_clearly(
@@ -109,7 +109,7 @@ def test_unknown_kafka_version_fails_resolution_clearly(
     with pytest.raises(
         DevBrokerError, match=r"could not resolve org.apache.kafka:kafka_2.13:0.0.1"
     ):
-        devbroker.ensure_jars("0.0.1")
+        dev_broker.ensure_jars("0.0.1")
 
 
 def test_cli_reports_missing_java_without_a_traceback(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_cli_reports_missing_java_without_a_traceback(tmp_path: Path) -> None:
 
 def test_broker_that_does_not_come_up_shows_the_log_tail(tmp_path: Path) -> None:
     # An invalid setting makes the real broker refuse to start: the error must carry its log.
-    broker = devbroker.LocalBroker(
+    broker = dev_broker.LocalBroker(
         tmp_path / "b", extra_properties={"num.network.threads": "not-a-number"}
     )
     with pytest.raises(DevBrokerError) as info:
@@ -134,6 +134,6 @@ def test_broker_that_does_not_come_up_shows_the_log_tail(tmp_path: Path) -> None
 
 
 def test_cluster_ids_never_look_like_options() -> None:
-    ids = {devbroker.new_cluster_id() for _ in range(2000)}
+    ids = {dev_broker.new_cluster_id() for _ in range(2000)}
     assert len(ids) == 2000
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)

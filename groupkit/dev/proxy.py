@@ -1,7 +1,7 @@
 """A TCP fault proxy between Kafka clients and a local cluster: network partitions on loopback.
 
 For the fault tests and the soak (never on the runtime path); it lives next to
-:mod:`groupkit.devbroker` because it is the other half of ``LocalCluster(proxied=True)``: each
+:mod:`groupkit.dev.broker` because it is the other half of ``LocalCluster(proxied=True)``: each
 node then has a ``PROXIED`` listener that advertises the port this proxy listens on for that
 node. A client that bootstraps through the proxy (``LocalCluster.proxy_bootstrap``) is told the
 proxy's address of every broker by the metadata, so every connection it opens goes through here,
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Literal
 from groupkit.errors import DevBrokerError
 
 if TYPE_CHECKING:
-    from groupkit.devbroker import LocalBroker, LocalCluster
+    from groupkit.dev.broker import LocalBroker, LocalCluster
 
 Direction = Literal["up", "down", "both"]
 #: client -> broker, broker -> client
