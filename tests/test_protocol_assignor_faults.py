@@ -202,8 +202,10 @@ def assignment_records(sim: GroupSim) -> list[AssignmentRecord]:
 
 
 @pytest.mark.parametrize("protocol", ["eager", "cooperative"])
-@pytest.mark.parametrize(("mode", "reason"), [("raise", RAISED), ("duplicate", INVALID),
-                                              ("omit_partition", INVALID), ("slow", TIMEOUT)])
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
+)
 def test_the_issues_buggy_assignors_leave_the_group_assigned_and_say_why(
     faulty: Any, protocol: str, mode: str, reason: str
 ) -> None:

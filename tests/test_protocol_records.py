@@ -232,15 +232,37 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, _value({**GOOD_MEMBER, "seen_gen": -1}), "bad_value"),
         (AKEY, _value({"gen": 1}), "missing_field"),
         (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": "raised"}), "wrong_type"),
-        (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": ""}}),
-         "missing_field"),
-        (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "", "detail": "",
-                                                       "assignor": "a"}}), "bad_value"),
-        (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": 3,
-                                                       "assignor": "a"}}), "wrong_type"),
-        (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": {
-            "reason": "raised", "detail": "x" * (MAX_FALLBACK_DETAIL + 1), "assignor": "a"}}),
-         "bad_value"),
+        (
+            AKEY,
+            _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": ""}}),
+            "missing_field",
+        ),
+        (
+            AKEY,
+            _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "", "detail": "", "assignor": "a"}}),
+            "bad_value",
+        ),
+        (
+            AKEY,
+            _value(
+                {**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": 3, "assignor": "a"}}
+            ),
+            "wrong_type",
+        ),
+        (
+            AKEY,
+            _value(
+                {
+                    **GOOD_ASSIGNMENT,
+                    "fallback": {
+                        "reason": "raised",
+                        "detail": "x" * (MAX_FALLBACK_DETAIL + 1),
+                        "assignor": "a",
+                    },
+                }
+            ),
+            "bad_value",
+        ),
     ],
 )
 def test_decoding_rejects_with_a_reason(key: bytes, value: bytes | None, reason: str) -> None:
