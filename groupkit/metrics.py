@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
+from groupkit.protocol.assign import FAILURES
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
 from groupkit.runtime.probe import MemberProbe
@@ -150,6 +151,9 @@ METRICS: Mapping[str, MetricSpec] = {
                    "Control records this member failed to write."),
         MetricSpec("groupkit_control_records_rejected_total", "counter", (*_M, "reason"),
                    "Control records rejected by the replay (never applied), by reason."),
+        MetricSpec("groupkit_assignor_failures_total", "counter", (*_M, "assignor", "reason"),
+                   "Plans of the group's assignor replaced by the built-in fallback (leader), "
+                   "by reason: raised, invalid, timeout."),
         MetricSpec("groupkit_records_consumed_total", "counter", (*_M, "topic"),
                    "Records handed to the app by poll/consume.",
                    "Java consumer records-consumed-total"),
@@ -197,6 +201,7 @@ class _Instruments:
         self.write_errors = counter("groupkit_control_record_write_errors_total")
         self.rejected = counter("groupkit_control_records_rejected_total")
         self.consumed = counter("groupkit_records_consumed_total")
+        self.assignor_failures = counter("groupkit_assignor_failures_total")
         self.collector = GroupkitCollector()
         registry.register(self.collector)
 
@@ -310,6 +315,7 @@ class MetricsObserver(GroupObserver):
         self._i = instruments
         self.group = probe.group_id
         self.protocol = probe.protocol
+        self.assignor = probe.assignor
         self._initialised: str | None = None
         self._rate = _Rate()
         # lag and committed offsets, asked of the brokers at scrape time
@@ -348,6 +354,8 @@ class MetricsObserver(GroupObserver):
             i.write_errors.labels(g, member, kind)
         for reason in KNOWN_REJECTIONS:
             i.rejected.labels(g, member, reason)
+        for reason in FAILURES:
+            i.assignor_failures.labels(g, member, self.assignor, reason)
         for topic in self._probe.topics:
             i.consumed.labels(g, member, topic)
 
@@ -391,6 +399,9 @@ class MetricsObserver(GroupObserver):
                 summary.duration_s
             )
             self._i.moved.labels(self.group, member).inc(summary.moved)
+
+    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+        self._i.assignor_failures.labels(self.group, self._member(), assignor, reason).inc()
 
     def handoff(
         self,

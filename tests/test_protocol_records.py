@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 from groupkit.errors import RecordRejected
 from groupkit.protocol import records
 from groupkit.protocol.records import (
+    MAX_FALLBACK_DETAIL,
     AssignmentKey,
+    AssignmentRecord,
+    AssignorFallback,
     HmacSigner,
     MemberKey,
     MemberRecord,
@@ -86,6 +89,51 @@ def test_assignment_record_round_trip_and_tombstone() -> None:
     assert tv is None and decode(tk, tv) == (MemberKey("g", "m1"), None)
 
 
+def a_fallback_assignment(
+    fallback: AssignorFallback | None, signer: HmacSigner | None = None
+) -> tuple[bytes, bytes | None]:
+    k, v = assignment_record(
+        "g", generation=3, leader_id="m0", leader_incarnation="i0", leader_joined_at=5,
+        protocol="cooperative", phase="complete", assignor="mine", partition_counts={"t0": 2},
+        members={"m0": covered_member("i0", ["t0"], [("t0", 0), ("t0", 1)])}, fallback=fallback,
+    )  # fmt: skip
+    return encode(k, v, signer)
+
+
+def test_the_fallback_field_round_trips_is_optional_and_signed() -> None:
+    """An assignment planned by the fallback says so (issue 19): the field round-trips,
+    records without it (all that predate it) decode with none, and the signature covers it."""
+    why = AssignorFallback("invalid", "t0-0 is assigned twice: to a and b", "cooperative-sticky")
+    rk, rv = a_fallback_assignment(why)
+    _, v = decode(rk, rv)
+    assert isinstance(v, AssignmentRecord) and v.fallback == why
+    assert decode(*encode(*decode(rk, rv))) == decode(rk, rv)
+    # absent: the group's own assignor planned it; the bytes are as before the field existed
+    rk, plain = a_fallback_assignment(None)
+    _, v = decode(rk, plain)
+    assert isinstance(v, AssignmentRecord) and v.fallback is None
+    assert isinstance(v, AssignmentRecord) and "fallback" not in records._assignment_doc(v)
+    _, old = decode(AKEY, _value(GOOD_ASSIGNMENT))  # written before the field existed
+    assert isinstance(old, AssignmentRecord) and old.fallback is None
+    # signed: a reader with the key rejects a record whose fallback was changed
+    s = HmacSigner(b"k")
+    rk, signed = a_fallback_assignment(why, s)
+    assert decode(rk, signed, s)[1] == decode(rk, a_fallback_assignment(why)[1])[1]
+    forged = a_fallback_assignment(AssignorFallback("timeout", "x", "cooperative-sticky"))[1]
+    assert signed is not None and forged is not None
+    tag = signed[3 : 3 + signed[2]]
+    with pytest.raises(RecordRejected) as e:
+        decode(rk, bytes([signed[0], signed[1], len(tag)]) + tag + forged[2:], s)
+    assert e.value.reason == "bad_signature"
+    # the factory bounds the detail and needs a reason
+    long = AssignorFallback("raised", "x" * 1000, "cooperative-sticky")
+    _, v = decode(*a_fallback_assignment(long))
+    assert isinstance(v, AssignmentRecord) and v.fallback is not None
+    assert len(v.fallback.detail) == MAX_FALLBACK_DETAIL
+    with pytest.raises(ValueError):
+        a_fallback_assignment(AssignorFallback("", "x", "cooperative-sticky"))
+
+
 def test_keys_carry_the_group_so_one_topic_serves_many() -> None:
     a = encode(*member_tombstone("g1", "m"))[0]
     b = encode(*member_tombstone("g2", "m"))[0]
@@ -134,6 +182,12 @@ GOOD_MEMBER = {
 }  # fmt: skip
 MKEY = encode(*member_tombstone("g", "m"))[0]
 AKEY = an_assignment()[0]
+GOOD_ASSIGNMENT = {
+    "gen": 1, "leader": "m", "leader_inc": "i", "leader_joined_at": 0, "protocol": "eager",
+    "phase": "complete", "assignor": "range", "counts": {"t": 1},
+    "members": {"m": {"inc": "i", "topics": ["t"], "assigned": {"t": [0]}, "revoke": {},
+                      "pending": {}}},
+}  # fmt: skip
 
 
 def _without(d: dict[str, object], k: str) -> dict[str, object]:
@@ -177,6 +231,38 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, _value({**GOOD_MEMBER, "acked_gen": 3, "seen_gen": 2}), "bad_value"),
         (MKEY, _value({**GOOD_MEMBER, "seen_gen": -1}), "bad_value"),
         (AKEY, _value({"gen": 1}), "missing_field"),
+        (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": "raised"}), "wrong_type"),
+        (
+            AKEY,
+            _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": ""}}),
+            "missing_field",
+        ),
+        (
+            AKEY,
+            _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "", "detail": "", "assignor": "a"}}),
+            "bad_value",
+        ),
+        (
+            AKEY,
+            _value(
+                {**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": 3, "assignor": "a"}}
+            ),
+            "wrong_type",
+        ),
+        (
+            AKEY,
+            _value(
+                {
+                    **GOOD_ASSIGNMENT,
+                    "fallback": {
+                        "reason": "raised",
+                        "detail": "x" * (MAX_FALLBACK_DETAIL + 1),
+                        "assignor": "a",
+                    },
+                }
+            ),
+            "bad_value",
+        ),
     ],
 )
 def test_decoding_rejects_with_a_reason(key: bytes, value: bytes | None, reason: str) -> None:

@@ -106,3 +106,12 @@ def test_clock_skew_allowance_default_and_bounds() -> None:
     for bad in (-1, 500, 900):
         with pytest.raises(ConfigError, match=r"max\.clock\.skew"):
             GroupConfig.from_dict({**tuned, "groupkit.max.clock.skew.ms": bad})
+
+
+def test_assignor_timeout_defaults_to_half_the_session_and_must_be_positive() -> None:
+    base = {"bootstrap.servers": "x:1", "group.id": "g", "session.timeout.ms": 6000}
+    assert GroupConfig.from_dict(base).assignor_timeout_ms == 3000
+    cfg = GroupConfig.from_dict({**base, "groupkit.assignor.timeout.ms": 250})
+    assert cfg.assignor_timeout_ms == 250
+    with pytest.raises(ConfigError, match=r"groupkit\.assignor\.timeout\.ms"):
+        GroupConfig.from_dict({**base, "groupkit.assignor.timeout.ms": 0})

@@ -20,6 +20,13 @@ the same ones instead of a copy each:
   ends the wait.
 - **Lags**: a lag-aware assignor answers ``need_lags`` first; the caller fetches them for
   ``Lead.lag_topics`` and calls :meth:`Node.plan` again with them.
+- **The assignor off the heartbeat path** (``defer_plans``): the planner answers ``need_plan``
+  with an :class:`~groupkit.protocol.assign.AssignRequest` instead of running the assignor;
+  the caller runs it where it cannot delay the node's heartbeats and replay (the runtime: a
+  worker thread with a time budget; the simulator: an outcome due some simulated time later)
+  and reports the outcome (:meth:`Node.planned`). Meanwhile the node keeps stepping, but does
+  not plan (one plan at a time); its next plan uses the outcome if the membership it was made
+  for still holds, else asks for a new one (protocol/assign.py).
 
 Sans-I/O: no clock (``now_ms`` is the member's monotonic time, passed in), no threads, no
 Kafka. A caller that shares a node between threads holds its own lock around every call.
@@ -30,8 +37,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import LEFT, Actions, Member
-from groupkit.protocol.planner import NEED_LAGS, NONE, WRITE, Decision, Planner
+from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, WRITE, Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
@@ -53,7 +61,7 @@ class Lead:
     ``decision.action`` is one of the planner's: ``write`` (produce ``key``/``value``, then
     report :meth:`Node.written` or :meth:`Node.write_failed`; the node plans nothing more
     until then), ``need_lags`` (call :meth:`Node.plan` again with lags of ``lag_topics``),
-    ``wait`` or ``none``.
+    ``need_plan`` (run ``request``, then report :meth:`Node.planned`), ``wait`` or ``none``.
     """
 
     decision: Decision
@@ -69,6 +77,10 @@ class Lead:
         return self.decision.lag_topics if self.decision.action == NEED_LAGS else ()
 
     @property
+    def request(self) -> AssignRequest | None:
+        return self.decision.request if self.decision.action == NEED_PLAN else None
+
+    @property
     def stable(self) -> bool:
         """Nothing to do: the group is as the current assignment says."""
         return self.decision.action == NONE and self.decision.reason == "stable"
@@ -82,7 +94,8 @@ class NodeStep:
     actions: Actions
     #: leader of its replay, this incarnation, session not lapsed (own record may be unreplayed)
     leader: bool
-    #: ``leader``, the member has not left, and no assignment record of ours is unreplayed
+    #: ``leader``, the member has not left, no assignment record of ours is unreplayed, and no
+    #: plan of ours is being made (``Node.planning``)
     ready: bool
     #: the planner's answer when ``ready`` and partition counts were given, else ``None``
     lead: Lead | None = None
@@ -102,10 +115,12 @@ class Node:
         state: GroupState,
         planner: Planner,
         snapshot_every_ms: int | None = -1,
+        defer_plans: bool = False,
     ) -> None:
         """``snapshot_every_ms``: how often the leader writes a snapshot of the group (by log
         time, and by its own clock between its own); -1 (default) is half a session, ``None``
-        never."""
+        never. ``defer_plans``: the caller runs the assignor (module docstring); else the
+        planner runs it inline."""
         self.member = member
         #: the replayed group; the simulator may share one between members that read alike,
         #: so the node also checks ``state.offset``, not only what it was fed itself
@@ -114,6 +129,11 @@ class Node:
         #: offset of our own unreplayed assignment record; :data:`SENT` while its offset is
         #: unknown; ``None`` when there is none
         self.awaiting: int | None = None
+        self.defer_plans = defer_plans
+        #: the plan handed to the caller to make (``need_plan``), until it reports the outcome
+        self.planning: AssignRequest | None = None
+        #: the outcome reported, for the next plan to use (or discard)
+        self._outcome: PlanOutcome | None = None
         self.snapshot_every_ms = (
             member.session_timeout_ms // 2 if snapshot_every_ms == -1 else snapshot_every_ms
         )
@@ -193,7 +213,12 @@ class Node:
 
     def ready(self, now_ms: int) -> bool:
         """Whether this node plans now (see the module docstring)."""
-        return not self.left and not self._unreplayed() and self.is_leader(now_ms)
+        return (
+            not self.left
+            and self.planning is None
+            and not self._unreplayed()
+            and self.is_leader(now_ms)
+        )
 
     def plan(
         self,
@@ -204,12 +229,18 @@ class Node:
         """The planner's answer if this node is :meth:`ready`, else ``None``.
 
         A ``write`` answer puts the node in the wait for that record: produce it, then call
-        :meth:`written` with its offset, or :meth:`write_failed`.
+        :meth:`written` with its offset, or :meth:`write_failed`. A ``need_plan`` answer puts
+        it in the wait for that plan: run ``Lead.request``, then call :meth:`planned`.
         """
         if not self.ready(now_ms):
             return None
-        d = self.planner.plan(self.state, partition_counts, lags)
-        if d.action == WRITE:
+        outcome, self._outcome = self._outcome, None  # used now, or stale for good
+        d = self.planner.plan(
+            self.state, partition_counts, lags, planned=outcome, defer=self.defer_plans
+        )
+        if d.action == NEED_PLAN:
+            self.planning = d.request
+        elif d.action == WRITE:
             key, value = d.encode(self.member.signer)
             self.awaiting = SENT
             return Lead(d, key, value)
@@ -227,7 +258,7 @@ class Node:
         (:meth:`plan`), e.g. after fetching counts outside its lock."""
         acts = self.member.poll(self.state, now_ms)
         leader = self.is_leader(now_ms)
-        ready = leader and not self.left and not self._unreplayed()
+        ready = leader and not self.left and self.planning is None and not self._unreplayed()
         lead = None
         if ready and partition_counts is not None:
             counts = partition_counts() if callable(partition_counts) else partition_counts
@@ -295,6 +326,13 @@ class Node:
         if len(self._tombstoned) > 2 * len(st.members) + MAX_TOMBSTONES_PER_STEP:
             self._tombstoned = {i: t for i, t in self._tombstoned.items() if i in st.members}
         return tuple(out)
+
+    def planned(self, outcome: PlanOutcome) -> None:
+        """The plan asked for (``need_plan``) is made: the next :meth:`plan` uses ``outcome``
+        if the membership it was made for still holds. Report every request, even after
+        losing the lead (the node plans nothing until then)."""
+        self.planning = None
+        self._outcome = outcome
 
     def written(self, offset: int) -> None:
         """Our assignment record is in the log at ``offset`` (the producer's delivery report)."""

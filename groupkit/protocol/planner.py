@@ -40,6 +40,14 @@ Cooperative protocol (KIP-429), for any assignor:
 
 The replay checks every grant, so a plan that would grant a held partition is a bug that the
 group rejects (``unsafe_grant``), never a double ownership.
+
+The assignor is the user's code, so it is contained (protocol/assign.py): its answer is checked
+before anything is written, and if it raises, answers something invalid or runs out of time,
+the built-in fallback plans instead and the record says so (``AssignmentRecord.fallback``;
+follow-up generations carry it on). With ``defer`` the planner does not run the assignor
+itself: it answers ``need_plan`` with the :class:`~groupkit.protocol.assign.AssignRequest`, and
+the caller runs it where it cannot delay the leader's heartbeats and calls again with the
+outcome (``planned``), which is used only while the membership it was made for still holds.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from groupkit.assignors import Assignor, get_assignor
+from groupkit.protocol.assign import AssignRequest, PlanOutcome, basis_of, run_assignor
 from groupkit.protocol.records import (
     EMPTY,
     PHASE_COMPLETE,
@@ -56,6 +65,7 @@ from groupkit.protocol.records import (
     PROTOCOLS,
     AssignmentKey,
     AssignmentRecord,
+    AssignorFallback,
     CoveredMember,
     Partitions,
     Signer,
@@ -70,6 +80,7 @@ NONE = "none"  # nothing to do: stable, or not the leader
 WAIT = "wait"  # a rebalance is under way; waiting for members (revocations, acknowledgements)
 WRITE = "write"  # produce ``record``
 NEED_LAGS = "need_lags"  # call again with ``lags`` for ``lag_topics`` (lag-aware assignor)
+NEED_PLAN = "need_plan"  # run ``request`` (off the heartbeat path), call again with its outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +92,8 @@ class Decision:
     record: AssignmentRecord | None = None
     key: AssignmentKey | None = None
     lag_topics: tuple[str, ...] = ()
+    #: what to run, for ``need_plan`` (``run_assignor(planner.assignor, request)``)
+    request: AssignRequest | None = None
 
     def encode(self, signer: Signer | None = None) -> tuple[bytes, bytes | None]:
         """The record's bytes, for the control-topic producer."""
@@ -181,7 +194,7 @@ class Planner:
 
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""
-        return self.plan(state, partition_counts).action == NEED_LAGS
+        return self.plan(state, partition_counts, defer=True).action == NEED_LAGS
 
     # ------------------------------------------------------------------ planning
 
@@ -190,8 +203,14 @@ class Planner:
         state: GroupState,
         partition_counts: Mapping[str, int],
         lags: Mapping[TopicPartition, int] | None = None,
+        planned: PlanOutcome | None = None,
+        defer: bool = False,
     ) -> Decision:
-        """The leader's next step. ``partition_counts``: counts of the subscribed topics."""
+        """The leader's next step. ``partition_counts``: counts of the subscribed topics.
+
+        ``defer``: answer ``need_plan`` instead of running the assignor; ``planned``: the
+        outcome of such a request (used if its basis still holds, else asked for again).
+        """
         if state.leader is None:
             return Decision(NONE, "no_leader")
         cur = state.assignment
@@ -201,7 +220,7 @@ class Planner:
                 return Decision(WRITE, "reassert", cur, AssignmentKey(state.group))
             # another leader wrote it: carry it over as a new generation of ours
             return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
-                                "reassert")  # fmt: skip
+                                "reassert", cur.fallback)  # fmt: skip
         active = self.active_members(state)
         if not active:
             return Decision(NONE, "no_active_members")
@@ -222,10 +241,12 @@ class Planner:
                 # Phase 2: nobody active holds anything.
                 return self._assign(
                     state, active, holders, reserved, counts, lags,
-                    reason or "revocation_acknowledged",
+                    reason or "revocation_acknowledged", planned, defer,
                 )  # fmt: skip
         elif reason is not None:
-            return self._assign(state, active, holders, reserved, counts, lags, reason)
+            return self._assign(
+                state, active, holders, reserved, counts, lags, reason, planned, defer
+            )
 
         assert cur is not None
         if cur.phase == PHASE_PARTIAL:
@@ -233,7 +254,7 @@ class Planner:
             adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
                 return self._emit(state, cur.members, adj, dict(cur.partition_counts),
-                                  "revocation_acknowledged")  # fmt: skip
+                                  "revocation_acknowledged", cur.fallback)  # fmt: skip
             return Decision(WAIT, "awaiting_revocation")
         if not all(m.acked_generation >= cur.generation for m in active.values()):
             return Decision(WAIT, "awaiting_acknowledgement")
@@ -250,22 +271,29 @@ class Planner:
         counts: Mapping[str, int],
         lags: Mapping[TopicPartition, int] | None,
         reason: str,
+        planned: PlanOutcome | None,
+        defer: bool,
     ) -> Decision:
-        if self.assignor.uses_lag and lags is None:
-            return Decision(NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
         # topics without partitions are left out: the assignors would skip them anyway
-        subs = {
-            i: MemberSubscription(
-                [t for t in m.topics if counts.get(t, 0) > 0], *_previous(state, i, m),
-                m.rack, m.capacity,
-            )
-            for i, m in active.items()
-        }  # fmt: skip
-        plan = self.assignor.assign(counts, subs, lags)
-        adj = adjust_cooperative(plan, holders, reserved)
+        topics = {i: tuple(t for t in m.topics if counts.get(t, 0) > 0) for i, m in active.items()}
+        basis = basis_of(
+            self.assignor.name, {i: (m.incarnation, topics[i]) for i, m in active.items()}, counts
+        )
+        if planned is None or planned.basis != basis:  # none yet, or made for another group
+            if self.assignor.uses_lag and lags is None:
+                return Decision(NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
+            subs = {
+                i: MemberSubscription(topics[i], *_previous(state, i, m), m.rack, m.capacity)
+                for i, m in active.items()
+            }
+            request = AssignRequest(self.assignor.name, counts, subs, lags, basis)
+            if defer:
+                return Decision(NEED_PLAN, reason, request=request)
+            planned = run_assignor(self.assignor, request)
+        adj = adjust_cooperative(planned.assignment, holders, reserved)
         covered = {i: CoveredMember(m.incarnation, m.topics, EMPTY, EMPTY, EMPTY)
                    for i, m in active.items()}  # fmt: skip
-        return self._emit(state, covered, adj, counts, reason)
+        return self._emit(state, covered, adj, counts, reason, planned.fallback)
 
     def _revoke_all(
         self,
@@ -288,6 +316,7 @@ class Planner:
         adj: Adjusted,
         counts: Mapping[str, int],
         reason: str,
+        fallback: AssignorFallback | None = None,
     ) -> Decision:
         members = {
             i: CoveredMember(
@@ -301,7 +330,7 @@ class Planner:
             for i, c in covered.items()
         }
         phase = PHASE_COMPLETE if adj.complete else PHASE_PARTIAL
-        return self._record(state, phase, members, counts, reason)
+        return self._record(state, phase, members, counts, reason, fallback)
 
     def _record(
         self,
@@ -310,6 +339,7 @@ class Planner:
         members: Mapping[str, CoveredMember],
         counts: Mapping[str, int],
         reason: str,
+        fallback: AssignorFallback | None = None,
     ) -> Decision:
         assert state.leader is not None
         lead = state.members[state.leader]
@@ -324,6 +354,7 @@ class Planner:
             assignor=self.assignor.name,
             partition_counts=counts,
             members=members,
+            fallback=fallback,
         )
         return Decision(WRITE, reason, rec, key)
 

@@ -45,6 +45,13 @@ owner starts there without looking them up (``GroupState.offset_hints`` says whe
 Absent means none; records that predate it decode with none. Like every field, it is inside the
 signed payload.
 
+``fallback`` (optional, in assignment records, ``{"reason": r, "detail": d, "assignor": a}``):
+the generation was planned by the built-in fallback ``a`` because the group's assignor failed
+(issue 19: ``reason`` is ``raised``, ``invalid`` or ``timeout``; protocol/assign.py). Follow-up
+generations of that plan carry it on, so every member and ``groupkit describe`` see that the
+group runs on a fallback, and why. Absent means the group's own assignor planned it; records
+that predate the field decode without one. It is inside the signed payload like every field.
+
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
 ``missing_field``, ``wrong_type``, ``bad_value``, ``too_large``, ``unsigned``,
@@ -172,6 +179,22 @@ class CoveredMember:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignorFallback:
+    """Why a generation was planned by the built-in fallback instead of the group's assignor."""
+
+    #: ``raised``, ``invalid`` or ``timeout`` (protocol/assign.py); a reader accepts any
+    reason: str
+    #: what was wrong, one line, bounded (:data:`MAX_FALLBACK_DETAIL`)
+    detail: str
+    #: the built-in assignor that planned it
+    assignor: str
+
+
+#: characters of :attr:`AssignorFallback.detail` written (an exception's text can be long)
+MAX_FALLBACK_DETAIL = 300
+
+
+@dataclass(frozen=True, slots=True)
 class AssignmentRecord:
     """One generation of the group. Build with :func:`assignment_record`."""
 
@@ -184,6 +207,8 @@ class AssignmentRecord:
     assignor: str
     partition_counts: tuple[tuple[str, int], ...]
     members: Mapping[str, CoveredMember]
+    #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
+    fallback: AssignorFallback | None = None
 
     def assigned(self, member_id: str) -> Partitions:
         c = self.members.get(member_id)
@@ -334,8 +359,10 @@ def assignment_record(
     assignor: str,
     partition_counts: Mapping[str, int],
     members: Mapping[str, CoveredMember],
+    fallback: AssignorFallback | None = None,
 ) -> tuple[AssignmentKey, AssignmentRecord]:
-    """The key and value of the assignment record of one generation."""
+    """The key and value of the assignment record of one generation (``fallback``: see
+    :class:`AssignorFallback`)."""
     _check_id("group", group)
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -351,6 +378,13 @@ def assignment_record(
         assignor=assignor,
         partition_counts=tuple(sorted(partition_counts.items())),
         members=dict(sorted(members.items())),
+        fallback=None
+        if fallback is None
+        else AssignorFallback(
+            _nonempty("fallback reason", fallback.reason),
+            fallback.detail[:MAX_FALLBACK_DETAIL],
+            _nonempty("fallback assignor", fallback.assignor),
+        ),
     )
 
 
@@ -369,6 +403,11 @@ def covered_member(
 
 def _tps(items: Iterable[tuple[str, int]]) -> Partitions:
     return frozenset(TopicPartition(t, int(p)) for t, p in items)
+
+
+def _nonempty(what: str, value: str) -> str:
+    _check_id(what, value)
+    return value
 
 
 def _check_id(what: str, value: str) -> None:
@@ -538,7 +577,7 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
 
 
 def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "gen": v.generation,
         "leader": v.leader_id,
         "leader_inc": v.leader_incarnation,
@@ -558,6 +597,10 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
             for m, c in v.members.items()
         },
     }
+    if v.fallback is not None:  # optional: absent means the group's own assignor planned it
+        f = v.fallback
+        doc["fallback"] = {"reason": f.reason, "detail": f.detail, "assignor": f.assignor}
+    return doc
 
 
 # --------------------------------------------------------------------------- decoding
@@ -977,7 +1020,16 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
         assignor=_str(doc, "assignor"),
         partition_counts=tuple(sorted(counts.items())),
         members=members,
+        fallback=_fallback(doc) if "fallback" in doc else None,
     )
+
+
+def _fallback(doc: Mapping[str, Any]) -> AssignorFallback:
+    f = _get(doc, "fallback", dict)
+    detail = _str(f, "detail", allow_empty=True)
+    if len(detail) > MAX_FALLBACK_DETAIL:
+        raise RecordRejected("bad_value", f"fallback detail longer than {MAX_FALLBACK_DETAIL}")
+    return AssignorFallback(_str(f, "reason"), detail, _str(f, "assignor"))
 
 
 def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:

@@ -38,6 +38,15 @@ start beyond every record processed so far (a record skipped, never processed: a
 hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
 committed offset at that moment.
 
+The assignor (issue 19): leaders run as the runtime runs them, with ``Node(defer_plans=True)``:
+a plan is asked for (``need_plan``), made, and reported to the node ``plan_ms`` later
+(default 0: at once, in the same step, so the logs are as when the planner ran it inline); the
+node keeps heartbeating meanwhile. A plan that would take longer than ``assignor_timeout_ms`` is
+reported at that budget as a ``timeout`` fallback, and the leader's assignor stays busy until
+``plan_ms`` has passed: a plan asked for meanwhile is a ``timeout`` fallback at once, as in the
+runtime (runtime/planning.py). ``plan_ms`` may be a function of the request (a slow assignor
+for some inputs only).
+
 A paused member does nothing (no reads, no polls, no writes) until it resumes; a crashed member
 is gone for good. :meth:`GroupSim.violations` checks the safety invariants after a tick.
 """
@@ -45,12 +54,19 @@ is gone for good. :meth:`GroupSim.violations` checks the safety invariants after
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from groupkit.protocol.assign import (
+    TIMEOUT,
+    AssignRequest,
+    PlanOutcome,
+    fallback_outcome,
+    run_assignor,
+)
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
-from groupkit.protocol.node import Node
-from groupkit.protocol.planner import NEED_LAGS, NONE, Planner
+from groupkit.protocol.node import Lead, Node
+from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
 from groupkit.protocol.records import Signer
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
@@ -139,6 +155,10 @@ class SimMember:
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     #: revoked, not released yet: no longer processed (the runtime unassigns it first)
     stopped: set[TopicPartition] = field(default_factory=set)
+    #: a plan being made for its node: (when it is reported, the outcome)
+    plan_due: tuple[int, PlanOutcome] | None = None
+    #: its assignor is still running (past its budget) until then
+    assignor_busy_until: int = 0
 
     @property
     def member(self) -> Member:
@@ -175,6 +195,8 @@ class GroupSim:
         fetch_delay_ms: int = 0,
         snapshot_every_ms: int | None = None,
         release_delay_ms: int | None = None,
+        plan_ms: int | Callable[[AssignRequest], int] = 0,
+        assignor_timeout_ms: int | None = None,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -198,6 +220,14 @@ class GroupSim:
         self.fetch_delay_ms = fetch_delay_ms
         #: deferred revocation (module docstring); ``None``: revocations are immediate
         self.release_delay_ms = release_delay_ms
+        #: how long the assignor takes (module docstring), and its budget (default: half a
+        #: session, as the runtime's groupkit.assignor.timeout.ms)
+        self.plan_ms = plan_ms
+        self.assignor_timeout_ms = (
+            session_timeout_ms // 2 if assignor_timeout_ms is None else assignor_timeout_ms
+        )
+        #: every outcome reported to a node (the tests read the fallbacks off it)
+        self.plans: list[PlanOutcome] = []
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
@@ -261,7 +291,7 @@ class GroupSim:
             raise ValueError(f"{member_id} is running; crash or leave it first")
         shared = self.shared_state and read_rate is None and not compacted and not bounded
         node = Node(m, self._view if shared else self.new_state(), self.planner,
-                    snapshot_every_ms=self.snapshot_every_ms)  # fmt: skip
+                    snapshot_every_ms=self.snapshot_every_ms, defer_plans=True)  # fmt: skip
         sm = SimMember(node, read_rate)
         if bounded:
             self._catch_up(sm)
@@ -397,17 +427,49 @@ class GroupSim:
 
     def _act(self, sm: SimMember) -> None:
         node = sm.node
+        if sm.plan_due is not None and sm.plan_due[0] <= self.clock:
+            self._planned(sm, sm.plan_due[1])
         step = node.step(self.clock, self.partitions)
         self._carry_out(sm, step.actions)
         lead = step.lead
         if lead is not None and lead.action == NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
+        if lead is not None and lead.request is not None:
+            lead = self._make_plan(sm, lead.request)
         if lead is not None and lead.key is not None:
             self._produce(lead.key, lead.value, node)
         if step.snapshot is not None:
             self._produce(*step.snapshot)
         for k, v in step.tombstones:
             self._produce(k, v)
+
+    def _make_plan(self, sm: SimMember, request: AssignRequest) -> Lead | None:
+        """Make the plan its node asked for; if it takes no time, the node plans again at once
+        (its answer is returned), else it is reported when due (:meth:`_act`)."""
+        budget = self.assignor_timeout_ms
+        if sm.assignor_busy_until > self.clock:
+            outcome = fallback_outcome(request, TIMEOUT, "still running a previous plan")
+            due = self.clock
+        else:
+            outcome = run_assignor(self.planner.assignor, request)
+            ms = self.plan_ms(request) if callable(self.plan_ms) else self.plan_ms
+            due = self.clock + min(ms, budget)
+            if ms > budget:
+                sm.assignor_busy_until = self.clock + ms
+                outcome = fallback_outcome(request, TIMEOUT, f"no plan within {budget} ms")
+        if due > self.clock:
+            sm.plan_due = (due, outcome)
+            return None
+        self._planned(sm, outcome)
+        lead = sm.node.plan(self.clock, self.partitions)
+        if lead is not None and lead.action == NEED_PLAN:  # cannot be: the basis is the same
+            raise AssertionError(f"{sm.member_id} asked for a plan twice in one step")
+        return lead
+
+    def _planned(self, sm: SimMember, outcome: PlanOutcome) -> None:
+        sm.plan_due = None
+        self.plans.append(outcome)
+        sm.node.planned(outcome)
 
     def _carry_out(self, sm: SimMember, acts: Actions) -> None:
         if self.keep_actions and not acts.idle:

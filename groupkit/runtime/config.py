@@ -52,6 +52,10 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.client.rack": (None, "str"),
     "groupkit.capacity": (None, "float"),
     "groupkit.max.clock.skew.ms": (None, "int"),  # default: see MAX_CLOCK_SKEW_MS
+    # How long the leader waits for its assignor's plan before the fallback plans instead
+    # (protocol/assign.py). Default: half the session. The assignor runs off the heartbeat
+    # path (runtime/planning.py), so this bounds how long a rebalance waits, not the session.
+    "groupkit.assignor.timeout.ms": (None, "int"),
 }
 
 #: How far apart the clocks of the brokers that may lead the control partition can be, unless
@@ -157,6 +161,7 @@ class GroupConfig:
     rack: str | None
     capacity: float | None
     max_clock_skew_ms: int
+    assignor_timeout_ms: int = 5_000
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -214,6 +219,11 @@ class GroupConfig:
                 f"groupkit.max.clock.skew.ms must be >= 0 and below half of session.timeout.ms "
                 f"({session // 2}), got {skew}: a member fences itself that much early"
             )
+        assignor_timeout = gk["groupkit.assignor.timeout.ms"]
+        if assignor_timeout is None:
+            assignor_timeout = session // 2
+        elif assignor_timeout <= 0:
+            raise ConfigError(f"groupkit.assignor.timeout.ms must be > 0, got {assignor_timeout}")
         parts = gk["groupkit.control.topic.partitions"]
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
@@ -254,6 +264,7 @@ class GroupConfig:
             rack=gk["groupkit.client.rack"],
             capacity=gk["groupkit.capacity"],
             max_clock_skew_ms=skew,
+            assignor_timeout_ms=assignor_timeout,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

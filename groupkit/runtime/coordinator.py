@@ -18,7 +18,10 @@ simulator runs too); this module only does the I/O around it. Each turn:
    once, from :meth:`Coordinator.released`, not at the next turn.
 3. If the node is ready to lead, fetch partition counts and let it plan (fetching lags first
    for a lag-aware assignor); produce the record it answers and tell it the offset from the
-   delivery report (it plans again only once that record has been replayed).
+   delivery report (it plans again only once that record has been replayed). The assignor
+   itself runs on a worker thread (runtime/planning.py), within ``groupkit.assignor.timeout.ms``:
+   the node asks for a plan, the turns go on (heartbeats, replay) and hand it the outcome once
+   made; a failed assignor is logged once per generation and counted (``assignor_failed``).
 
 The first turn runs as soon as the history is read, so the join record goes out at once.
 
@@ -49,6 +52,7 @@ from confluent_kafka.admin import AdminClient
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
+from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node
 from groupkit.protocol.planner import NEED_LAGS, WRITE, Decision
@@ -59,6 +63,7 @@ from groupkit.runtime.control_log import ControlClients, ControlReader, ControlW
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.planning import PlanRunner
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -198,7 +203,11 @@ class Coordinator:
         )
         self.planner = Planner(cfg.assignor, cfg.protocol)
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
-        self.node = Node(self.member, self.state, self.planner)
+        self.node = Node(self.member, self.state, self.planner, defer_plans=True)
+        self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
+                                name=f"groupkit-plan-{self.member_id}")  # fmt: skip
+        #: (generation, reason) of the newest assignor failure logged
+        self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
         self._handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
@@ -274,7 +283,8 @@ class Coordinator:
             # second of an idle member's CPU).
             wait = min(0.1, max(0.02, self.cfg.heartbeat_interval_ms / 10_000))
             while not self._stop.is_set():
-                self.turn(self.reader.poll(wait))
+                # while a plan is being made, turn often enough to take it soon after
+                self.turn(self.reader.poll(0.02 if self.plans.busy else wait))
         except BaseException as e:  # the loop must never die silently
             self._failure = e
             _log.exception("control_loop.failed", member=self.member_id)
@@ -343,6 +353,7 @@ class Coordinator:
     def turn(self, batch: list) -> None:  # type: ignore[type-arg]
         self._replay(batch)
         now = monotonic_ms()
+        self._take_plan(self.plans.poll(now))
         with self.lock:
             if self.member.state == "left":
                 return
@@ -555,6 +566,14 @@ class Coordinator:
                 lags = {tp: 0 for tp in parts}
             with self.lock:
                 lead = self.node.plan(now, counts, lags)
+        if lead is not None and lead.request is not None:
+            self.plans.start(lead.request, now)
+            # a quick assignor's plan is written in this turn; a slow one in a later turn
+            self.plans.wait(0.05)
+            if not self._take_plan(self.plans.poll(monotonic_ms())):
+                return
+            with self.lock:
+                lead = self.node.plan(now, counts)
         if lead is None:
             return
         decision = lead.decision
@@ -567,6 +586,23 @@ class Coordinator:
             )
         elif lead.stable and self._rebalance:
             self._finish_rebalance("completed")
+
+    def _take_plan(self, outcome: PlanOutcome | None) -> bool:
+        """Hand a made plan to the node (it uses it at its next plan if the membership it was
+        made for still holds); log and count an assignor failure once per generation."""
+        if outcome is None:
+            return False
+        with self.lock:
+            self.node.planned(outcome)
+            generation = self.state.generation + 1
+        why = outcome.fallback
+        if why is not None and self._failure_logged != (generation, why.reason):
+            self._failure_logged = (generation, why.reason)
+            _log.warning("assignor.failed", group=self.cfg.group_id, member=self.member_id,
+                         assignor=self.cfg.assignor, reason=why.reason, detail=why.detail,
+                         fallback=why.assignor, generation=generation)  # fmt: skip
+            self.observers.assignor_failed(self.cfg.assignor, why.reason, why.detail)
+        return True
 
     # ------------------------------------------------------------------ rebalance summaries
 

@@ -91,6 +91,16 @@ def describe_group(
         "protocol": a.protocol if a else None,
         "phase": a.phase if a else None,
         "assignor": a.assignor if a else None,
+        # the group's assignor failed and the built-in fallback planned (protocol/assign.py)
+        "fallback": (
+            None
+            if a is None or a.fallback is None
+            else {
+                "reason": a.fallback.reason,
+                "detail": a.fallback.detail,
+                "assignor": a.fallback.assignor,
+            }
+        ),
         "members": members,
         "total_lag": sum(lags.values()),
         "rejected": dict(sorted(state.rejections.items())),
@@ -106,6 +116,12 @@ def render(desc: dict[str, Any], as_json: bool = False) -> str:
         f"control {desc['control_topic']}[{desc['control_partition']}] at offset "
         f"{desc['log_offset']}; total lag {desc['total_lag']}",
     ]
+    fb = desc.get("fallback")
+    if fb:
+        lines.append(
+            f"fallback: planned by {fb['assignor']}, {desc['assignor']} failed "
+            f"({fb['reason']}): {fb['detail']}"
+        )
     if desc["rejected"]:
         lines.append(
             "rejected records: " + ", ".join(f"{k}={v}" for k, v in desc["rejected"].items())

@@ -66,6 +66,10 @@ class GroupObserver:
     def rebalance_done(self, summary: RebalanceSummary) -> None:
         """A rebalance ended (on the leader)."""
 
+    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+        """The leader's assignor failed (``raised``, ``invalid``, ``timeout``); the fallback
+        planned instead. Once per generation and reason (protocol/assign.py)."""
+
     def handoff(
         self,
         member_id: str,
@@ -122,6 +126,9 @@ class Observers(GroupObserver):
 
     def rebalance_done(self, summary: RebalanceSummary) -> None:
         self._each("rebalance_done", summary)
+
+    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+        self._each("assignor_failed", assignor, reason, detail)
 
     def handoff(
         self,

@@ -53,6 +53,11 @@ class MemberProbe:
         return self._cfg.protocol
 
     @property
+    def assignor(self) -> str:
+        """The configured assignor's registry name (the metric label of its failures)."""
+        return self._cfg.assignor
+
+    @property
     def auto_offset_reset(self) -> str:
         """What the lag of a partition without a committed offset counts from
         (:func:`~groupkit.runtime.lag.compute_lag`)."""

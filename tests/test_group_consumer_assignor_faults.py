@@ -1,0 +1,146 @@
+"""A user's assignor cannot take a running group down (issue 19), on a real broker.
+
+The issue's three buggy assignors, registered through ``register_assignor`` as a user would,
+and a slow one: before, the first ended the leader's control loop (and the next leader's, member
+by member), the second made the leader rewrite a rejected record for ever, the third left three
+of four partitions unconsumed, and a slow one delayed the leader's heartbeats for as long as it
+ran. Now the group stays fully assigned and consuming, on the built-in fallback, and says why:
+in the assignment record every member replays, in ``groupkit describe``, in the leader's
+``groupkit_assignor_failures_total`` and its ``assignor.failed`` log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry
+
+from groupkit import GroupConsumer
+from groupkit.assignors import register_assignor, unregister_assignor
+from groupkit.dev.harness import wait_for
+from groupkit.protocol.assign import INVALID, RAISED, TIMEOUT
+from groupkit.runtime.describe import describe_group
+from groupkit.types import MemberSubscription, TopicPartition
+from tests.test_protocol_assignor_faults import FaultyAssignor
+
+PARTITIONS = 4
+#: the slow assignor's budget, and how long it takes
+BUDGET_MS = 400
+SLOW_S = 4.0
+
+
+class SlowAssignor(FaultyAssignor):
+    """Range, after a long think (longer than its budget and than the session)."""
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        members: Mapping[str, MemberSubscription],
+        lags: Mapping[TopicPartition, int] | None = None,
+    ) -> Any:
+        time.sleep(SLOW_S)
+        return super().assign(partitions_per_topic, members, lags)
+
+
+@pytest.fixture
+def registered() -> Iterator[Callable[[str], str]]:
+    names: list[str] = []
+
+    def register(mode: str) -> str:
+        name = f"buggy-{mode}"
+
+        def make() -> FaultyAssignor:
+            a = SlowAssignor() if mode == "slow" else FaultyAssignor((mode,))
+            a.name = name  # the name the record and the metric carry
+            return a
+
+        register_assignor(name, make)
+        names.append(name)
+        return name
+
+    yield register
+    for n in names:
+        unregister_assignor(n)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
+)
+def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
+    conf: dict[str, Any],
+    topic_factory: Callable[..., str],
+    consumers: list[GroupConsumer],
+    bootstrap: str,
+    registered: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    mode: str,
+    reason: str,
+) -> None:
+    topic = topic_factory(partitions=PARTITIONS)
+    name = registered(mode)
+    cfg = {**conf, "groupkit.assignor": name, "groupkit.assignor.timeout.ms": BUDGET_MS}
+    registries = [CollectorRegistry() for _ in range(3)]
+    caplog.set_level(logging.WARNING, logger="groupkit")
+    group = [GroupConsumer({**cfg, "client.id": f"c{i}"}, registry=r)
+             for i, r in enumerate(registries)]  # fmt: skip
+    consumers.extend(group)
+    for c in group:
+        c.subscribe([topic])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    seen: set[int] = set()
+
+    def fully_assigned_and_consuming() -> bool:
+        for p in range(PARTITIONS):
+            producer.produce(topic, value=b"x", partition=p)
+        producer.flush(5)
+        for c in group:
+            for _ in range(5):
+                msg = c.poll(0.02)
+                if msg is not None and msg.error() is None:
+                    seen.add(msg.partition())
+        owned = [tp for c in group for tp in c.assignment()]
+        return (
+            sorted(tp.partition for tp in owned) == list(range(PARTITIONS))
+            and len(seen) == PARTITIONS
+        )
+
+    wait_for(fully_assigned_and_consuming, 60, "every partition owned once and consumed", step=0)
+    for c in group:
+        assert c.coordinator is not None and c.coordinator.failure is None
+    # every member replays the record that says the fallback planned, and why
+    for c in group:
+        assert c.coordinator is not None
+        a = c.coordinator.state.assignment
+        assert a is not None and a.assignor == name
+        assert a.fallback is not None and a.fallback.reason == reason, a.fallback
+    (leader,) = [i for i, c in enumerate(group) if c.is_leader]
+    value = registries[leader].get_sample_value(
+        "groupkit_assignor_failures_total",
+        {"group": conf["group.id"], "member": group[leader].member_id or "", "assignor": name,
+         "reason": reason},
+    )  # fmt: skip
+    assert value is not None and value >= 1
+    desc = describe_group(cfg, with_lag=False)
+    assert desc["assignor"] == name and desc["fallback"]["reason"] == reason
+    # logged with the assignor's name and reason, once per generation at most
+    failed = [r.getMessage() for r in caplog.records
+              if r.getMessage().startswith("assignor.failed")]  # fmt: skip
+    assert failed and all(name in m and f"reason={reason}" in m for m in failed), failed
+    assert len(failed) <= desc["generation"], failed
+    # no rejected record, and the log is not rewritten in a loop: the group is stable
+    assert not desc["rejected"], desc["rejected"]
+    generation = desc["generation"]
+    time.sleep(2 * BUDGET_MS / 1000 + 1)
+    for c in group:
+        c.poll(0.05)
+    assert describe_group(cfg, with_lag=False)["generation"] == generation
+    if mode == "slow":
+        # the leader kept heartbeating while its assignor ran past the session
+        assert all(c.coordinator is not None and not c.coordinator.failure for c in group)
+        assert group[leader].is_leader
