@@ -109,8 +109,30 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
     conf = {**_client_config(args), "group.id": args.group,
             "groupkit.control.topic": args.control_topic}  # fmt: skip
-    print(render(describe_group(conf, with_lag=not args.no_lag), as_json=args.json))
+    view = "members" if args.members else "state" if args.state else "partitions"
+    print(render(describe_group(conf, with_lag=not args.no_lag), as_json=args.json, view=view))
     return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from groupkit.runtime.describe import list_groups, render_list
+
+    conf = {**_client_config(args), "groupkit.control.topic": args.control_topic}
+    print(render_list(list_groups(conf), as_json=args.json))
+    return 0
+
+
+def _connection_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--control-topic", default="__groupkit")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "-X",
+        dest="config",
+        action="append",
+        metavar="KEY=VALUE",
+        help="extra client setting, e.g. -X security.protocol=SASL_PLAINTEXT",
+    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -136,20 +158,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--assignor", required=True, help="assignor name, e.g. range, sticky, balanced")
     p.set_defaults(func=_cmd_assign)
 
-    p = sub.add_parser("describe", help="members, leader, generation, assignment and lag")
-    p.add_argument("--bootstrap-servers", required=True)
-    p.add_argument("--group", required=True)
-    p.add_argument("--control-topic", default="__groupkit")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--no-lag", action="store_true", help="skip fetching offsets")
-    p.add_argument(
-        "-X",
-        dest="config",
-        action="append",
-        metavar="KEY=VALUE",
-        help="extra client setting, e.g. -X security.protocol=SASL_PLAINTEXT",
+    p = sub.add_parser(
+        "describe",
+        help="a group's partitions (offsets, lag, owner), members or state, "
+        "as kafka-consumer-groups --describe",
     )
+    _connection_arguments(p)
+    p.add_argument("--group", required=True)
+    views = p.add_mutually_exclusive_group()
+    views.add_argument("--members", action="store_true", help="one line per member")
+    views.add_argument("--state", action="store_true", help="the group's state, leader, strategy")
+    p.add_argument("--no-lag", action="store_true", help="skip fetching offsets")
     p.set_defaults(func=_cmd_describe)
+
+    p = sub.add_parser("list", help="the groups on a control topic, with their state")
+    _connection_arguments(p)
+    p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser(
         "replay", help="replay lag telemetry through every assignor on Spark; report the best"

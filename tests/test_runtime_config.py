@@ -115,3 +115,12 @@ def test_assignor_timeout_defaults_to_half_the_session_and_must_be_positive() ->
     assert cfg.assignor_timeout_ms == 250
     with pytest.raises(ConfigError, match=r"groupkit\.assignor\.timeout\.ms"):
         GroupConfig.from_dict({**base, "groupkit.assignor.timeout.ms": 0})
+
+
+def test_offsets_keepalive_defaults_to_a_day_and_zero_turns_it_off() -> None:
+    base = {"bootstrap.servers": "x:1", "group.id": "g"}
+    assert GroupConfig.from_dict(base).offsets_keepalive_ms == 86_400_000
+    off = GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": 0})
+    assert off.offsets_keepalive_ms == 0
+    with pytest.raises(ConfigError, match=r"groupkit\.offsets\.keepalive\.interval\.ms"):
+        GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": -1})

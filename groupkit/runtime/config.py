@@ -56,6 +56,13 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # (protocol/assign.py). Default: half the session. The assignor runs off the heartbeat
     # path (runtime/planning.py), so this bounds how long a rebalance waits, not the session.
     "groupkit.assignor.timeout.ms": (None, "int"),
+    # How often an owner commits again the committed offset of a partition it owns that no
+    # commit has touched meanwhile (runtime/data_consumer.py, "Keep-alive"). The data consumer
+    # commits as a simple consumer, so the broker deletes an offset once it is older than
+    # offsets.retention.minutes (7 days by default), even while the group runs. An offset is
+    # at most about twice this old while its group lives: keep it below a third of the
+    # retention. 0: never (the broker's retention then applies to a live group too).
+    "groupkit.offsets.keepalive.interval.ms": (86_400_000, "int"),
 }
 
 #: How far apart the clocks of the brokers that may lead the control partition can be, unless
@@ -162,6 +169,7 @@ class GroupConfig:
     capacity: float | None
     max_clock_skew_ms: int
     assignor_timeout_ms: int = 5_000
+    offsets_keepalive_ms: int = 86_400_000
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -224,6 +232,11 @@ class GroupConfig:
             assignor_timeout = session // 2
         elif assignor_timeout <= 0:
             raise ConfigError(f"groupkit.assignor.timeout.ms must be > 0, got {assignor_timeout}")
+        keepalive = gk["groupkit.offsets.keepalive.interval.ms"]
+        if keepalive < 0:
+            raise ConfigError(
+                f"groupkit.offsets.keepalive.interval.ms must be >= 0 (0: off), got {keepalive}"
+            )
         parts = gk["groupkit.control.topic.partitions"]
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
@@ -265,6 +278,7 @@ class GroupConfig:
             capacity=gk["groupkit.capacity"],
             max_clock_skew_ms=skew,
             assignor_timeout_ms=assignor_timeout,
+            offsets_keepalive_ms=keepalive,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

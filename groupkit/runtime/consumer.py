@@ -460,6 +460,24 @@ class GroupConsumer:
                 self.commit(asynchronous=True)
             except (FencedError, KafkaException) as e:
                 _log.debug("auto_commit.skipped", error=str(e))
+        if now >= d.keepalive.next_at:
+            self._keep_offsets_alive(now)
+
+    def _keep_offsets_alive(self, now: float) -> None:
+        """Commit again, as they are, the committed offsets of owned partitions no commit has
+        touched for ``groupkit.offsets.keepalive.interval.ms`` (runtime/data_consumer.py,
+        "Keep-alive"): here on the ``poll`` thread, after this turn's hand-offs, as an owner
+        that may commit them (never after a release: ``_check_commit``)."""
+        d = self._data
+        offsets = d.keepalive_offsets(now, min(10.0, self._cfg.max_poll_interval_ms / 10_000))
+        if not offsets:
+            return
+        try:
+            self._check_commit([TopicPartition(p.topic, p.partition) for p in offsets])
+            d.commit(None, offsets, asynchronous=True)
+            _log.debug("offsets.keepalive", member=self.member_id, partitions=len(offsets))
+        except (FencedError, KafkaException) as e:
+            _log.debug("offsets.keepalive_skipped", error=str(e))
 
     # ------------------------------------------------------------------ offsets
 

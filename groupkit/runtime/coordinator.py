@@ -38,6 +38,7 @@ read :meth:`~Coordinator.status` (through ``GroupConsumer.probe``).
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -196,7 +197,12 @@ class Coordinator:
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             rack=cfg.rack,
             capacity=cfg.capacity,
-            client={"lib": "groupkit"},
+            # what kafka-consumer-groups shows as HOST and CLIENT-ID (groupkit describe)
+            client={
+                "lib": "groupkit",
+                "host": socket.gethostname(),
+                "client.id": str(cfg.connection.get("client.id", "rdkafka")),
+            },
             signer=self.signer,
             defer_revocations=True,  # revocations are done by the poll thread, then released
             max_clock_skew_ms=cfg.max_clock_skew_ms,

@@ -18,6 +18,16 @@ thread that calls ``GroupConsumer.poll`` (confluent-kafka admits one thread at a
   (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for partitions that
   were dropped after a fetch.
 - Its asynchronous commits (:class:`AsyncCommits`): auto-commit keeps at most one in flight.
+- Keep-alive of committed offsets (:class:`OffsetKeepAlive`). The broker never sees this
+  handle in its group, so it keeps a committed offset only ``offsets.retention.minutes`` after
+  its commit, however alive the group is (a native member's group keeps them all while it is
+  not empty). So every ``groupkit.offsets.keepalive.interval.ms`` a partition that no commit
+  touched is committed again, at exactly the offset that is committed now: the one groupkit
+  last committed for it successfully (or named as committed in the hand-off's offset hint),
+  else read back with ``committed()``; never the position, so nothing the application has not
+  processed is committed. A partition's clock starts when it is assigned (its previous owner
+  kept it alive until then) and again with each successful commit, so an idle partition costs
+  one commit per interval, however long it idles, and a busy one none.
 
 And the repairs librdkafka (2.16) needs:
 
@@ -79,6 +89,83 @@ def ktps(
     ]
 
 
+def _committed_ok(partitions: Iterable[KTopicPartition]) -> list[KTopicPartition]:
+    """The partitions of a commit's answer that were committed, at a real offset."""
+    return [p for p in partitions if p.error is None and p.offset is not None and p.offset >= 0]
+
+
+def _copy(p: KTopicPartition) -> KTopicPartition:
+    """A partition at ``p``'s offset, with its commit metadata (when there is any)."""
+    if p.metadata is None:
+        return KTopicPartition(p.topic, p.partition, p.offset)
+    return KTopicPartition(p.topic, p.partition, p.offset, metadata=p.metadata)
+
+
+class OffsetKeepAlive:
+    """When each owned partition's committed offset is due to be committed again, and at what.
+
+    Touched on the ``poll`` thread, but for :meth:`committed`, which an async commit's answer
+    calls from librdkafka's callback (served inside ``poll``/``consume`` of the same thread);
+    single dict stores, so a revoke commit's thread answering in between loses nothing.
+    ``interval`` seconds (``0``: off); a commit that got no good answer is retried after
+    ``retry`` seconds.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.retry = max(1.0, min(60.0, interval / 10))
+        #: owned partition -> monotonic time its offset is to be committed again
+        self.due: dict[TopicPartition, float] = {}
+        #: owned partition -> its committed offset as groupkit knows it (with its metadata)
+        self.known: dict[TopicPartition, KTopicPartition] = {}
+        #: the earliest of ``due`` (``inf``: nothing due); a cheap check for ``poll``
+        self.next_at = float("inf")
+
+    def assigned(self, parts: Iterable[TopicPartition], hints: Mapping[TopicPartition, int],
+                 now: float) -> None:  # fmt: skip
+        if not self.interval:
+            return
+        for tp in parts:
+            self.due[tp] = now + self.interval
+            if tp in hints:  # what the previous owner committed, just before releasing it
+                self.known[tp] = KTopicPartition(tp.topic, tp.partition, hints[tp])
+        self.next_at = min(self.due.values(), default=float("inf"))
+
+    def unassigned(self, parts: Iterable[TopicPartition]) -> None:
+        for tp in parts:
+            self.due.pop(tp, None)
+            self.known.pop(tp, None)
+        self.next_at = min(self.due.values(), default=float("inf"))
+
+    def committed(self, partitions: Iterable[KTopicPartition], now: float) -> None:
+        """``partitions`` were committed successfully: their clocks start again."""
+        if not self.interval:
+            return
+        for p in _committed_ok(partitions):
+            tp = TopicPartition(p.topic, p.partition)
+            if tp in self.due:  # owned (an answer may come after a revocation)
+                self.known[tp] = _copy(p)
+                self.due[tp] = now + self.interval
+        self.next_at = min(self.due.values(), default=float("inf"))
+
+    def take_due(self, now: float) -> tuple[list[KTopicPartition], list[TopicPartition]]:
+        """The partitions due now: ``(known, unknown)`` (committed offset known or to be read
+        back). Their clocks move on by ``retry``; a good answer moves them a whole interval."""
+        due = sorted(tp for tp, at in self.due.items() if at <= now)
+        for tp in due:
+            self.due[tp] = now + self.retry
+        self.next_at = min(self.due.values(), default=float("inf"))
+        known = [self.known[tp] for tp in due if tp in self.known]
+        return known, [tp for tp in due if tp not in self.known]
+
+    def nothing_committed(self, parts: Iterable[TopicPartition], now: float) -> None:
+        """``parts`` have no committed offset: nothing to keep for another interval."""
+        for tp in parts:
+            if tp in self.due:
+                self.due[tp] = now + self.interval
+        self.next_at = min(self.due.values(), default=float("inf"))
+
+
 class AsyncCommits:
     """The asynchronous commits of one data consumer handle still waiting for their result.
 
@@ -89,13 +176,18 @@ class AsyncCommits:
     handle's ``on_commit`` and calls the user's (librdkafka reports only async commits there).
     """
 
-    def __init__(self, user_cb: Callable[..., Any] | None) -> None:
+    def __init__(
+        self, user_cb: Callable[..., Any] | None, keepalive: OffsetKeepAlive | None = None
+    ) -> None:
         self._user_cb = user_cb
+        self._keepalive = keepalive
         self.sent: deque[float] = deque()  # monotonic send times, oldest first
 
     def done(self, err: Any, partitions: Any) -> None:
         if self.sent:
             self.sent.popleft()
+        if err is None and partitions and self._keepalive is not None:
+            self._keepalive.committed(partitions, time.monotonic())
         if self._user_cb is not None:
             self._user_cb(err, partitions)
 
@@ -124,6 +216,7 @@ class DataConsumer:
         self.auto_store = bool(_parse("enable.auto.offset.store",
                                       cfg.data_consumer.get("enable.auto.offset.store", True),
                                       "bool"))  # fmt: skip
+        self.keepalive = OffsetKeepAlive(cfg.offsets_keepalive_ms / 1000)
         self.commits = AsyncCommits(None)  # replaced with each handle
         self.handle: Consumer = self._new_handle()
         #: the handle's own ``poll`` and ``consume``, bound (the hot path calls them directly)
@@ -144,7 +237,7 @@ class DataConsumer:
 
     def _new_handle(self) -> Consumer:
         """A data consumer handle, and a fresh record of its async commits."""
-        commits = AsyncCommits(self._cfg.user_config.get("on_commit"))
+        commits = AsyncCommits(self._cfg.user_config.get("on_commit"), self.keepalive)
         handle = Consumer({**self._cfg.data_consumer, "enable.auto.offset.store": self.auto_store,
                            "on_commit": commits.done})  # fmt: skip
         self.commits = commits
@@ -161,12 +254,14 @@ class DataConsumer:
             self.owned |= add
             self.handle.assign(ktps(self.owned, start))
         self.owned |= add
+        self.keepalive.assigned(add, start, time.monotonic())
         self.watch_offsets()
 
     def unassign(self, parts: Partitions) -> None:
         """Stop fetching ``parts``; returns once librdkafka has stopped their fetchers."""
         self.owned -= parts
         self.unassigns += 1
+        self.keepalive.unassigned(parts)
         try:
             if self._cfg.protocol == "cooperative":
                 self.handle.incremental_unassign(ktps(parts))
@@ -203,7 +298,11 @@ class DataConsumer:
             if asynchronous and commits.sent:
                 commits.sent.pop()  # refused at once: librdkafka will not answer it
             raise
-        return None if asynchronous else list(result or [])
+        if asynchronous:
+            return None
+        done = list(result or [])
+        self.keepalive.committed(done, time.monotonic())
+        return done
 
     def commit_sync(self, offsets: list[KTopicPartition] | None) -> dict[TopicPartition, int]:
         """Commit ``offsets`` (``None``: what is stored) synchronously, on whatever handle is
@@ -235,6 +334,36 @@ class DataConsumer:
             self._last_commit = now
             return True
         return False
+
+    def keepalive_offsets(self, now: float, timeout: float) -> list[KTopicPartition]:
+        """The committed offsets of the owned partitions due to be committed again (see the
+        module docstring), those groupkit does not know read back with ``committed()``
+        (bounded by ``timeout``); ``[]`` when none is due, or while a commit is in flight
+        (its answer may move an offset: committing the older one after it would rewind)."""
+        ka = self.keepalive
+        if now < ka.next_at or not self.owned:
+            return []
+        waiting = self.commits.waiting_since()
+        overdue = max(10 * self._cfg.auto_commit_interval_ms / 1000,
+                      self._cfg.session_timeout_ms / 1000)  # fmt: skip
+        if waiting is not None and now - waiting < overdue:
+            return []
+        known, unknown = ka.take_due(now)
+        if unknown:
+            try:
+                read = self.handle.committed(ktps(unknown), timeout=timeout)
+            except KafkaException as e:  # tried again after ka.retry
+                _log.debug("offsets.keepalive_read_failed", member=self._member_id(),
+                           error=str(e))  # fmt: skip
+                return known
+            ok = _committed_ok(read)
+            ka.nothing_committed(
+                {TopicPartition(p.topic, p.partition) for p in read
+                 if p.error is None and (p.offset is None or p.offset < 0)},
+                now,
+            )  # fmt: skip
+            known += [_copy(p) for p in ok]
+        return sorted(known, key=lambda p: (p.topic, p.partition))
 
     def revoke_offsets(self, parts: Partitions) -> list[KTopicPartition] | None:
         """What to commit for ``parts`` before giving them away: the positions of the records

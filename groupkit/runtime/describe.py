@@ -1,78 +1,200 @@
-"""``groupkit describe``: a group as its control log says it is, with each member's lag.
+"""``groupkit describe`` and ``groupkit list``: groups as their control log says they are.
 
-It catches up on the group's control partition as a newcomer does (from the newest snapshot,
-else from the beginning: runtime/catch_up.py) through the same ``GroupState.replay`` the members
-use, so what it prints is exactly what a member would see.
+``describe`` catches up on the group's control partition as a newcomer does (from the newest
+snapshot, else from the beginning: runtime/catch_up.py) through the same ``GroupState.replay``
+the members use, so what it prints is exactly what a member would see. Its views follow
+``kafka-consumer-groups --describe``: the partitions (GROUP TOPIC PARTITION CURRENT-OFFSET
+LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, then groupkit's own columns), ``--members`` and
+``--state``. ``list`` reads every partition of the control topic once, tells each record's group
+from its key alone (records.py's key codec) and replays each group's records.
+
+A group's state, in Kafka's words where they fit (:func:`group_state`): ``Empty`` (no live
+member), ``Stable`` (the current generation covers exactly the live members, is complete and
+every one of them has acknowledged it), else ``Rebalancing``. Liveness is judged with the
+describer's ``session.timeout.ms`` (pass the group's with ``-X``) against the newest broker time
+in the log, and against the wall clock, so a group nobody writes for any more shows ``Empty``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
-from groupkit.errors import ControlTopicError
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
+from confluent_kafka import TopicPartition as KTopicPartition
+
+from groupkit.errors import BrokerError, ControlTopicError, InputError, RecordRejected
 from groupkit.protocol import GroupState
-from groupkit.protocol.records import HmacSigner
+from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
-from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.lag import read_offsets
+from groupkit.types import TopicPartition
+
+#: the partitions view's columns: kafka-consumer-groups --describe's, then groupkit's own
+PARTITION_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
+                     "CONSUMER-ID", "HOST", "CLIENT-ID", "GENERATION", "LEADER", "STATE",
+                     "INSTANCE-ID")  # fmt: skip
+MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "LAG", "LIVE",
+                  "GENERATION", "LEADER", "INSTANCE-ID")  # fmt: skip
+STATE_COLUMNS = ("GROUP", "CONTROL-PARTITION", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS",
+                 "GENERATION", "LEADER", "PROTOCOL", "PHASE")  # fmt: skip
+LIST_COLUMNS = ("GROUP", "STATE", "#MEMBERS", "GENERATION", "CONTROL-PARTITION")
+
+
+def _control_partitions(admin: Any, cfg: GroupConfig, timeout: float) -> int:
+    md = admin.list_topics(topic=cfg.control_topic, timeout=timeout)
+    topic = md.topics.get(cfg.control_topic)
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise ControlTopicError(f"control topic {cfg.control_topic!r} does not exist")
+    return len(topic.partitions)
+
+
+def _reader_config(cfg: GroupConfig) -> GroupConfig:
+    # A reader group id of its own: describing must never touch the group's offsets.
+    return GroupConfig.from_dict(
+        {**cfg.user_config, "group.id": f"groupkit-describe-{uuid.uuid4().hex[:8]}"}
+    )
+
+
+def _live(state: GroupState, now_ms: int) -> list[str]:
+    """The live members, by the log's clock and by the wall clock (see the module docstring)."""
+    return [
+        mid
+        for mid, m in state.live_members().items()
+        if m.last_seen + state.session_timeout_ms > now_ms
+    ]
+
+
+def group_state(state: GroupState, now_ms: int | None = None) -> str:
+    """``Empty``, ``Stable`` or ``Rebalancing`` (see the module docstring)."""
+    live = _live(state, int(time.time() * 1000) if now_ms is None else now_ms)
+    if not live:
+        return "Empty"
+    a = state.assignment
+    if (
+        a is not None
+        and a.phase == "complete"
+        and set(a.members) == set(live)
+        and all(state.covers(m) for m in live)
+        and all(state.members[m].acked_generation >= a.generation for m in live)
+        and not state.in_flight()
+    ):
+        return "Stable"
+    return "Rebalancing"
+
+
+def _client(m: Any, key: str) -> str | None:
+    return dict(m.client).get(key)
 
 
 def describe_group(
     config: dict[str, Any], with_lag: bool = True, timeout: float = 30.0
 ) -> dict[str, Any]:
-    """The group's state as a JSON-ready dict (``config`` as for ``GroupConsumer``)."""
+    """The group's state as a JSON-ready dict (``config`` as for ``GroupConsumer``).
+
+    Raises :class:`~groupkit.errors.ControlTopicError` when the control topic does not exist
+    and :class:`~groupkit.errors.InputError` when it holds no record of the group."""
     cfg = GroupConfig.from_dict(config)
     admin = connect_admin(cfg.client_config("admin"), timeout)
-    md = admin.list_topics(topic=cfg.control_topic, timeout=timeout)
-    topic = md.topics.get(cfg.control_topic)
-    if topic is None or topic.error is not None or not topic.partitions:
-        raise ControlTopicError(f"control topic {cfg.control_topic!r} does not exist")
-    partition = partition_for_group(cfg.group_id, len(topic.partitions))
-    # A reader group id of its own: describing must never touch the group's offsets.
-    reader_cfg = GroupConfig.from_dict(
-        {**cfg.user_config, "group.id": f"groupkit-describe-{uuid.uuid4().hex[:8]}"}
-    )
-    reader = ControlReader(reader_cfg, cfg.control_topic, partition)
+    partition = partition_for_group(cfg.group_id, _control_partitions(admin, cfg, timeout))
+    reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
     state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
                        verifier=signer)  # fmt: skip
     try:
-        end = reader.high_watermark(timeout)
+        log_end = reader.high_watermark(timeout)
         deadline = time.monotonic() + timeout
         # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py)
-        got = bounded_catch_up(reader, end, cfg.group_id, cfg.session_timeout_ms,
+        got = bounded_catch_up(reader, log_end, cfg.group_id, cfg.session_timeout_ms,
                                cfg.rebalance_timeout_ms, signer,
                                lambda: time.monotonic() >= deadline)  # fmt: skip
         if got.state is not None:
             state = got.state
-        while reader.position < end and time.monotonic() < deadline:
+        while reader.position < log_end and time.monotonic() < deadline:
             for r in reader.poll(0.2):
                 state.replay(r.offset, r.key, r.value, r.timestamp_ms)
     finally:
         reader.close()
+    if not state.members and state.assignment is None:
+        raise InputError(
+            f"group {cfg.group_id!r} not found: control topic {cfg.control_topic!r} "
+            f"(partition {partition}) holds no record of it"
+        )
+    now_ms = int(time.time() * 1000)
+    live = set(_live(state, now_ms))
+    group_status = group_state(state, now_ms)
     a = state.assignment
     assigned = {m: sorted(a.assigned(m)) for m in a.members} if a is not None else {}
-    lags: dict[Any, int] = {}
-    if with_lag and assigned:
-        parts = [tp for ps in assigned.values() for tp in ps]
-        lags = fetch_lags(admin, cfg.group_id, parts, cfg.auto_offset_reset)
+    owner = {tp: mid for mid, ps in assigned.items() for tp in ps}
+    claimed = {tp: mid for mid, m in state.members.items() if mid in live for tp in m.claims}
+    # Every partition of the live members' topics (Kafka's tool lists what has offsets;
+    # groupkit knows what its group reads), and whatever is assigned or claimed.
+    topics = sorted({t for mid in live for t in state.members[mid].topics})
+    parts: set[TopicPartition] = set(owner) | set(claimed)
+    if topics:
+        md = admin.list_topics(timeout=timeout)
+        for t in topics:
+            tm = md.topics.get(t)
+            if tm is not None and tm.error is None:
+                parts |= {TopicPartition(t, p) for p in tm.partitions}
+    end: dict[TopicPartition, int] = {}
+    committed: dict[TopicPartition, int | None] = {}
+    lags: dict[TopicPartition, int] = {}
+    if with_lag and parts:
+        got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.auto_offset_reset, timeout)
+        end, committed, lags = (dict(got_offsets.end), dict(got_offsets.committed),
+                                dict(got_offsets.lag))  # fmt: skip
+    rows = []
+    for tp in sorted(parts):
+        mid = owner.get(tp) or claimed.get(tp)
+        m = state.members.get(mid) if mid is not None else None
+        if tp in owner and claimed.get(tp, owner[tp]) == owner[tp]:
+            pstate = "owned" if claimed.get(tp) == owner[tp] else "assigned"
+        elif tp in claimed:
+            pstate = "revoking"
+        else:
+            pstate = "unassigned"
+        cur = committed.get(tp)
+        rows.append(
+            {
+                "group": cfg.group_id,
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "current_offset": cur,
+                "log_end_offset": end.get(tp),
+                "lag": (end[tp] - cur if cur is not None and tp in end else None),
+                "consumer_id": mid,
+                "host": _client(m, "host") if m is not None else None,
+                "client_id": _client(m, "client.id") if m is not None else None,
+                "generation": m.owned_generation if m is not None else None,
+                "leader": mid is not None and state.leader == mid,
+                "state": pstate,
+                "instance_id": None,  # static membership: issue 16 part 1
+            }
+        )
     members = []
     for mid, m in sorted(state.members.items()):
         mine = assigned.get(mid, [])
         members.append(
             {
                 "member_id": mid,
-                "live": state.is_live(mid),
+                "live": mid in live,
                 "leader": state.leader == mid,
+                "host": _client(m, "host"),
+                "client_id": _client(m, "client.id"),
+                "instance_id": None,
                 "topics": list(m.topics),
                 "owned": [[tp.topic, tp.partition] for tp in sorted(m.claims)],
                 "assigned": [[tp.topic, tp.partition] for tp in mine],
+                "generation": m.owned_generation,
                 "acked_generation": m.acked_generation,
                 "joined_at_ms": m.joined_at,
                 "last_seen_ms": m.last_seen,
@@ -82,6 +204,7 @@ def describe_group(
         )
     return {
         "group": cfg.group_id,
+        "state": group_status,
         "control_topic": cfg.control_topic,
         "control_partition": partition,
         "log_offset": state.offset,
@@ -102,20 +225,125 @@ def describe_group(
             }
         ),
         "members": members,
+        "live_members": len(live),
+        "partitions": rows,
         "total_lag": sum(lags.values()),
         "rejected": dict(sorted(state.rejections.items())),
     }
 
 
-def render(desc: dict[str, Any], as_json: bool = False) -> str:
+def list_groups(config: dict[str, Any], timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every group with a record on the control topic, with its state (``config`` names the
+    cluster and ``groupkit.control.topic``; ``group.id`` is not needed)."""
+    cfg = GroupConfig.from_dict({"group.id": "groupkit-list", **config})
+    admin = connect_admin(cfg.client_config("admin"), timeout)
+    n = _control_partitions(admin, cfg, timeout)
+    signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
+    reader_conf = {"group.id": _reader_config(cfg).group_id, "enable.auto.commit": False}
+    consumer = Consumer(cfg.client_config("list", **reader_conf))
+    #: per control partition, its records in order (groups on one partition share its clock)
+    records: dict[int, list[tuple[int, bytes | None, bytes | None, int]]] = {}
+    groups: dict[str, int] = {}
+    try:
+        #: partition -> its end (high watermark) when the scan started: read up to there
+        todo: dict[int, int] = {}
+        for p in range(n):
+            low, high = consumer.get_watermark_offsets(
+                KTopicPartition(cfg.control_topic, p), timeout=timeout
+            )
+            if high > low:
+                todo[p] = high
+        consumer.assign([KTopicPartition(cfg.control_topic, p, OFFSET_BEGINNING) for p in todo])
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() >= deadline:
+                raise BrokerError(f"timed out reading control topic {cfg.control_topic!r}")
+            for msg in consumer.consume(500, 0.2):
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise BrokerError(f"cannot read control topic {cfg.control_topic!r}: {err}")
+                    continue
+                p = msg.partition() or 0
+                offset = msg.offset() or 0
+                key = msg.key()
+                # the group from the key alone: no value is decoded here (a key that is not
+                # groupkit's, every reader ignores)
+                with contextlib.suppress(RecordRejected):
+                    groups.setdefault(decode_key(key).group, p)
+                records.setdefault(p, []).append((offset, key, msg.value(), msg.timestamp()[1]))
+            # (the position also moves past what the log holds but hands out: markers)
+            for kp in consumer.position([KTopicPartition(cfg.control_topic, p) for p in todo]):
+                if kp.offset is not None and kp.offset >= todo[kp.partition]:
+                    del todo[kp.partition]
+    finally:
+        consumer.close()
+    now_ms = int(time.time() * 1000)
+    out = []
+    for g, p in sorted(groups.items()):
+        state = GroupState(g, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=signer)
+        _replay_all(state, records.get(p, ()))
+        out.append(
+            {
+                "group": g,
+                "state": group_state(state, now_ms),
+                "members": len(_live(state, now_ms)),
+                "generation": state.generation,
+                "control_partition": p,
+            }
+        )
+    return out
+
+
+def _replay_all(
+    state: GroupState, records: Iterable[tuple[int, bytes | None, bytes | None, int]]
+) -> None:
+    for offset, key, value, ts in records:
+        state.replay(offset, key, value, ts)
+
+
+def _table(columns: Iterable[str], rows: list[list[Any]]) -> list[str]:
+    cols = list(columns)
+    cells = [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*cols).rstrip()] + [fmt.format(*r).rstrip() for r in cells]
+
+
+def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions") -> str:
+    """``describe``'s output: ``view`` is ``partitions`` (the default), ``members`` or
+    ``state``; as JSON, the whole description, the members, or the state."""
     if as_json:
-        return json.dumps(desc, indent=2, sort_keys=True)
-    lines = [
-        f"group {desc['group']}  generation {desc['generation']}  leader {desc['leader']}  "
-        f"protocol {desc['protocol']}  phase {desc['phase']}  assignor {desc['assignor']}",
-        f"control {desc['control_topic']}[{desc['control_partition']}] at offset "
-        f"{desc['log_offset']}; total lag {desc['total_lag']}",
-    ]
+        doc: Any = desc
+        if view == "members":
+            doc = desc["members"]
+        elif view == "state":
+            doc = _state_doc(desc)
+        return json.dumps(doc, indent=2, sort_keys=True)
+    g = desc["group"]
+    lines: list[str] = []
+    if view == "state":
+        s = _state_doc(desc)
+        lines += _table(STATE_COLUMNS, [[g, s["control_partition"], s["assignor"], s["state"],
+                                         s["members"], s["generation"], s["leader"],
+                                         s["protocol"], s["phase"]]])  # fmt: skip
+    elif view == "members":
+        lines += _table(MEMBER_COLUMNS, [
+            [g, m["member_id"], m["host"], m["client_id"], len(m["assigned"]), m["lag"],
+             "yes" if m["live"] else "no", m["generation"], "*" if m["leader"] else "",
+             m["instance_id"]]
+            for m in desc["members"]
+        ])  # fmt: skip
+    else:
+        if desc["live_members"] == 0:
+            lines.append(f"Consumer group '{g}' has no active members.")
+            lines.append("")
+        lines += _table(PARTITION_COLUMNS, [
+            [r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"],
+             r["lag"], r["consumer_id"], r["host"], r["client_id"], r["generation"],
+             "*" if r["leader"] else "", r["state"], r["instance_id"]]
+            for r in desc["partitions"]
+        ])  # fmt: skip
     fb = desc.get("fallback")
     if fb:
         lines.append(
@@ -126,12 +354,28 @@ def render(desc: dict[str, Any], as_json: bool = False) -> str:
         lines.append(
             "rejected records: " + ", ".join(f"{k}={v}" for k, v in desc["rejected"].items())
         )
-    header = f"{'MEMBER':<36} {'LIVE':<5} {'LEAD':<5} {'PARTS':>5} {'LAG':>10}  ASSIGNED"
-    lines += ["", header]
-    for m in desc["members"]:
-        parts = ", ".join(f"{t}-{p}" for t, p in m["assigned"])
-        lines.append(
-            f"{m['member_id']:<36} {('yes' if m['live'] else 'no'):<5} "
-            f"{('*' if m['leader'] else ''):<5} {len(m['assigned']):>5} {m['lag']:>10}  {parts}"
-        )
     return "\n".join(lines)
+
+
+def _state_doc(desc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "group": desc["group"],
+        "state": desc["state"],
+        "members": desc["live_members"],
+        "generation": desc["generation"],
+        "leader": desc["leader"],
+        "assignor": desc["assignor"],
+        "protocol": desc["protocol"],
+        "phase": desc["phase"],
+        "control_topic": desc["control_topic"],
+        "control_partition": desc["control_partition"],
+    }
+
+
+def render_list(groups: list[dict[str, Any]], as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(groups, indent=2, sort_keys=True)
+    return "\n".join(_table(LIST_COLUMNS, [
+        [g["group"], g["state"], g["members"], g["generation"], g["control_partition"]]
+        for g in groups
+    ]))  # fmt: skip
