@@ -314,19 +314,27 @@ def _lpt(space: _Space, counts: Ints) -> Ints:
     # with one lazy heap of (load, member) per distinct set of subscribers.
     n_subs = space.subscribes.sum(axis=0)
     order = np.lexsort((np.arange(space.size), n_subs[space.tid], -w))
-    subs_of = [tuple(np.flatnonzero(space.subscribes[:, k]).tolist()) for k in range(len(n_subs))]
+    # Topics with the same subscribers share one heap: ``kind[k]`` numbers topic k's set
+    # (a tuple of hundreds of members is too slow a dict key to hash per partition).
+    sets: dict[tuple[int, ...], int] = {}
+    kind = [
+        sets.setdefault(tuple(np.flatnonzero(space.subscribes[:, k]).tolist()), len(sets))
+        for k in range(len(n_subs))
+    ]
+    subs_of = list(sets)
     room = counts.tolist()
     load_l = [0.0] * space.n
     cap_l = space.cap.tolist()
-    heaps: dict[tuple[int, ...], list[tuple[float, int]]] = {}
+    heaps: list[list[tuple[float, int]] | None] = [None] * len(subs_of)
     tid_l = space.tid.tolist()
     w_l = w.tolist()
     own_l = [-1] * space.size
     for g in order.tolist():
-        subs = subs_of[tid_l[g]]
-        heap = heaps.get(subs)
+        x = kind[tid_l[g]]
+        subs = subs_of[x]
+        heap = heaps[x]
         if heap is None:
-            heap = heaps[subs] = [(0.0, i) for i in subs]
+            heap = heaps[x] = [(0.0, i) for i in subs]
             heapq.heapify(heap)
         # Loads only grow, so a stale entry is one below the member's load: refresh it. A
         # member with no room left is dropped from this heap for good.
