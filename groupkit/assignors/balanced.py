@@ -28,8 +28,10 @@ How:
    loads, so it ends; it also stops once the largest load is within ``_CLOSE`` (0.5 %) of the
    lower bound ``max(total / capacity, heaviest partition)``, where no step can matter.
 4. ``best`` = the lower largest load of the two. If ``S`` is already within ``tolerance`` of
-   ``best``, return ``S``: no partition moves for lag. (When nothing is owned the tolerance is
-   zero, and ``S`` is not searched: there is no placement to protect.) Otherwise return the
+   ``best``, return ``S``: no partition moves for lag. (Checked first against the lower
+   bound, which is below any ``best``: then no candidate is built at all. When nothing is
+   owned the tolerance is zero, and ``S`` is not searched: there is no placement to
+   protect.) Otherwise return the
    shortest prefix of ``S``'s local search that gets within tolerance, and only if ``S``'s
    search cannot, the fresh candidate within tolerance that moves the fewest partitions.
 
@@ -130,6 +132,11 @@ class BalancedAssignor(Assignor):
 
         # 1.-3. The sticky plan, and the two fresh candidates improved by the local search.
         s_plan = _Plan(space, space.owners(sticky))
+        bound = space.lower_bound(s_plan.count)
+        if owned and s_plan.largest() <= bound * (1 + self.tolerance):
+            # Within tolerance of the lower bound, so of any best: the usual steady state (a
+            # member joins or leaves, lags drift), answered without building the candidates.
+            return dict(zip(ids, sticky, strict=True))
         lpt = _lpt(space, s_plan.count)
         if (np.bincount(lpt, minlength=space.n) != s_plan.count).any():
             # Unequal subscriptions can leave LPT a partition with no eligible room.
@@ -140,7 +147,7 @@ class BalancedAssignor(Assignor):
                 {tp: i for i, tps in enumerate(prepared.ownership.owned) for tp in tps},
             )
             lpt = space.owners(repaired)
-        floor = space.lower_bound(s_plan.count) * (1 + _CLOSE)
+        floor = bound * (1 + _CLOSE)
         fresh = [_Plan(space, lpt)]
         fresh[0].search(stop_at=floor)
         # KIP-169's answer is a candidate so that we never do worse than ``lag``. It is only
@@ -206,8 +213,13 @@ class _Space:
         self.pnum: Ints = np.arange(self.size, dtype=np.int64) - self.offset[self.tid]
         # subscribes[i, k]: member i may take topic k. Members usually share one set.
         self.subscribes = np.zeros((self.n, len(sizes)), dtype=bool)
+        rows: dict[frozenset[str], npt.NDArray[np.bool_]] = {}
         for i, ts in enumerate(topics_of):
-            self.subscribes[i, [self.topic_index[t] for t in ts if t in self.topic_index]] = True
+            row = rows.get(ts)
+            if row is None:
+                row = rows[ts] = np.zeros(len(sizes), dtype=bool)
+                row[[self.topic_index[t] for t in ts if t in self.topic_index]] = True
+            self.subscribes[i] = row
         self.w = self._weights(lags)
         self._all: npt.NDArray[np.object_] | None = None
 
