@@ -121,24 +121,35 @@ class BalancedAssignor(Assignor):
         if not ids:
             return {}
         capacity = _capacities([members[m].capacity for m in ids])
-        sticky = sticky_plan(partitions_per_topic, prepared)
         space = _Space(partitions_per_topic, prepared.topics_of, lags, capacity)
-        if space.size == 0:
-            return dict(zip(ids, sticky, strict=True))
-        # Who owned each partition before, per g: the ownership rules' own per-topic table.
-        owner_index = prepared.ownership.owner_index
-        owner = np.concatenate([np.asarray(owner_index[t], dtype=np.int64) for t in space.topics])
-        owned = bool((owner >= 0).any())
+        owned = any(prepared.ownership.owned)
+        if space.size == 0 or (not owned and space.equal and not space.w.any()):
+            # Nothing to balance lag by: the sticky plan is the answer.
+            return dict(zip(ids, sticky_plan(partitions_per_topic, prepared), strict=True))
 
-        # 1.-3. The sticky plan, and the two fresh candidates improved by the local search.
-        s_plan = _Plan(space, space.owners(sticky))
-        bound = space.lower_bound(s_plan.count)
-        if owned and s_plan.largest() <= bound * (1 + self.tolerance):
-            # Within tolerance of the lower bound, so of any best: the usual steady state (a
-            # member joins or leaves, lags drift), answered without building the candidates.
+        # 1. The sticky plan. Fresh with equal subscriptions there is nothing to stick to and
+        # its counts are known (q + 1 for the first P mod N members by id, as in the quota
+        # path), so it is not built: that saves a million TopicPartitions at 1M x 2,000.
+        sticky: list[list[TopicPartition]] | None = None
+        s_plan: _Plan | None = None
+        if owned or not space.equal:
+            sticky = sticky_plan(partitions_per_topic, prepared)
+            s_plan = _Plan(space, space.owners(sticky))
+            counts = s_plan.count
+        else:
+            quota, extra = divmod(space.size, space.n)
+            counts = np.full(space.n, quota, dtype=np.int64)
+            counts[:extra] += 1
+        bound = space.lower_bound(counts)
+        # Within tolerance of the lower bound, so of any best: the usual steady state (a
+        # member joins or leaves, lags drift), answered without any candidate.
+        close = s_plan is not None and s_plan.largest() <= bound * (1 + self.tolerance)
+        if owned and close and sticky is not None:
             return dict(zip(ids, sticky, strict=True))
-        lpt = _lpt(space, s_plan.count)
-        if (np.bincount(lpt, minlength=space.n) != s_plan.count).any():
+
+        # 2.-3. The two fresh candidates, improved by the local search.
+        lpt = _lpt(space, counts)
+        if (np.bincount(lpt, minlength=space.n) != counts).any():
             # Unequal subscriptions can leave LPT a partition with no eligible room.
             repaired = balance_counts(
                 partitions_per_topic,
@@ -153,7 +164,7 @@ class BalancedAssignor(Assignor):
         # KIP-169's answer is a candidate so that we never do worse than ``lag``. It is only
         # searched when ``L`` did not reach the floor: then nothing can do materially better.
         k_plan = _Plan(space, _kip(space))
-        if sorted(k_plan.count.tolist()) == sorted(s_plan.count.tolist()):
+        if sorted(k_plan.count.tolist()) == sorted(counts.tolist()):
             if fresh[0].largest() > floor:
                 k_plan.search(stop_at=floor)
             fresh.append(k_plan)
@@ -162,15 +173,20 @@ class BalancedAssignor(Assignor):
         # 4. Stay sticky within tolerance of the best. With nothing owned there is nothing
         # to stick to, so the best result is taken as it is.
         threshold = best * (1 + self.tolerance) if owned else best
-        if s_plan.largest() <= threshold:
-            return dict(zip(ids, sticky, strict=True))
-        if owned:
-            s_plan.search(stop_at=threshold)
+        if sticky is not None and s_plan is not None:
             if s_plan.largest() <= threshold:
-                return dict(zip(ids, s_plan.apply_moves(sticky), strict=True))
+                return dict(zip(ids, sticky, strict=True))
+            if owned:
+                s_plan.search(stop_at=threshold)
+                if s_plan.largest() <= threshold:
+                    return dict(zip(ids, s_plan.apply_moves(sticky), strict=True))
         ok = [f for f in fresh if f.largest() <= threshold]
-        chosen = min(ok, key=lambda f: f.moved(owner))
-        return dict(zip(ids, space.parts(chosen.own), strict=True))
+        if owned:
+            # Who owned each partition before, per g: the ownership rules' per-topic table.
+            table = prepared.ownership.owner_index
+            owner = np.concatenate([np.asarray(table[t], dtype=np.int64) for t in space.topics])
+            ok.sort(key=lambda f: f.moved(owner))
+        return dict(zip(ids, space.parts(ok[0].own), strict=True))
 
 
 def _capacities(given: Sequence[float | None]) -> list[float]:
