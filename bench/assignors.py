@@ -1,4 +1,5 @@
-"""Benchmark: groupkit's sticky assignor against Apache Kafka's (Java) and kafka-python's.
+"""Benchmark: groupkit's sticky, balanced and lag assignors against Apache Kafka's (Java)
+sticky and kafka-python's.
 
 Shapes (from Kafka's and franz-go's own benchmarks), each timed fresh and then after one
 follow-up rebalance where every remaining member owns what the fresh assignment gave it:
@@ -11,6 +12,12 @@ follow-up rebalance where every remaining member owns what the fresh assignment 
   partitions, member i subscribes to the first ((i+1)*17 mod 40) topics; then every 4th member
   leaves.
 - ``quick-equal`` / ``quick-unequal``: small versions for CI (``--quick``).
+
+The lag-aware assignors (``balanced``, ``lag``) get one skewed lag per partition (Pareto,
+shape 1.5, scale 1,000 records; seeded, built before the clock starts), as the runtime fetches
+lags only for them; ``sticky`` and the anchors see no lags. Every groupkit row also reports the
+largest member lag of its result under those lags, over the lower bound
+``max(total / members, heaviest partition)``: the quality ``balanced`` buys with its time.
 
 Every implementation runs in its own process (``--worker``), so the peak resident memory of
 that process (inputs included) is reported beside its times. The anchors run in the same
@@ -82,6 +89,8 @@ SHAPES: dict[str, Callable[[], Shape]] = {
     "quick-unequal": lambda: _plus_one(10, 80, 80),
 }
 FULL = ["large-equal", "unequal-40k", "librdkafka"]
+#: groupkit's assignors in the table: the sticky one, and the two lag-aware ones beside it
+GROUPKIT = ["sticky", "balanced", "lag"]
 QUICK = ["quick-equal", "quick-unequal", "librdkafka"]
 
 
@@ -107,11 +116,40 @@ def _moved(before: dict[str, list[Any]], after: dict[str, list[Any]]) -> int:
 
 
 def _emit(
-    impl: str, shape: str, phase: str, parts: int, members: int, moved: int, times: list[float]
+    impl: str,
+    shape: str,
+    phase: str,
+    parts: int,
+    members: int,
+    moved: int,
+    times: list[float],
+    extra: dict[str, Any] | None = None,
 ) -> None:
     doc = {"assignor": impl, "shape": shape, "phase": phase, "partitions": parts}
-    doc |= {"members": members, "moved": moved, "times": times}
+    doc |= {"members": members, "moved": moved, "times": times, **(extra or {})}
     print(json.dumps(doc), flush=True)
+
+
+def _lags(parts: dict[str, int]) -> dict[Any, int]:
+    """One skewed lag per partition: Pareto (shape 1.5) times 1,000 records, seeded."""
+    import random
+
+    from groupkit.assignors import TopicPartition
+
+    rng = random.Random(19)
+    return {
+        TopicPartition(t, p): int(rng.paretovariate(1.5) * 1000)
+        for t, n in sorted(parts.items())
+        for p in range(n)
+    }
+
+
+def _largest_over_bound(assignment: dict[str, list[Any]], lags: dict[Any, int]) -> float:
+    """The largest member lag of ``assignment`` over ``max(total / members, heaviest)``."""
+    from groupkit.assignors.invariants import lag_lower_bound, member_loads
+
+    bound = lag_lower_bound(lags.values(), len(assignment))
+    return max(member_loads(assignment, lags).values()) / bound if bound else 1.0
 
 
 def _worker_groupkit(name: str, shape: str, runs: int) -> None:
@@ -120,13 +158,16 @@ def _worker_groupkit(name: str, shape: str, runs: int) -> None:
     assignor = get_assignor(name)
     parts, members = SHAPES[shape]()
     total = sum(parts.values())
+    lags = _lags(parts)
+    given = lags if assignor.uses_lag else None
     subs = {m: MemberSubscription(ts) for m, ts in members.items()}
     times, first = [], {}
     for _ in range(runs):
         t0 = time.perf_counter()
-        first = assignor.assign(parts, subs)
+        first = assignor.assign(parts, subs, given)
         times.append(time.perf_counter() - t0)
-    _emit(f"groupkit {name}", shape, "fresh", total, len(subs), 0, times)
+    quality = {"largest_over_bound": _largest_over_bound(first, lags)}
+    _emit(f"groupkit {name}", shape, "fresh", total, len(subs), 0, times, quality)
 
     phase, nxt = _follow_up(shape, members)
     subs = {
@@ -135,9 +176,11 @@ def _worker_groupkit(name: str, shape: str, runs: int) -> None:
     times, after = [], {}
     for _ in range(runs):
         t0 = time.perf_counter()
-        after = assignor.assign(parts, subs)
+        after = assignor.assign(parts, subs, given)
         times.append(time.perf_counter() - t0)
-    _emit(f"groupkit {name}", shape, phase, total, len(subs), _moved(first, after), times)
+    quality = {"largest_over_bound": _largest_over_bound(after, lags)}
+    moved = _moved(first, after)
+    _emit(f"groupkit {name}", shape, phase, total, len(subs), moved, times, quality)
 
 
 def _worker_kafka_python(shape: str, runs: int) -> None:
@@ -274,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     shapes = QUICK if args.quick else FULL
+    # The machine is shared: the load around the run says how far absolute times can be
+    # trusted; the ratios between implementations in one run are the numbers to quote.
+    load_before = os.getloadavg()
     jars = None if args.no_java else ensure_jars()
     me = [sys.executable, str(Path(__file__).resolve())]
     results: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -289,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
             results[(impl, shape, doc["phase"])] = doc
 
     for shape in shapes:
-        collect(
-            "groupkit sticky", shape, [*me, "--worker", "sticky", shape, "--runs", str(runs)], 3600
-        )
+        for name in GROUPKIT:
+            cmd = [*me, "--worker", name, shape, "--runs", str(runs)]
+            collect(f"groupkit {name}", shape, cmd, 3600)
         if jars is not None:
             for name in ("sticky", "cooperative-sticky"):
                 cmd = [
@@ -328,14 +374,19 @@ def main(argv: list[str] | None = None) -> int:
         "phase",
         "partitions",
         "members",
-        "groupkit s",
+        "sticky s",
+        "balanced s",
+        "lag s",
         "java sticky s",
         "java coop s",
         "kafka-python s",
-        "groupkit / java",
-        "kafka-python / groupkit",
-        "RSS MiB gk / java / kp",
-        "moved gk / java",
+        "balanced / sticky",
+        "balanced / java",
+        "sticky / java",
+        "kafka-python / sticky",
+        "largest lag / bound: sticky / lag / balanced",
+        "RSS MiB sticky / balanced / java / kp",
+        "moved sticky / balanced / java",
     ]
     rows = []
     phases = sorted(
@@ -346,23 +397,27 @@ def main(argv: list[str] | None = None) -> int:
         def get(impl: str, shape: str = shape, phase: str = phase) -> dict[str, Any] | None:
             return results.get((impl, shape, phase))
 
-        gk, js, jc, kp = (
+        gk, bal, lag, js, jc, kp = (
             get(i)
             for i in (
                 "groupkit sticky",
+                "groupkit balanced",
+                "groupkit lag",
                 "java sticky",
                 "java cooperative-sticky",
                 "kafka-python sticky",
             )
         )
-        t = {
-            k: median(d["times"]) if d else float("nan")
-            for k, d in (("gk", gk), ("js", js), ("jc", jc), ("kp", kp))
-        }
-        ref = gk or js or kp
+        docs = {"gk": gk, "bal": bal, "lag": lag, "js": js, "jc": jc, "kp": kp}
+        t = {k: median(d["times"]) if d else float("nan") for k, d in docs.items()}
+        ref = gk or bal or js or kp
         assert ref is not None
-        rss = " / ".join(f"{d['peak_rss_mib']:.0f}" if d else "-" for d in (gk, js, kp))
-        moved = " / ".join(str(d["moved"]) if d else "-" for d in (gk, js))
+        rss = " / ".join(f"{d['peak_rss_mib']:.0f}" if d else "-" for d in (gk, bal, js, kp))
+        moved = " / ".join(str(d["moved"]) if d else "-" for d in (gk, bal, js))
+        quality = " / ".join(
+            f"{d['largest_over_bound']:.3f}" if d and "largest_over_bound" in d else "-"
+            for d in (gk, lag, bal)
+        )
         rows.append(
             [
                 shape,
@@ -370,15 +425,31 @@ def main(argv: list[str] | None = None) -> int:
                 ref["partitions"],
                 ref["members"],
                 t["gk"],
+                t["bal"],
+                t["lag"],
                 t["js"],
                 t["jc"],
                 t["kp"],
+                t["bal"] / t["gk"],
+                t["bal"] / t["js"],
                 t["gk"] / t["js"],
                 t["kp"] / t["gk"],
+                quality,
                 rss,
                 moved,
             ]
         )
+    load_after = os.getloadavg()
+    notes = [
+        "Load average (1 / 5 / 15 min) before the run: "
+        + " / ".join(f"{x:.2f}" for x in load_before)
+        + "; after: "
+        + " / ".join(f"{x:.2f}" for x in load_after)
+        + ". Absolute times move with the load; ratios are within one run.",
+        "balanced and lag get one skewed lag per partition (Pareto 1.5 x 1,000, seeded);"
+        " sticky and the anchors get none. Largest lag / bound: the largest member lag of the"
+        " result over max(total / members, heaviest partition), under the same lags.",
+    ]
     write_results(
         "assignors" if not args.quick else "assignors.quick",
         columns,
@@ -386,11 +457,14 @@ def main(argv: list[str] | None = None) -> int:
         extra={
             "runs": runs,
             "kafka_clients": KAFKA_CLIENTS,
+            "load_before": load_before,
+            "load_after": load_after,
             "not_measured": {f"{i} on {s}": why for (i, s), why in failures.items()},
             "raw": [v for v in results.values()],
         },
-        title="Sticky assignors: median seconds per assignment, groupkit vs Kafka (Java) "
-        "vs kafka-python",
+        title="Assignors: median seconds per assignment, groupkit sticky / balanced / lag vs "
+        "Kafka (Java) sticky vs kafka-python",
+        notes=notes,
     )
     for (impl, shape), why in failures.items():
         print(f"not measured: {impl} on {shape}: {why}")

@@ -208,3 +208,33 @@ def test_noisy_lag_sequence_moves_fewer_partitions() -> None:
     for mine, best, theirs in zip(ours, fresh, kip, strict=True):
         assert mine <= 1.05 * best + 1e-6
         assert mine <= theirs
+
+
+@pytest.mark.parametrize("unequal", [False, True])
+def test_larger_group_stays_valid_and_beats_lag(unequal: bool) -> None:
+    """The array paths at a size where rounds, the wide search and the early exit all run:
+    valid, count-balanced, never above KIP-169, near the bound, and sticky on a join."""
+    rng = random.Random(19)
+    parts = {f"t{i:02d}": 60 for i in range(20)}
+    lags = {
+        TopicPartition(t, p): int(rng.paretovariate(1.5) * 1000) for t in parts for p in range(60)
+    }
+    members = {f"c{i:02d}": M(parts) for i in range(40)}
+    if unequal:
+        members["c99"] = M(["t00"])
+    ours = get_assignor("balanced").assign(parts, members, lags)
+    kip = get_assignor("lag").assign(parts, members, lags)
+    assert_valid(parts, members, ours, balanced=True)
+    assert largest(ours, lags) <= largest(kip, lags)
+    # The heaviest partition's holder also holds at least 29 others: the bound counts them.
+    every = sorted(lags[TopicPartition(t, p)] for t, n in parts.items() for p in range(n))
+    fewest = len(every) // len(members)
+    bound = max(lag_lower_bound(every, len(members)), every[-1] + sum(every[: fewest - 1]))
+    assert largest(ours, lags) <= 1.05 * bound
+    # One member joins: balance needs 1 partition from each of 30 members (1,200 / 41 = 29.3),
+    # and lag costs nothing more than the tolerance, so nothing else moves.
+    joined = {m: M(s.topics, owned=ours[m], generation=1) for m, s in members.items()}
+    joined["c98"] = M(parts)
+    after = get_assignor("balanced").assign(parts, joined, lags)
+    assert_valid(parts, joined, after, balanced=True)
+    assert len(moved_partitions(parts, joined, after)) <= len(after["c98"]) + 2
