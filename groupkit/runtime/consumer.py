@@ -239,6 +239,7 @@ class GroupConsumer:
         on_lost: Callback | None = None,
     ) -> None:
         """Join groupkit's membership of ``group.id`` for ``topics`` (never the broker's group)."""
+        began = _monotonic()
         self._ensure_open()
         topics = sorted(set(topics))
         if not topics:
@@ -259,6 +260,8 @@ class GroupConsumer:
             return
         self._topics = topics
         self._join()
+        member = self._coordinator.member_id if self._coordinator else None
+        _log.debug("hop.subscribed", member=member, ms=round((_monotonic() - began) * 1000, 1))
 
     def _open_control(self) -> None:
         """Check the control topic and open this member's control clients, warming them in the

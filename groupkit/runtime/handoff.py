@@ -99,7 +99,10 @@ class HandoffExecutor:
             if add:
                 # At the offsets the previous owner committed and named in its release, where
                 # it did: no look-up for those (state.py, "Offset hints").
-                data.assign(add, {p: o for p, o in h.offsets.items() if p in add})
+                hinted = {p: o for p, o in h.offsets.items() if p in add}
+                data.assign(add, hinted)
+                _log.debug("hop.assigned", member=c.member_id, generation=h.generation,
+                           partitions=len(add), at_hint=len(hinted))  # fmt: skip
                 if self.on_assign is not None:
                     self.on_assign(self._consumer, ktps(add))
         # (losses are reported by lose, wherever they happen: poll's own fence may be first)
@@ -168,6 +171,8 @@ class HandoffExecutor:
         assert c is not None
         data = self._data
 
+        t0 = time.monotonic()
+
         def run() -> None:
             #: what the commit below stored for sure, for the release record to carry (only
             #: offsets we named: what a commit of stored offsets covers we cannot know)
@@ -188,6 +193,8 @@ class HandoffExecutor:
                     time.sleep(0.2)  # the coordinator is moving; try again shortly
                 except RuntimeError:
                     return  # the consumer was closed under us
+            _log.debug("hop.released", member=c.member_id, partitions=len(release),
+                       commit_ms=round((time.monotonic() - t0) * 1000, 1))  # fmt: skip
             c.released(release, leave=leave, committed=committed)
 
         t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
