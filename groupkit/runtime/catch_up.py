@@ -10,6 +10,7 @@ watermark, and read again from the snapshot's ``as_of`` if the window began afte
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,22 +30,52 @@ class CaughtUp:
     scanned: int
     #: records replayed into the restored state
     replayed: int
+    #: the high watermark the catch-up restored the group at (the caller replays on from there)
+    end: int
+
+
+def log_ends(
+    reader: ControlReader, session_timeout_ms: int, now_ms: int, timeout: float = 10.0
+) -> tuple[int, int | None]:
+    """The high watermark and the first offset of the catch-up window, asked of the broker at
+    once: two ListOffsets round trips in flight together instead of one after the other (they
+    are the first two hops of every join)."""
+    since = CatchUp.window_start_ms(now_ms, session_timeout_ms)
+    window: list[int | None] = []
+    failed: list[BaseException] = []
+
+    def ask_window() -> None:
+        try:
+            window.append(reader.offset_for_time(since, timeout))
+        except BaseException as e:  # re-raised by the caller's thread
+            failed.append(e)
+
+    t = threading.Thread(target=ask_window, name="groupkit-catch-up-window", daemon=True)
+    t.start()
+    end = reader.high_watermark(timeout)
+    t.join()
+    if failed:
+        raise failed[0]
+    return end, window[0] if end > 0 else None
 
 
 def bounded_catch_up(
     reader: ControlReader,
-    end: int,
     group: str,
     session_timeout_ms: int,
     rebalance_timeout_ms: int,
     verifier: Signer | None,
     stopped: Callable[[], bool] = lambda: False,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    timeout: float = 10.0,
 ) -> CaughtUp:
-    """Restore the group at ``end`` (the high watermark) from its newest snapshot, if it can.
+    """Restore the group at the log's end (its high watermark, asked now) from its newest
+    snapshot, if it can.
 
-    On ``state=None`` the reader is rewound: the caller replays the log from its beginning.
+    On ``state=None`` the reader is rewound: the caller replays the log from its beginning up
+    to ``end``.
     """
+    end, window_start = log_ends(reader, session_timeout_ms, now_ms(), timeout)
 
     def read(offset: int) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
         reader.seek(offset)
@@ -53,9 +84,8 @@ def bounded_catch_up(
                 yield r.offset, r.key, r.value, r.timestamp_ms
 
     cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
-    since = CatchUp.window_start_ms(now_ms(), session_timeout_ms)
-    state = cu.run(reader.offset_for_time(since) if end > 0 else None, end, read)
+    state = cu.run(window_start, end, read)
     if state is None:
         reader.rewind()
-        return CaughtUp(None, cu.read, 0)
-    return CaughtUp(state, cu.read, cu.replayed)
+        return CaughtUp(None, cu.read, 0, end)
+    return CaughtUp(state, cu.read, cu.replayed, end)

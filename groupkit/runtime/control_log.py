@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -44,6 +44,7 @@ from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.runtime.config import GroupConfig
 
+_T = TypeVar("_T")
 _log = get_logger("groupkit.runtime")
 
 #: Errors no retry cures: the principal lacks an ACL. (An authentication failure is not here:
@@ -131,42 +132,44 @@ class ControlReader:
             self.rewind()
 
     def high_watermark(self, timeout: float = 10.0) -> int:
-        """The end of the partition, asked of its leader; retried while the error is retriable.
+        """The end of the partition, asked of its leader."""
+        tp = TopicPartition(self.topic, self.partition)
+        _low, high = self._ask(
+            lambda left: self._consumer.get_watermark_offsets(tp, timeout=left),
+            "cannot read the end of the control topic", timeout,
+        )  # fmt: skip
+        return int(high)
 
-        A partition just created (the control topic is created by ``GroupConsumer()``, so its
-        first member asks at once) or whose leadership just moved answers NOT_LEADER until its
-        broker has taken it over, although the metadata already names that broker.
-        """
+    def offset_for_time(self, timestamp_ms: int, timeout: float = 10.0) -> int | None:
+        """The first offset stamped at or after ``timestamp_ms`` (Kafka's ListOffsets by
+        timestamp), or ``None`` if no record is that recent."""
+        tp = TopicPartition(self.topic, self.partition, timestamp_ms)
+        got = self._ask(
+            lambda left: self._consumer.offsets_for_times([tp], timeout=left),
+            "cannot look up the control topic by time", timeout,
+        )  # fmt: skip
+        if not got or got[0].error is not None or got[0].offset < 0:
+            return None
+        return int(got[0].offset)
+
+    def _ask(self, call: Callable[[float], _T], what: str, timeout: float) -> _T:
+        """One ListOffsets-style request to the partition's leader, retried while the error is
+        retriable. A partition just created (the control topic is created by
+        ``GroupConsumer()``, so its first member asks at once) or whose leadership just moved
+        answers NOT_LEADER until its broker has taken it over, although the metadata already
+        names that broker."""
         self.warm()  # asking needs no assignment: reading may start elsewhere (seek)
         deadline = time.monotonic() + timeout
         while True:
             try:
-                _low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, self.partition),
-                    timeout=max(0.1, deadline - time.monotonic()),
-                )
-                return int(high)
+                return call(max(0.1, deadline - time.monotonic()))
             except KafkaException as e:
                 err = e.args[0] if e.args else None
                 if not (
                     isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_LED)
                 ) or (time.monotonic() >= deadline):
-                    raise BrokerError(f"cannot read the end of the control topic: {e}") from e
+                    raise BrokerError(f"{what}: {e}") from e
                 time.sleep(0.05)  # librdkafka refreshes the leader meanwhile; no event to await
-
-    def offset_for_time(self, timestamp_ms: int, timeout: float = 10.0) -> int | None:
-        """The first offset stamped at or after ``timestamp_ms`` (Kafka's ListOffsets by
-        timestamp), or ``None`` if no record is that recent."""
-        self.warm()
-        try:
-            got = self._consumer.offsets_for_times(
-                [TopicPartition(self.topic, self.partition, timestamp_ms)], timeout=timeout
-            )
-        except KafkaException as e:
-            raise BrokerError(f"cannot look up the control topic by time: {e}") from e
-        if not got or got[0].error is not None or got[0].offset < 0:
-            return None
-        return int(got[0].offset)
 
     def seek(self, offset: int) -> None:
         """Read from ``offset`` next (what was fetched beyond is dropped)."""

@@ -57,7 +57,13 @@ from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node
 from groupkit.protocol.planner import NEED_LAGS, WRITE, Decision
-from groupkit.protocol.records import AssignmentRecord, HmacSigner, Partitions, Signer
+from groupkit.protocol.records import (
+    AssignmentRecord,
+    HmacSigner,
+    MemberKey,
+    Partitions,
+    Signer,
+)
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
@@ -232,6 +238,7 @@ class Coordinator:
         self._failure: BaseException | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
+        self._counting = False  # a background refresh of _counts is under way
         if control is None:
             partitions = ensure_control_topic(
                 admin,
@@ -271,13 +278,16 @@ class Coordinator:
     def _run(self) -> None:
         try:
             # The writer's warm-up (~60 ms) runs while we read the history, not after it.
+            started = monotonic_ms()
             warm = _Background(self.writer.warm)
-            hw = self.reader.high_watermark()
-            self._catch_up(hw)
+            hw = self._catch_up()
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
             warm.result()
             self._caught_up.set()
+            # hop events (debug): one join traced from catch-up to the first record handed out
+            _log.debug("hop.caught_up", member=self.member_id, end=hw, how=self.stats.catch_up,
+                       ms=monotonic_ms() - started)  # fmt: skip
             # The first turn at once: it writes our join record (waiting the poll timer first
             # only delayed joining the group by up to that long).
             if not self._stop.is_set():
@@ -298,17 +308,18 @@ class Coordinator:
         finally:
             self.writer.flush(5.0)
 
-    def _catch_up(self, end: int) -> None:
+    def _catch_up(self) -> int:
         """Start from the group's newest snapshot near the log's end, if there is one (bounded
-        replay: runtime/catch_up.py); else the caller replays the log from its beginning."""
+        replay: runtime/catch_up.py); else the caller replays the log from its beginning. The
+        log's end as of now, up to which the caller replays."""
         got = bounded_catch_up(
-            self.reader, end, self.cfg.group_id, self.cfg.session_timeout_ms,
+            self.reader, self.cfg.group_id, self.cfg.session_timeout_ms,
             self.cfg.rebalance_timeout_ms, self.signer, self._stop.is_set,
         )  # fmt: skip
         self.stats.catch_up_scanned = got.scanned
         if got.state is None:  # the reader is rewound: _run replays the whole log
             self.stats.catch_up = "full"
-            return
+            return got.end
         with self.lock:
             self.state = got.state
             self.node.restored(got.state)
@@ -317,6 +328,7 @@ class Coordinator:
         _log.info("control_log.caught_up", group=self.cfg.group_id, member=self.member_id,
                   how="snapshot", scanned=got.scanned, replayed=got.replayed,
                   offset=got.state.offset)  # fmt: skip
+        return got.end
 
     # ------------------------------------------------------------------ one turn
 
@@ -328,6 +340,12 @@ class Coordinator:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
                 res = self.node.feed(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
+                if isinstance(res.key, MemberKey) and res.key.member_id == self.member_id:
+                    _log.debug("hop.read_own", member=self.member_id, offset=r.offset,
+                               kind=res.kind, new_membership=res.new_membership)  # fmt: skip
+                elif res.kind in ("assignment", "reassert"):
+                    _log.debug("hop.read_assignment", member=self.member_id, offset=r.offset,
+                               generation=self.state.generation)  # fmt: skip
                 self.observers.record_read(self.state, res.kind)
                 if res.kind == "rejected":  # counted by reason in state.rejections
                     self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
@@ -663,27 +681,48 @@ class Coordinator:
         self.observers.rebalance_done(summary)
 
     def _partition_counts(self) -> dict[str, int]:
-        """Partition counts of every topic a live member subscribes to, refreshed each second."""
+        """Partition counts of every topic a live member subscribes to, refreshed each second.
+
+        Only a topic not yet counted is asked for here; a refresh runs in the background, so a
+        leader never waits on a metadata round trip to plan (it was one hop of every join: the
+        counts were usually a second old when the newcomer's record arrived). A count that
+        changes is planned for in the turn after the refresh (Planner: partitions_changed).
+        """
         now = time.monotonic()
         with self.lock:
             topics = sorted({t for m in self.state.live_members().values() for t in m.topics})
-        if now - self._counts_at >= 1.0 or any(t not in self._counts for t in topics):
+        if any(t not in self._counts for t in topics):
+            self._refresh_counts(topics, now)
+        elif now - self._counts_at >= 1.0 and not self._counting:
+            self._counting = True
+            threading.Thread(target=self._refresh_counts, args=(topics, now), daemon=True,
+                             name=f"groupkit-metadata-{self.member_id}").start()  # fmt: skip
+        counts = self._counts
+        return {t: counts.get(t, 0) for t in topics}
+
+    def _refresh_counts(self, topics: list[str], now: float) -> None:
+        try:
+            md = self.admin.list_topics(timeout=5)
             counts: dict[str, int] = {}
-            try:
-                md = self.admin.list_topics(timeout=5)
-                for t in topics:
-                    tm = md.topics.get(t)
-                    counts[t] = len(tm.partitions) if tm is not None and tm.error is None else 0
-                self._counts = counts
-                self._counts_at = now
-            except Exception as e:
-                _log.warning("metadata.unavailable", error=str(e))
-        return {t: self._counts.get(t, 0) for t in topics}
+            for t in topics:
+                tm = md.topics.get(t)
+                counts[t] = len(tm.partitions) if tm is not None and tm.error is None else 0
+            self._counts = counts  # one assignment: the control thread reads whole dicts
+            self._counts_at = now
+        except Exception as e:
+            _log.warning("metadata.unavailable", error=str(e))
+        finally:
+            self._counting = False
 
     def _write(
         self, key: bytes, value: bytes | None, assignment: bool = False, service: bool = True
     ) -> None:
+        kind = "assignment" if assignment else "member" if value is not None else "tombstone"
+        sent = monotonic_ms()
+
         def delivered(err: KafkaError | None, offset: int) -> None:
+            _log.debug("hop.appended", member=self.member_id, kind=kind, offset=offset,
+                       ms=monotonic_ms() - sent, failed=err is not None)  # fmt: skip
             if err is not None:
                 self.stats.write_errors += 1
                 self.observers.record_written("assignment" if assignment else "member", False)
@@ -698,4 +737,5 @@ class Coordinator:
                 with self.lock:
                     self.node.written(offset)
 
+        _log.debug("hop.sent", member=self.member_id, kind=kind)
         self.writer.write(key, value, delivered, service=service)

@@ -110,12 +110,12 @@ def describe_group(
     state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
                        verifier=signer)  # fmt: skip
     try:
-        log_end = reader.high_watermark(timeout)
         deadline = time.monotonic() + timeout
         # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py)
-        got = bounded_catch_up(reader, log_end, cfg.group_id, cfg.session_timeout_ms,
+        got = bounded_catch_up(reader, cfg.group_id, cfg.session_timeout_ms,
                                cfg.rebalance_timeout_ms, signer,
-                               lambda: time.monotonic() >= deadline)  # fmt: skip
+                               lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
+        log_end = got.end
         if got.state is not None:
             state = got.state
         while reader.position < log_end and time.monotonic() < deadline:
