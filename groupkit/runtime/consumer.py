@@ -244,8 +244,32 @@ class GroupConsumer:
         topics = sorted(set(topics))
         if not topics:
             raise ConfigError("subscribe needs at least one topic")
-        # Asked of the data consumer, so it knows the topics before its first assign (no
-        # ~500 ms metadata wait for a new owner's first record).
+        if self._coordinator is not None:
+            self._check_topics(topics)
+            self._set_callbacks(on_assign, on_revoke, on_lost)
+            self._coordinator.set_subscription(topics)
+            return
+        # A new member: its catch-up on the control log starts now, while the topics are
+        # checked (one metadata round trip off the join's path); it joins once they are.
+        self._topics = topics
+        self._join(hold=True)
+        c = self._coordinator
+        assert c is not None
+        try:
+            self._check_topics(topics)
+        except BaseException:
+            self._coordinator = None
+            c.close(0)  # nothing written yet: the join was held
+            raise
+        self._set_callbacks(on_assign, on_revoke, on_lost)
+        c.may_join()
+        _log.debug("hop.subscribed", member=c.member_id,
+                   ms=round((_monotonic() - began) * 1000, 1))  # fmt: skip
+
+    def _check_topics(self, topics: Sequence[str]) -> None:
+        """Raise :class:`ConfigError` unless every topic exists. Asked of the data consumer, so
+        it knows the topics before its first assign (no ~500 ms metadata wait for a new
+        owner's first record)."""
         md = self._data.handle.list_topics(timeout=10)
         missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
         if missing:
@@ -253,15 +277,12 @@ class GroupConsumer:
                 f"topic(s) {', '.join(missing)} do not exist on the cluster "
                 "(or this principal lacks DESCRIBE on them)"
             )
+
+    def _set_callbacks(
+        self, on_assign: Callback | None, on_revoke: Callback | None, on_lost: Callback | None
+    ) -> None:
         h = self._handoffs
         h.on_assign, h.on_revoke, h.on_lost = on_assign, on_revoke, on_lost
-        if self._coordinator is not None:
-            self._coordinator.set_subscription(topics)
-            return
-        self._topics = topics
-        self._join()
-        member = self._coordinator.member_id if self._coordinator else None
-        _log.debug("hop.subscribed", member=member, ms=round((_monotonic() - began) * 1000, 1))
 
     def _open_control(self) -> None:
         """Check the control topic and open this member's control clients, warming them in the
@@ -280,7 +301,9 @@ class GroupConsumer:
         self._control_partition = partition_for_group(cfg.group_id, partitions)
         self._control = ControlClients(cfg, cfg.control_topic, self._control_partition)
 
-    def _join(self) -> None:
+    def _join(self, hold: bool = False) -> None:
+        """Start a new member. ``hold``: it catches up but writes nothing (its join record
+        first) until :meth:`Coordinator.may_join`."""
         self._fence_until = 0.0  # a new member: nothing of ours is confirmed yet
         # The clients opened by the constructor, else (a member joining again after it left)
         # new ones: a new member replays its partition from the beginning.
@@ -302,6 +325,8 @@ class GroupConsumer:
         except BaseException:
             control.close(0)
             raise
+        if not hold:
+            self._coordinator.may_join()
         self._coordinator.start()
 
     def unsubscribe(self) -> None:

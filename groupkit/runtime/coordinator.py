@@ -235,6 +235,8 @@ class Coordinator:
         self.needs_service = False
         self._stop = threading.Event()
         self._caught_up = threading.Event()
+        #: set by may_join: until then the loop catches up but writes nothing
+        self._may_join = threading.Event()
         self._failure: BaseException | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
@@ -263,6 +265,11 @@ class Coordinator:
     def start(self) -> None:
         self._thread.start()
 
+    def may_join(self) -> None:
+        """Let the loop write the member's join record once it has caught up (the caller has
+        checked what it must first; until then a stopped coordinator leaves no trace)."""
+        self._may_join.set()
+
     def wait_caught_up(self, timeout: float) -> bool:
         return self._caught_up.wait(timeout)
 
@@ -288,6 +295,8 @@ class Coordinator:
             # hop events (debug): one join traced from catch-up to the first record handed out
             _log.debug("hop.caught_up", member=self.member_id, end=hw, how=self.stats.catch_up,
                        ms=monotonic_ms() - started)  # fmt: skip
+            while not self._may_join.wait(0.05) and not self._stop.is_set():
+                self._replay(self.reader.poll(0))  # keep up meanwhile (no turn: no record)
             # The first turn at once: it writes our join record (waiting the poll timer first
             # only delayed joining the group by up to that long).
             if not self._stop.is_set():
