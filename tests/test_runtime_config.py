@@ -93,7 +93,7 @@ def test_required(missing: str) -> None:
 
 
 def test_reset_aliases() -> None:
-    assert GroupConfig.from_dict({**BASE, "auto.offset.reset": "smallest"}).auto_offset_reset == (
+    assert GroupConfig.from_dict({**BASE, "auto.offset.reset": "smallest"}).lag_reset == (
         "earliest"
     )
 

@@ -160,7 +160,9 @@ class GroupConfig:
     rebalance_timeout_ms: int
     enable_auto_commit: bool
     auto_commit_interval_ms: int
-    auto_offset_reset: str
+    #: where a partition without a committed offset counts its lag from ("earliest" or
+    #: "latest"): auto.offset.reset, as the data consumer starts there
+    lag_reset: str
     telemetry_enable: bool
     telemetry_topic: str
     telemetry_interval_ms: int
@@ -269,7 +271,7 @@ class GroupConfig:
                 "enable.auto.commit", conf.get("enable.auto.commit", True), "bool"
             ),
             auto_commit_interval_ms=_ms(conf, "auto.commit.interval.ms", 5_000),
-            auto_offset_reset=lag_reset,
+            lag_reset=lag_reset,
             telemetry_enable=gk["groupkit.telemetry.enable"],
             telemetry_topic=gk["groupkit.telemetry.topic"],
             telemetry_interval_ms=gk["groupkit.telemetry.interval.ms"],

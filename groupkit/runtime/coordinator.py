@@ -592,7 +592,7 @@ class Coordinator:
         if lead is not None and lead.action == NEED_LAGS:
             parts = [TopicPartition(t, p) for t in lead.lag_topics for p in range(counts.get(t, 0))]
             try:
-                lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.auto_offset_reset)
+                lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.lag_reset)
                 self.observers.lags_fetched(lags)
             except BrokerError as e:
                 _log.warning("lags.unavailable", error=str(e))

@@ -149,7 +149,7 @@ def describe_group(
     committed: dict[TopicPartition, int | None] = {}
     lags: dict[TopicPartition, int] = {}
     if with_lag and parts:
-        got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.auto_offset_reset, timeout)
+        got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.lag_reset, timeout)
         end, committed, lags = (dict(got_offsets.end), dict(got_offsets.committed),
                                 dict(got_offsets.lag))  # fmt: skip
     rows = []

@@ -58,10 +58,10 @@ class MemberProbe:
         return self._cfg.assignor
 
     @property
-    def auto_offset_reset(self) -> str:
+    def lag_reset(self) -> str:
         """What the lag of a partition without a committed offset counts from
         (:func:`~groupkit.runtime.lag.compute_lag`)."""
-        return self._cfg.auto_offset_reset
+        return self._cfg.lag_reset
 
     # ------------------------------------------------------------------ the member
 
@@ -104,7 +104,7 @@ class MemberProbe:
         admin = self._admin()
         if admin is None:
             return None
-        return read_offsets(admin, self.group_id, partitions, self.auto_offset_reset, timeout)
+        return read_offsets(admin, self.group_id, partitions, self.lag_reset, timeout)
 
     def records_lag(self) -> dict[TopicPartition, int]:
         """High watermark (librdkafka's cached one) minus the position handed to the app, of

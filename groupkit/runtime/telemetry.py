@@ -506,7 +506,7 @@ class TelemetryPublisher(GroupObserver):
 
     def _snapshot(self, c: _Capture) -> LagSnapshot:
         parts = [TopicPartition(t, p) for t, n in sorted(c.counts.items()) for p in range(n)]
-        offsets = read_offsets(self._admin(), c.group, parts, self.cfg.auto_offset_reset)
+        offsets = read_offsets(self._admin(), c.group, parts, self.cfg.lag_reset)
         ends, committed, lag = offsets.end, offsets.committed, offsets.lag
         now = c.at
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
