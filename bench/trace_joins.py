@@ -1,0 +1,120 @@
+"""Where a join's time goes, hop by hop, from a kept ``bench/rebalance.py`` run.
+
+Run the bench with the members' debug events kept, then point this at the directory::
+
+    GK_BENCH_LOGS=1 GK_BENCH_KEEP=/tmp/joins python bench/rebalance.py \\
+        --contenders "groupkit cooperative" --settings tuned --trials 5
+    python bench/trace_joins.py /tmp/joins
+
+Per join (a member's ``hop.subscribed`` event; the first ``--members`` rows are the group
+forming, the rest the bench's measured joins and the unmeasured ones before each kill), the
+phases on the wall clock of the members' JSON log lines (one machine, one clock):
+
+- ``subscribe``: the ``subscribe()`` call (the topic check; the catch-up runs meanwhile);
+- ``caught up``: subscribe's start → the newcomer replayed the log's end (``hop.caught_up``);
+- ``join read``: → it read its own join record back;
+- ``planned``: → the leader's first generation after it (``rebalance.generation``);
+- ``first release``, ``last release``: → the owners' release records (``hop.released``);
+- ``all assigned``: → the newcomer's last ``hop.assigned`` within the window.
+
+Slow phases under load usually show a member's control thread not scheduled for a few hundred
+ms (no event of it at all meanwhile): look at the raw timeline with ``--raw``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+Event = tuple[float, str, dict[str, Any]]  # (wall time s, member name, the log line)
+
+
+def load(directory: Path) -> list[Event]:
+    events: list[Event] = []
+    for f in sorted(directory.glob("bench-gk-*-m*.out")):
+        member = f.stem.rsplit("-", 1)[-1]
+        for line in f.read_text(errors="replace").splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            ts = e.get("timestamp") if isinstance(e, dict) else None
+            if ts:
+                t = datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+                events.append((t, member, e))
+    events.sort(key=lambda x: x[0])
+    return events
+
+
+def _since(near: list[Event], t0: float, who: str | None, event: str, after: float = 0.0,
+           **match: Any) -> list[float]:  # fmt: skip
+    """ms after ``t0`` of the ``event`` lines of ``who`` (any member: ``None``; all but ``who``:
+    a name prefixed with ``!``) at or after ``after`` that carry ``match``."""
+    out = []
+    for t, m, x in near:
+        if x["event"] != event or t < after or any(x.get(k) != v for k, v in match.items()):
+            continue
+        if who is None or (who.startswith("!") and m != who[1:]) or m == who:
+            out.append((t - t0) * 1000)
+    return out
+
+
+def phases(events: list[Event], window_s: float) -> list[dict[str, Any]]:
+    joins = []
+    for t_end, who, e in events:
+        if e["event"] != "hop.subscribed":
+            continue
+        t0 = t_end - e.get("ms", 0) / 1000
+        near = [(t, m, x) for t, m, x in events if t0 <= t < t0 + window_s]
+        read = _since(near, t0, who, "hop.read_own", new_membership=True)[:1]
+        t_read = t0 + (read[0] if read else 0) / 1000
+        planned = _since(near, t0, None, "rebalance.generation", t_read)[:1]
+        releases = _since(near, t0, "!" + who, "hop.released", t_read)
+        assigned = _since(near, t0, who, "hop.assigned")
+        caught = _since(near, t0, who, "hop.caught_up")[:1]
+        joins.append({
+            "member": who,
+            "t0": t0,
+            "subscribe": e.get("ms"),
+            "caught up": caught[0] if caught else None,
+            "join read": read[0] if read else None,
+            "planned": planned[0] if planned else None,
+            "first release": min(releases, default=None),
+            "last release": max(releases, default=None),
+            "all assigned": max(assigned, default=None),
+        })  # fmt: skip
+    return joins
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("directory", type=Path, help="a GK_BENCH_KEEP directory")
+    ap.add_argument("--window", type=float, default=1.5, help="seconds after each subscribe")
+    ap.add_argument("--raw", action="store_true", help="also print every event of each join")
+    args = ap.parse_args()
+    events = load(args.directory)
+    joins = phases(events, args.window)
+    cols = ["subscribe", "caught up", "join read", "planned", "first release", "last release",
+            "all assigned"]  # fmt: skip
+    print("member  " + "  ".join(f"{c:>13}" for c in cols) + "   (ms from subscribe())")
+    for j in joins:
+        cells = [f"{j[c]:13.1f}" if j[c] is not None else f"{'-':>13}" for c in cols]
+        print(f"{j['member']:6}  " + "  ".join(cells))
+        if args.raw:
+            t0 = j["t0"]
+            for t, m, e in events:
+                if t0 <= t < t0 + args.window:
+                    rest = {k: v for k, v in e.items()
+                            if k not in ("timestamp", "event", "group", "level")}  # fmt: skip
+                    print(f"    {(t - t0) * 1000:8.1f} {m} {e['event']} {rest}")
+    print("median  " + "  ".join(
+        f"{statistics.median(v):13.1f}" if (v := [j[c] for j in joins if j[c] is not None])
+        else f"{'-':>13}" for c in cols))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
