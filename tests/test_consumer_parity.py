@@ -294,3 +294,34 @@ def test_seek_is_honoured_by_the_revoke_commit(
         (kept,) = a.owned()
         _pump([a, b], lambda: len(a.of({kept}, handed)) == 15, 30, "a's records from 5 again")
         assert [o for _, _, o in a.of({kept}, handed)] == list(range(5, 20))
+
+
+def test_seek_in_on_assign_starts_the_partition_there(
+    bootstrap: str,
+    topic_factory: Callable[..., str],
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+) -> None:
+    """As with Kafka's ``onPartitionsAssigned``: a seek in ``on_assign`` is where the partition
+    starts, although librdkafka is still looking its committed offset up then (it refuses
+    such a seek with ``_STATE``; the partition is assigned again at the offset)."""
+    topic = topic_factory(partitions=2)
+    _produce(bootstrap, topic, {0: 10, 1: 10})
+    got: list[tuple[int, int]] = []
+    c = GroupConsumer(conf)
+    consumers.append(c)
+
+    def on_assign(consumer: Any, parts: list[KTP]) -> None:
+        for p in parts:
+            consumer.seek(KTP(p.topic, p.partition, 4 + p.partition))
+
+    c.subscribe([topic], on_assign=on_assign)
+
+    def step() -> bool:
+        m = c.poll(0.01)
+        if m is not None and m.error() is None:
+            got.append((m.partition() or 0, m.offset() or 0))
+        return len(got) >= 11
+
+    wait_for(step, 30, "the records from the offsets sought", step=0)
+    assert sorted(got) == [(0, o) for o in range(4, 10)] + [(1, o) for o in range(5, 10)]
