@@ -337,6 +337,28 @@ class DataConsumer:
             if p.error is None and p.offset >= 0
         }
 
+    def without_deleted_topics(
+        self, parts: Iterable[TopicPartition], offsets: list[KTopicPartition] | None
+    ) -> tuple[list[KTopicPartition] | None, set[str]]:
+        """``offsets`` without the partitions of topics of ``parts`` the cluster no longer
+        has, and those topics (``None`` offsets, a commit of what is stored: ``[]`` once every
+        topic is gone, else unchanged)."""
+        gone: set[str] = set()
+        for topic in sorted({tp.topic for tp in parts}):
+            try:
+                md = self.handle.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException:
+                continue  # not known to be gone: try the commit again
+            if md is None or (
+                md.error is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
+                gone.add(topic)
+        if not gone:
+            return offsets, gone
+        if offsets is None:
+            return ([] if gone >= {tp.topic for tp in parts} else None), gone
+        return [p for p in offsets if p.topic not in gone], gone
+
     def auto_commit_due(self, now: float) -> bool:
         """Whether auto-commit should commit now (and, if so, it counts as done now)."""
         interval = self._cfg.auto_commit_interval_ms / 1000
