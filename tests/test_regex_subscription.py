@@ -232,3 +232,25 @@ def test_a_pattern_that_matches_nothing_yet(
     _produce(bootstrap, topic, {0: 1, 1: 1, 2: 1})
     _pump([a], lambda: len(a.got) == 3, 30, "the records of the topic created later")
     assert a.owned() == _parts(topic, 3)
+
+
+def test_a_member_follows_a_peer_that_found_a_topic_first(
+    topic_factory: Callable[..., str],
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+) -> None:
+    """``b`` would look again only after a minute; ``a`` finds the new topic within half a
+    second, and ``b`` looks at once when the log shows ``a`` subscribed to a topic its own
+    pattern matches."""
+    prefix = unique_name("rx")
+    first = topic_factory(partitions=2, prefix=prefix)
+    a = _App({**conf, "topic.metadata.refresh.interval.ms": _REFRESH_MS}, [f"^{prefix}-"],
+             consumers)  # fmt: skip
+    b = _App({**conf, "topic.metadata.refresh.interval.ms": 60_000}, [f"^{prefix}-"], consumers)
+    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 1, 30, "one partition each")
+    second = topic_factory(partitions=2, prefix=prefix)
+    t0 = time.monotonic()
+    _pump([a, b], lambda: a.topics() == b.topics() == tuple(sorted([first, second])), 20,
+          "b subscribed to the new topic too")  # fmt: skip
+    assert time.monotonic() - t0 < 10
+    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 2, 30, "two partitions each")

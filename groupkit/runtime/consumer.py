@@ -305,9 +305,17 @@ class GroupConsumer:
                         c.set_subscription(new)  # the next member record says so
 
             watcher = TopicWatcher(sub, topics, lambda: admin.list_topics(timeout=10).topics,
-                                   changed, interval_ms / 1000)  # fmt: skip
+                                   changed, interval_ms / 1000, self._peer_topics)  # fmt: skip
             self._watcher = watcher
             watcher.start()
+
+    def _peer_topics(self) -> set[str]:
+        """The topics the group's live members subscribe to, as the log says."""
+        c = self._coordinator
+        if c is None:
+            return set()
+        with c.lock:
+            return {t for m in c.state.live_members().values() for t in m.topics}
 
     def _stop_watching(self) -> None:
         with self._watch_lock:

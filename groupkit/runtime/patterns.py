@@ -13,6 +13,10 @@ came or went move; the others keep their owners and are never paused.
   that match it now, and the member looks again every ``topic.metadata.refresh.interval.ms``
   (librdkafka's setting for the same purpose, default 5 minutes; ``<= 0``: never again), so a
   topic created later joins and a deleted one leaves within that interval.
+- Members look each on their own clock, so one finds a new topic first. Its record says so in
+  the log every member reads, and a member whose patterns match a topic a peer subscribes to
+  (or no longer subscribes to) looks at once (:class:`TopicWatcher`, ``peers``): the group's
+  subscriptions differ for a moment, not for up to an interval.
 - Matching is Python's ``re.search`` of the whole pattern (``^`` included) in the topic name,
   the way librdkafka calls ``regexec`` (POSIX extended syntax, or its bundled engine where libc
   has none). They agree on the common subset: literals, ``.``, ``[...]``, ``*``, ``+``, ``?``,
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +44,8 @@ _log = get_logger("groupkit.consumer")
 
 #: librdkafka's default ``topic.metadata.refresh.interval.ms``
 DEFAULT_REFRESH_MS = 300_000
+#: how often the peers' subscriptions in the log are compared (in memory: cheap)
+_PEEK_S = 0.1
 
 
 def is_pattern(topic: str) -> bool:
@@ -68,17 +75,25 @@ class Subscription:
             for p in (blacklist or "").split(",")
             if p.strip()
         ]
+        self._matches: dict[str, bool] = {}  # topic -> matches (a cache: peers repeat)
+
+    def matches(self, topic: str) -> bool:
+        """Whether a pattern (not a name) takes ``topic``, if it exists without error."""
+        hit = self._matches.get(topic)
+        if hit is None:
+            hit = any(p.search(topic) for p in self.patterns) and not any(
+                b.search(topic) for b in self._blacklist
+            )
+            if len(self._matches) > 100_000:  # bounded, whatever the cluster's churn
+                self._matches.clear()
+            self._matches[topic] = hit
+        return hit
 
     def resolve(self, topics: Mapping[str, Any]) -> list[str]:
         """The concrete topics subscribed to, given the cluster's ``topics`` (name ->
         ``TopicMetadata``): every name, and every error-free topic a pattern matches."""
-        matched = {
-            t
-            for t, md in topics.items()
-            if getattr(md, "error", None) is None
-            and any(p.search(t) for p in self.patterns)
-            and not any(b.search(t) for b in self._blacklist)
-        }
+        matched = {t for t, md in topics.items()
+                   if getattr(md, "error", None) is None and self.matches(t)}  # fmt: skip
         return sorted(matched.union(self.names))
 
 
@@ -88,6 +103,8 @@ class TopicWatcher:
 
     ``list_topics`` is the admin client's (thread-safe; the data consumer's handle belongs to
     the ``poll`` thread). A failed look-up changes nothing: it is tried again next time.
+    ``peers`` gives the topics the group's live members subscribe to (from the log): when the
+    ones among them that a pattern matches change, it looks at once (every ``_PEEK_S``).
     """
 
     def __init__(
@@ -97,8 +114,10 @@ class TopicWatcher:
         list_topics: Callable[[], Mapping[str, Any]],
         on_change: Callable[[list[str]], None],
         interval_s: float,
+        peers: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         self.subscription = subscription
+        self._peers = peers
         self.current = list(current)
         self._list_topics = list_topics
         self._on_change = on_change
@@ -129,6 +148,22 @@ class TopicWatcher:
         self._on_change(topics)
         return True
 
+    def _peer_matches(self) -> frozenset[str] | None:
+        if self._peers is None:
+            return None
+        try:
+            return frozenset(t for t in self._peers() if self.subscription.matches(t))
+        except Exception as e:  # (a member that is leaving: the next peek sees)
+            _log.debug("subscription.peers_unavailable", error=str(e))
+            return None
+
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.check()
+        due = time.monotonic() + self._interval
+        seen = self._peer_matches()
+        while not self._stop.wait(max(0.0, min(_PEEK_S, due - time.monotonic()))):
+            peers = self._peer_matches()
+            moved = peers is not None and seen is not None and peers != seen
+            seen = peers if peers is not None else seen
+            if moved or time.monotonic() >= due:
+                self.check()
+                due = time.monotonic() + self._interval
