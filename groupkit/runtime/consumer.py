@@ -1,9 +1,12 @@
 """``GroupConsumer``: a confluent-kafka consumer whose group is coordinated by groupkit.
 
-It looks like ``confluent_kafka.Consumer`` (a config dict; ``subscribe``, ``poll``,
-``consume``, ``commit``, ``store_offsets``, ``position``, ``assignment``, ``close``), but the
-data consumer never joins the broker's group: it ``assign()``s exactly what groupkit's control
-log grants this member, and uses ``group.id`` only for committed offsets.
+It looks like ``confluent_kafka.Consumer`` (a config dict and every public method of it, with
+its signature: tests/test_consumer_parity.py), but the data consumer never joins the broker's
+group: it ``assign()``s exactly what groupkit's control log grants this member, and uses
+``group.id`` only for committed offsets. So ``assign`` and its kin are refused, and ``pause``,
+``resume`` and ``seek`` act on the partitions the member owns (runtime/data_consumer.py keeps
+them across hand-offs as Kafka does). A subscription may name topics by pattern
+(runtime/patterns.py).
 
 This module is the public API and the hot path. The rest of a member is in three pieces, each
 with one job:

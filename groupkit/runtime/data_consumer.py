@@ -532,8 +532,10 @@ class DataConsumer:
         stuck: set[TopicPartition] = set()
         if self.owned:
             for p in self.handle.position(ktps(sorted(self.owned))):
-                if p.offset is None or p.offset < 0:
-                    stuck.add(TopicPartition(p.topic, p.partition))
+                tp = TopicPartition(p.topic, p.partition)
+                # (a partition sought has no position either, but it has started: see seek)
+                if (p.offset is None or p.offset < 0) and tp not in self.seeked:
+                    stuck.add(tp)
         _log.warning("offsets.refetch", member=self._member_id(), partitions=len(stuck))
         if stuck:
             parts = ktps(sorted(stuck))
