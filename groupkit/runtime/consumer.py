@@ -290,7 +290,7 @@ class GroupConsumer:
         with self._watch_lock:
             old, self._watcher = self._watcher, None
             if old is not None:
-                old.stop()
+                old.stop(0)  # (its last call, if any, sees it replaced: see changed)
             interval_ms = int(self._cfg.connection.get("topic.metadata.refresh.interval.ms",
                                                        DEFAULT_REFRESH_MS))  # fmt: skip
             if not sub.patterns or interval_ms <= 0:

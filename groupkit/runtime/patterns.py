@@ -128,10 +128,13 @@ class TopicWatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop looking (returns without waiting for a look-up under way; it changes nothing
-        once stopped)."""
+    def stop(self, wait: float = 0.5) -> None:
+        """Stop looking; wait up to ``wait`` seconds for the thread to end, so that it lets go
+        of the admin client (a look-up under way may take longer; it changes nothing once
+        stopped)."""
         self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(wait)
 
     def check(self) -> bool:
         """Resolve now; tell ``on_change`` if the topics changed. True if they did."""
