@@ -7,6 +7,7 @@ Importing groupkit starts no thread and configures no logging.
 
 from groupkit.assignors import Assignor, assignor_names, get_assignor, register_assignor
 from groupkit.errors import (
+    AssignmentOwnedError,
     BrokerError,
     ConfigError,
     ConsumerClosedError,
@@ -29,6 +30,7 @@ from groupkit.types import MemberSubscription, TopicPartition
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssignmentOwnedError",
     "Assignor",
     "BrokerError",
     "ConfigError",

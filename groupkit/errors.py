@@ -6,6 +6,7 @@
     ├── ConfigError(ValueError)      a bad setting or argument
     │   ├── UnknownAssignorError     no assignor registered under that name
     │   ├── ControlTopicError        the control topic is missing or has the wrong settings
+    │   ├── AssignmentOwnedError     ``assign``/``unassign``/``incremental_*`` on a GroupConsumer
     │   └── InputError               bad input to the ``groupkit`` command line (exit code 2)
     ├── BrokerError                  the cluster could not be reached or refused a request
     ├── FencedError                  the member may not act on these partitions
@@ -28,6 +29,7 @@ This module imports nothing from groupkit, so every layer (the pure ones too) ca
 from __future__ import annotations
 
 __all__ = [
+    "AssignmentOwnedError",
     "BrokerError",
     "ConfigError",
     "ConsumerClosedError",
@@ -79,6 +81,16 @@ class ControlTopicError(ConfigError):
 
     Not retriable: an operator must fix or recreate the topic. Nothing is left usable: the
     ``GroupConsumer`` constructor (or ``describe``) that raised it returned no object.
+    """
+
+
+class AssignmentOwnedError(ConfigError):
+    """``assign``, ``unassign``, ``incremental_assign`` or ``incremental_unassign`` was called
+    on a ``GroupConsumer``: groupkit owns the assignment (the group grants each member its
+    partitions), so the application cannot set it.
+
+    Not retriable: the same call fails again (use ``subscribe``, ``pause``/``resume`` and
+    ``seek``). The consumer stays usable and its assignment is unchanged.
     """
 
 

@@ -1,9 +1,12 @@
 """``GroupConsumer``: a confluent-kafka consumer whose group is coordinated by groupkit.
 
-It looks like ``confluent_kafka.Consumer`` (a config dict; ``subscribe``, ``poll``,
-``consume``, ``commit``, ``store_offsets``, ``position``, ``assignment``, ``close``), but the
-data consumer never joins the broker's group: it ``assign()``s exactly what groupkit's control
-log grants this member, and uses ``group.id`` only for committed offsets.
+It looks like ``confluent_kafka.Consumer`` (a config dict and every public method of it, with
+its signature: tests/test_consumer_parity.py), but the data consumer never joins the broker's
+group: it ``assign()``s exactly what groupkit's control log grants this member, and uses
+``group.id`` only for committed offsets. So ``assign`` and its kin are refused, and ``pause``,
+``resume`` and ``seek`` act on the partitions the member owns (runtime/data_consumer.py keeps
+them across hand-offs as Kafka does). A subscription may name topics by pattern
+(runtime/patterns.py).
 
 This module is the public API and the hot path. The rest of a member is in three pieces, each
 with one job:
@@ -69,6 +72,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import (
+    AssignmentOwnedError,
     ConfigError,
     ConsumerClosedError,
     ControlLoopError,
@@ -76,7 +80,7 @@ from groupkit.errors import (
 )
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
-from groupkit.runtime.admin import connect_admin
+from groupkit.runtime.admin import GroupkitAdmin, connect_admin
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
@@ -84,6 +88,7 @@ from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.handoff import Callback, HandoffExecutor
 from groupkit.runtime.hooks import GroupObserver, Observers
+from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.probe import MemberProbe
 
 if TYPE_CHECKING:
@@ -148,6 +153,17 @@ def _msg_tp(msg: Message) -> TopicPartition:
     return TopicPartition(msg.topic() or "", -1 if partition is None else partition)
 
 
+def _tps(partitions: Iterable[KTopicPartition]) -> list[TopicPartition]:
+    return [TopicPartition(p.topic, p.partition) for p in partitions]
+
+
+def _owned(method: str) -> AssignmentOwnedError:
+    return AssignmentOwnedError(
+        f"GroupConsumer.{method}() is not allowed: groupkit owns the assignment (the group "
+        "grants each member its partitions). Use subscribe(), pause()/resume() or seek()."
+    )
+
+
 class GroupConsumer:
     """A consumer in a groupkit group. Use one per thread of work, like ``Consumer``."""
 
@@ -185,6 +201,9 @@ class GroupConsumer:
             self, self._data, self.observers, lambda: self._coordinator, lambda: self._closed
         )
         self._topics: list[str] = []
+        #: follows the subscription's patterns, if it has any (runtime/patterns.py)
+        self._watcher: TopicWatcher | None = None
+        self._watch_lock = threading.Lock()
         self._probe = MemberProbe(
             cfg, lambda: self._topics, self._data, lambda: self._coordinator, lambda: self._admin
         )
@@ -244,45 +263,95 @@ class GroupConsumer:
         topics = sorted(set(topics))
         if not topics:
             raise ConfigError("subscribe needs at least one topic")
+        # A topic starting with ^ is a pattern (runtime/patterns.py): the member subscribes to
+        # the topics it matches, and follows them as topics come and go.
+        sub = Subscription(topics, self._cfg.data_consumer.get("topic.blacklist"))
         if self._coordinator is not None:
-            self._check_topics(topics)
+            resolved = self._check_topics(sub)
             self._set_callbacks(on_assign, on_revoke, on_lost)
-            self._coordinator.set_subscription(topics)
+            self._watch(sub, resolved)
+            self._topics = resolved
+            self._coordinator.set_subscription(resolved)
             return
         # A new member: its catch-up on the control log starts now, while the topics are
         # checked (one metadata round trip off the join's path); it joins once they are.
-        self._topics = topics
+        self._topics = list(sub.names)
         self._join(hold=True)
         c = self._coordinator
         assert c is not None
         try:
-            self._check_topics(topics)
+            resolved = self._check_topics(sub)
         except BaseException:
             self._coordinator = None
             c.close(0)  # nothing written yet: the join was held
             raise
         self._set_callbacks(on_assign, on_revoke, on_lost)
+        self._watch(sub, resolved)
+        self._topics = resolved
+        c.set_subscription(resolved)  # (the patterns' topics: the join record names them)
         c.may_join()
         _log.debug("hop.subscribed", member=c.member_id,
                    ms=round((_monotonic() - began) * 1000, 1))  # fmt: skip
 
-    def _check_topics(self, topics: Sequence[str]) -> None:
-        """Raise :class:`ConfigError` unless every topic exists. Asked of the data consumer, so
-        it knows the topics before its first assign (no ~500 ms metadata wait for a new
-        owner's first record)."""
+    def _check_topics(self, sub: Subscription) -> list[str]:
+        """The topics ``sub`` names and matches; :class:`ConfigError` unless every named one
+        exists. Asked of the data consumer, so it knows the topics before its first assign (no
+        ~500 ms metadata wait for a new owner's first record)."""
         md = self._data.handle.list_topics(timeout=10)
-        missing = [t for t in topics if t not in md.topics or md.topics[t].error is not None]
+        missing = [t for t in sub.names if t not in md.topics or md.topics[t].error is not None]
         if missing:
             raise ConfigError(
                 f"topic(s) {', '.join(missing)} do not exist on the cluster "
                 "(or this principal lacks DESCRIBE on them)"
             )
+        return sub.resolve(md.topics)
 
     def _set_callbacks(
         self, on_assign: Callback | None, on_revoke: Callback | None, on_lost: Callback | None
     ) -> None:
         h = self._handoffs
         h.on_assign, h.on_revoke, h.on_lost = on_assign, on_revoke, on_lost
+
+    def _watch(self, sub: Subscription, topics: list[str]) -> None:
+        """Follow ``sub``'s patterns (if any) from ``topics``, instead of any earlier ones."""
+        with self._watch_lock:
+            old, self._watcher = self._watcher, None
+            if old is not None:
+                old.stop(0)  # (its last call, if any, sees it replaced: see changed)
+            interval_ms = int(self._cfg.connection.get("topic.metadata.refresh.interval.ms",
+                                                       DEFAULT_REFRESH_MS))  # fmt: skip
+            if not sub.patterns or interval_ms <= 0:
+                return
+            admin = self._admin
+            assert admin is not None
+
+            def changed(new: list[str]) -> None:
+                with self._watch_lock:
+                    if self._watcher is not watcher:  # replaced (or stopped) meanwhile
+                        return
+                    self._topics = new
+                    c = self._coordinator
+                    if c is not None:
+                        c.set_subscription(new)  # the next member record says so
+
+            watcher = TopicWatcher(sub, topics, lambda: admin.list_topics(timeout=10).topics,
+                                   changed, interval_ms / 1000, self._peer_topics)  # fmt: skip
+            self._watcher = watcher
+            watcher.start()
+
+    def _peer_topics(self) -> set[str]:
+        """The topics the group's live members subscribe to, as the log says."""
+        c = self._coordinator
+        if c is None:
+            return set()
+        with c.lock:
+            return {t for m in c.state.live_members().values() for t in m.topics}
+
+    def _stop_watching(self) -> None:
+        with self._watch_lock:
+            old, self._watcher = self._watcher, None
+        if old is not None:
+            old.stop()
 
     def _open_control(self) -> None:
         """Check the control topic and open this member's control clients, warming them in the
@@ -330,6 +399,7 @@ class GroupConsumer:
         self._coordinator.start()
 
     def unsubscribe(self) -> None:
+        self._stop_watching()
         self._leave()
 
     # ------------------------------------------------------------------ consuming
@@ -564,6 +634,135 @@ class GroupConsumer:
     def assignment(self) -> list[KTopicPartition]:
         return ktps(self._data.owned)
 
+    # ------------------------------------------------------------------ the rest of Consumer
+
+    # ``Consumer``'s other methods, with its signatures, on the partitions this member owns
+    # (tests/test_consumer_parity.py keeps the list complete). Call them from the thread that
+    # polls, as with ``Consumer``: they act on the data consumer, which belongs to that thread.
+
+    def pause(self, partitions: Sequence[KTopicPartition]) -> None:
+        """Stop fetching ``partitions`` until :meth:`resume` (``Consumer.pause``).
+
+        A paused partition stays paused across rebalances that move other partitions (with the
+        cooperative protocol they are not touched). One that this member gives up (revoked or
+        lost) and is granted again later comes back **resumed**, as in Kafka; so does every
+        partition with the eager protocol, which revokes everything at each rebalance. Pause
+        again in ``on_assign`` to keep it paused. Partitions the member does not own are
+        ignored (``Consumer.pause`` ignores partitions it has not assigned, too).
+        """
+        self._ensure_open()
+        self._data.pause(_tps(partitions))
+
+    def resume(self, partitions: Sequence[KTopicPartition]) -> None:
+        """Fetch paused ``partitions`` again (``Consumer.resume``); others are ignored."""
+        self._ensure_open()
+        self._data.resume(_tps(partitions))
+
+    def seek(self, partition: KTopicPartition) -> None:
+        """Fetch ``partition`` from ``partition.offset`` on (``Consumer.seek``).
+
+        Only an owned partition can be sought: for any other, librdkafka's own answer for a
+        partition that is not assigned is raised (``KafkaException``: ``_STATE``, or
+        ``_UNKNOWN_PARTITION``). The next ``poll`` returns records from the offset sought, and
+        until it does, the offset sought is what a commit of that partition commits (auto-commit,
+        and the commit when it is revoked, which the next owner starts from), as Kafka commits
+        the position after a seek. Allowed in ``on_assign``.
+        """
+        self._ensure_open()
+        if TopicPartition(partition.topic, partition.partition) in self._data.owned:
+            self._data.seek(partition)
+        else:
+            self._data.handle.seek(partition)  # not assigned in it: it raises as Consumer does
+
+    def get_watermark_offsets(
+        self, partition: KTopicPartition, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int] | None:
+        """``Consumer.get_watermark_offsets`` (any partition, as it: a read)."""
+        self._ensure_open()
+        kw: dict[str, Any] = {"cached": cached}
+        if timeout is not None:
+            kw["timeout"] = timeout
+        result: Any = self._data.handle.get_watermark_offsets(partition, **kw)
+        return None if result is None else (int(result[0]), int(result[1]))
+
+    def offsets_for_times(
+        self, partitions: Sequence[KTopicPartition], timeout: float | None = None
+    ) -> list[KTopicPartition]:
+        """``Consumer.offsets_for_times`` (any partition, as it: a read)."""
+        self._ensure_open()
+        kw: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        return list(self._data.handle.offsets_for_times(list(partitions), **kw))
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        """``Consumer.list_topics``: the cluster's metadata (``ClusterMetadata``)."""
+        self._ensure_open()
+        return self._data.handle.list_topics(topic, timeout)
+
+    def memberid(self) -> str | None:
+        """This member's id in its groupkit group (``None`` until it joins): the broker's
+        group never sees the data consumer, so its ``memberid()`` would always be ``None``."""
+        self._ensure_open()
+        return self.member_id
+
+    def cluster_id(self, timeout: float = -1) -> str | None:
+        """``Consumer.cluster_id``."""
+        self._ensure_open()
+        result: Any = self._data.handle.cluster_id(timeout)
+        return None if result is None else str(result)
+
+    def consumer_group_metadata(self) -> Any:
+        """The data consumer's ``ConsumerGroupMetadata``, for
+        ``Producer.send_offsets_to_transaction``.
+
+        Limitation: the broker does not know groupkit's group, so this names ``group.id`` with
+        no generation and no member id, and the broker cannot fence a zombie member's
+        transactional offset commit by generation (KIP-447) with it. Offsets sent with it are
+        committed, but exactly-once across rebalances needs a fencing of its own.
+        """
+        self._ensure_open()
+        return self._data.handle.consumer_group_metadata()
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """New SASL username and password for every client of this member (the data consumer,
+        the control reader and writer, the admin client and the telemetry producer) and for
+        the clients it opens later (``Consumer.set_sasl_credentials``: used at the next
+        connection; a connection already up keeps its session)."""
+        self._ensure_open()
+        # The settings later clients are made from (a renewed data handle, a rejoin's control
+        # clients, the telemetry producer, the admin's companion consumer of runtime/lag.py).
+        settings: list[dict[str, Any]] = [self._cfg.connection, self._cfg.data_consumer]
+        if isinstance(self._admin, GroupkitAdmin):
+            settings.append(self._admin.settings)
+        for conf in settings:
+            conf["sasl.username"] = username
+            conf["sasl.password"] = password
+        self._data.handle.set_sasl_credentials(username, password)
+        if self._admin is not None:
+            self._admin.set_sasl_credentials(username, password)
+        c = self._coordinator
+        for control in (self._control, c.control if c is not None else None):
+            if control is not None:
+                control.set_sasl_credentials(username, password)
+        if self._telemetry is not None:
+            self._telemetry.set_sasl_credentials(username, password)
+
+    def assign(self, partitions: Sequence[KTopicPartition]) -> None:
+        """Refused (:class:`~groupkit.errors.AssignmentOwnedError`): groupkit owns the
+        assignment."""
+        raise _owned("assign")
+
+    def unassign(self) -> None:
+        """Refused: groupkit owns the assignment (``unsubscribe`` leaves the group)."""
+        raise _owned("unassign")
+
+    def incremental_assign(self, partitions: Sequence[KTopicPartition]) -> None:
+        """Refused: groupkit owns the assignment."""
+        raise _owned("incremental_assign")
+
+    def incremental_unassign(self, partitions: Sequence[KTopicPartition]) -> None:
+        """Refused: groupkit owns the assignment."""
+        raise _owned("incremental_unassign")
+
     # ------------------------------------------------------------------ closing
 
     def _leave(self) -> None:
@@ -611,6 +810,7 @@ class GroupConsumer:
         if self._closed:
             return
         try:
+            self._stop_watching()
             self._leave()
         finally:
             self._closed = True

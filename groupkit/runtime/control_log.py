@@ -217,6 +217,9 @@ class ControlReader:
             self.position = raw.offset + 1
         return out
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        self._consumer.set_sasl_credentials(username, password)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -429,6 +432,11 @@ class ControlWriter:
         remaining: Any = self._producer.flush(timeout)
         return int(remaining)
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """New SASL credentials for the current producer (a replacement producer takes them
+        from the settings, which ``GroupConsumer.set_sasl_credentials`` updates)."""
+        self._producer.set_sasl_credentials(username, password)
+
     def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued within ``timeout``, drop the rest, destroy the producer."""
         with self._lock:
@@ -479,6 +487,10 @@ class ControlClients:
         """Wait for the warm-up (bounded by its metadata request's timeout)."""
         for t in self._warming:
             t.join()
+
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        self.reader.set_sasl_credentials(username, password)
+        self.writer.set_sasl_credentials(username, password)
 
     def close(self, flush_timeout: float = 5.0) -> None:
         """Close both clients (after the warm-up: a handle is never closed under a request)."""

@@ -50,7 +50,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+)
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.log import get_logger
@@ -69,6 +76,9 @@ _OFFSETS_WATCH_S = 90.0
 _REFETCH_BACKOFF_S = (0.5, 10.0)
 #: The text librdkafka gives both its request- and partition-level look-up failures.
 _OFFSET_FETCH_FAILED = "Failed to fetch committed offset"
+
+#: librdkafka's ``RD_KAFKA_OFFSET_TAIL_BASE``: ``OFFSET_TAIL(n)`` is this minus ``n``
+_OFFSET_TAIL_BASE = -2000
 
 _monotonic = time.monotonic
 _msg_error = Message.error
@@ -234,6 +244,11 @@ class DataConsumer:
         self.refetch_at: float | None = None
         self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._last_commit = time.monotonic()
+        #: owned partitions the application paused (``pause``); resumed when they go away
+        self.paused: set[TopicPartition] = set()
+        #: owned partition -> offset the application ``seek``-ed it to, where it has handed
+        #: out no record since (librdkafka's position is unset until then; see ``seek``)
+        self.seeked: dict[TopicPartition, int] = {}
 
     def _new_handle(self) -> Consumer:
         """A data consumer handle, and a fresh record of its async commits."""
@@ -254,11 +269,14 @@ class DataConsumer:
             self.owned |= add
             self.handle.assign(ktps(self.owned, start))
         self.owned |= add
+        for tp in add:  # (a partition that comes back starts afresh, as in Kafka)
+            self.seeked.pop(tp, None)
         self.keepalive.assigned(add, start, time.monotonic())
         self.watch_offsets()
 
     def unassign(self, parts: Partitions) -> None:
         """Stop fetching ``parts``; returns once librdkafka has stopped their fetchers."""
+        self._forget_app_state(parts)
         self.owned -= parts
         self.unassigns += 1
         self.keepalive.unassigned(parts)
@@ -319,6 +337,28 @@ class DataConsumer:
             if p.error is None and p.offset >= 0
         }
 
+    def without_deleted_topics(
+        self, parts: Iterable[TopicPartition], offsets: list[KTopicPartition] | None
+    ) -> tuple[list[KTopicPartition] | None, set[str]]:
+        """``offsets`` without the partitions of topics of ``parts`` the cluster no longer
+        has, and those topics (``None`` offsets, a commit of what is stored: ``[]`` once every
+        topic is gone, else unchanged)."""
+        gone: set[str] = set()
+        for topic in sorted({tp.topic for tp in parts}):
+            try:
+                md = self.handle.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException:
+                continue  # not known to be gone: try the commit again
+            if md is None or (
+                md.error is not None and md.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
+                gone.add(topic)
+        if not gone:
+            return offsets, gone
+        if offsets is None:
+            return ([] if gone >= {tp.topic for tp in parts} else None), gone
+        return [p for p in offsets if p.topic not in gone], gone
+
     def auto_commit_due(self, now: float) -> bool:
         """Whether auto-commit should commit now (and, if so, it counts as done now)."""
         interval = self._cfg.auto_commit_interval_ms / 1000
@@ -374,7 +414,88 @@ class DataConsumer:
         if not self.auto_store:
             return None
         positions = self.handle.position(ktps(parts))
+        # After a seek, librdkafka has no position until a record is handed out: the offset
+        # sought is the position then (as Kafka's commit of positions does), never the one
+        # from before the seek.
+        for p in positions:
+            if p.offset is None or p.offset < 0:
+                p.offset = self.seeked.get(TopicPartition(p.topic, p.partition), p.offset)
         return [p for p in positions if p.offset is not None and p.offset >= 0]
+
+    # ------------------------------------------------------------------ the app's controls
+
+    def pause(self, parts: Iterable[TopicPartition]) -> None:
+        """Pause fetching the owned ``parts`` (``Consumer.pause``); others are not touched:
+        librdkafka keeps a pause flag on a partition it does not fetch, which would pause it
+        on a later assignment, which Kafka never does."""
+        mine = sorted(set(parts) & self.owned)
+        if mine:
+            self.handle.pause(ktps(mine))
+            self.paused.update(mine)
+
+    def resume(self, parts: Iterable[TopicPartition]) -> None:
+        """Resume fetching the owned ``parts`` (``Consumer.resume``)."""
+        mine = sorted(set(parts) & self.owned)
+        if mine:
+            self.handle.resume(ktps(mine))
+            self.paused.difference_update(mine)
+
+    def seek(self, partition: KTopicPartition) -> None:
+        """``Consumer.seek`` of an owned partition, remembered for its next commit.
+
+        librdkafka forgets the partition's position on a seek (``rd_kafka_toppar_seek``) but
+        keeps its stored offset, which auto-commit would commit. So the offset sought (a
+        logical one resolved from the watermarks) is stored, as Kafka's auto-commit commits
+        the position after a seek, and the revoke commit (``revoke_offsets``) uses it until a
+        record is handed out. A partition whose committed offset is still being looked up
+        cannot be sought in librdkafka (``_STATE``): it is assigned again at the offset.
+        """
+        tp = TopicPartition(partition.topic, partition.partition)
+        try:
+            self.handle.seek(partition)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._STATE or tp not in self.owned:
+                raise
+            # assigned but not started: start it again, at the offset (as refetch_offsets)
+            self.handle.incremental_unassign(ktps([tp]))
+            self.handle.incremental_assign([partition])
+        offset = self._absolute(partition)
+        self.seeked[tp] = offset
+        if offset >= 0 and self.auto_store:
+            try:
+                self.handle.store_offsets(offsets=[KTopicPartition(tp.topic, tp.partition,
+                                                                   offset)])  # fmt: skip
+            except KafkaException as e:  # the revoke commit still uses ``seeked``
+                _log.debug("seek.store_failed", member=self._member_id(), error=str(e))
+
+    def _absolute(self, partition: KTopicPartition) -> int:
+        """The offset a seek to ``partition.offset`` starts at (negative: not known)."""
+        offset = partition.offset
+        logical = offset in (OFFSET_BEGINNING, OFFSET_END) or offset <= _OFFSET_TAIL_BASE
+        if offset >= 0 or not logical:
+            return offset
+        try:
+            low, high = self.handle.get_watermark_offsets(partition, timeout=5)
+        except KafkaException:
+            return offset
+        if offset == OFFSET_BEGINNING:
+            return int(low)
+        if offset == OFFSET_END:
+            return int(high)
+        return int(max(low, high - (_OFFSET_TAIL_BASE - offset)))  # OFFSET_TAIL(n)
+
+    def _forget_app_state(self, parts: Iterable[TopicPartition]) -> None:
+        """``parts`` go away: they come back resumed and unsought, as in Kafka (librdkafka
+        would keep them paused: its pause flag outlives an unassign)."""
+        paused = sorted(self.paused & set(parts))
+        for tp in parts:
+            self.seeked.pop(tp, None)
+        if paused:
+            self.paused.difference_update(paused)
+            try:
+                self.handle.resume(ktps(paused))
+            except KafkaException as e:
+                _log.debug("resume.failed", member=self._member_id(), error=str(e))
 
     # ------------------------------------------------------------------ offset repair
 
@@ -411,8 +532,10 @@ class DataConsumer:
         stuck: set[TopicPartition] = set()
         if self.owned:
             for p in self.handle.position(ktps(sorted(self.owned))):
-                if p.offset is None or p.offset < 0:
-                    stuck.add(TopicPartition(p.topic, p.partition))
+                tp = TopicPartition(p.topic, p.partition)
+                # (a partition sought has no position either, but it has started: see seek)
+                if (p.offset is None or p.offset < 0) and tp not in self.seeked:
+                    stuck.add(tp)
         _log.warning("offsets.refetch", member=self._member_id(), partitions=len(stuck))
         if stuck:
             parts = ktps(sorted(stuck))
@@ -444,6 +567,8 @@ class DataConsumer:
         self.poll = self.handle.poll
         self.consume = self.handle.consume
         self.unassigns += 1  # a fetch under way on the old handle hands out nothing
+        self.paused.clear()  # (owned nothing: already so; a fresh handle pauses nothing)
+        self.seeked.clear()
 
         def close_old() -> None:
             try:

@@ -56,6 +56,8 @@ _log = get_logger("groupkit.consumer")
 
 Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
 
+_UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
 
 class HandoffExecutor:
     """Carries out hand-offs for one ``GroupConsumer`` (``consumer``, the callbacks' first
@@ -177,10 +179,11 @@ class HandoffExecutor:
             #: what the commit below stored for sure, for the release record to carry (only
             #: offsets we named: what a commit of stored offsets covers we cannot know)
             committed: dict[TopicPartition, int] = {}
-            while offsets != []:
+            pending = offsets
+            while pending != []:
                 try:
                     c.check_commit(parts)
-                    committed = data.commit_sync(offsets)
+                    committed = data.commit_sync(pending)
                     break
                 except FencedError as e:
                     _log.warning("commit.refused", member=c.member_id, error=str(e))
@@ -189,6 +192,14 @@ class HandoffExecutor:
                     err: Any = e.args[0] if e.args else None
                     if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
                         break  # nothing consumed since the last commit
+                    if isinstance(err, KafkaError) and err.code() == _UNKNOWN_TOPIC:
+                        # A deleted topic (a regex subscription lets it go): nothing to commit
+                        # for it, ever; the rest is committed on the next try.
+                        pending, gone = data.without_deleted_topics(parts, pending)
+                        if gone:
+                            _log.info("commit.topic_deleted", member=c.member_id,
+                                      topics=sorted(gone))  # fmt: skip
+                            continue
                     _log.warning("commit.retrying", member=c.member_id, error=str(e))
                     time.sleep(0.2)  # the coordinator is moving; try again shortly
                 except RuntimeError:

@@ -477,6 +477,13 @@ class TelemetryPublisher(GroupObserver):
             finally:
                 self._queue.task_done()
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """New SASL credentials for the producer, if there is one yet (a later one takes them
+        from the settings, which ``GroupConsumer.set_sasl_credentials`` updates)."""
+        producer = self._producer
+        if producer is not None:
+            producer.set_sasl_credentials(username, password)
+
     def close(self, timeout: float = 10.0) -> None:
         """Stop publishing (what is queued is dropped, the record in hand finishes within
         ``timeout``) and let go of the producer and the borrowed admin, so that neither
