@@ -92,8 +92,9 @@ async def run(args: argparse.Namespace, audit: Audit) -> None:
                                                   asynchronous=False)  # fmt: skip
                             audit.write("committed", tp=[topic, part], o=off + 1)
                         except (GroupkitError, KafkaException) as e:
+                            fenced = isinstance(e, FencedError)
                             audit.write("commit_refused", tp=[topic, part], o=off + 1,
-                                        error=str(e), fenced=isinstance(e, FencedError))  # fmt: skip
+                                        error=str(e), fenced=fenced)  # fmt: skip
                     audit.write("commit_done")
                 if cmd.startswith("subscribe "):
                     await consumer.subscribe(cmd.split(" ", 1)[1].split(","), on_assign=on_assign,

@@ -237,8 +237,9 @@ def test_aio_group_owns_once_and_consumes_everything(
     make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
     """Three asyncio members with joins, a clean leave and a kill -9: no partition owned by two
-    at once, every record processed, duplicates only where a member crashed, and a member's
-    commit honoured (a new member starts after it)."""
+    at once, every record processed, duplicates only where a member crashed (so the commits at
+    each revoke were honoured: the next owner started after them), and a member's own
+    ``commit`` is the group's committed offset (auto-commit only moves it on)."""
     topic = topic_factory(partitions=6)
     parts: set[TP] = {(topic, p) for p in range(6)}
     g = make_group([topic], session_timeout_ms=3000)
@@ -268,7 +269,7 @@ def test_aio_group_owns_once_and_consumes_everything(
             assert tp in crashed_owned, f"{tp} processed {sorted(dups)[:10]} twice, no crash"
     assert g.overlaps() == []
     # Every callback ran on the event loop's thread.
-    wheres = [f for m in g.members for f in m.facts() if f["e"] == "cb_thread"]
+    wheres = [f for m in g.members.values() for f in m.facts() if f["e"] == "cb_thread"]
     assert {f["kind"] for f in wheres} >= {"assign", "revoke"}
     assert all(f["on_loop"] for f in wheres), wheres
 
