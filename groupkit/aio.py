@@ -112,8 +112,22 @@ class _Inbox:
             self._q.put(None)
 
     def serve(self) -> None:
-        """On the waiting thread: run what is submitted until :meth:`close`."""
-        while (item := self._q.get()) is not None:
+        """On the waiting thread: run what is submitted until :meth:`close`.
+
+        Raises if the loop is closed meanwhile (``asyncio.run`` ended while a ``poll`` was on
+        the executor): the callback can never run, and waiting would hang the executor's
+        thread, and so the interpreter's exit, for ever."""
+        while True:
+            try:
+                item = self._q.get(timeout=0.5)
+            except queue.Empty:
+                if self._loop.is_closed():
+                    raise RuntimeError(
+                        "the event loop was closed while a groupkit callback waited for it"
+                    ) from None
+                continue
+            if item is None:
+                return
             fn, fut = item
             try:
                 result = fn()
@@ -256,7 +270,11 @@ class AIOGroupConsumer:
 
             fut = asyncio.run_coroutine_threadsafe(invoke(), self._loop)
             fut.add_done_callback(lambda _: inbox.close())
-            inbox.serve()
+            try:
+                inbox.serve()
+            except RuntimeError:
+                fut.cancel()
+                raise
             return fut.result()
 
         return run
@@ -379,11 +397,11 @@ class AIOGroupConsumer:
             return
         try:
             try:
-                sync = await self._consumer()
+                await self._consumer()
             except Exception:
-                sync = None  # never constructed: nothing to leave
-            if sync is not None:
-                await self._loop.run_in_executor(self.executor, self._gated, sync.close)
+                return  # never constructed: nothing to leave (the finally below still runs)
+            # Through _call: from inside a callback, the poll thread waiting for it closes.
+            await self._call(lambda c: c.close())
         finally:
             self._closed = True
             if self._owns_executor:
