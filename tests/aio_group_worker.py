@@ -4,9 +4,10 @@ member, with the same arguments (those the multi-process tests use), stdin comma
 ``WorkerGroup(..., worker="tests.aio_group_worker")`` audits it like the synchronous one.
 
 ``on_assign`` and ``on_lost`` are coroutine functions and ``on_revoke`` a plain one: both kinds
-run on the event loop. Each callback audits that it runs on the loop's thread
-(``{"e": "cb_thread", "on_loop": bool}`` once per kind), and the loop awaits ``consume``
-between commands, as an asyncio service would.
+run on the event loop. ``on_assign`` awaits ``assignment()`` (a call back into the consumer
+during the hand-off) and audits ``assign_not_owned`` if it lacks what was just assigned. Each
+callback audits that it runs on the loop's thread (``{"e": "cb_thread", "on_loop": bool}`` once
+per kind), and the loop awaits ``consume`` between commands, as an asyncio service would.
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ async def run(args: argparse.Namespace, audit: Audit) -> None:
             seen_kinds.add(kind)
             audit.write("cb_thread", kind=kind, on_loop=threading.get_ident() == loop_thread)
 
-    async def on_assign(_c: AIOGroupConsumer, parts: list[KTP]) -> None:
+    async def on_assign(c: AIOGroupConsumer, parts: list[KTP]) -> None:
         where("assign")
-        audit.ownership("assign", [(p.topic, p.partition) for p in parts])
+        # A call back into the consumer, served by its poll thread while this runs.
+        owned = {(p.topic, p.partition) for p in await c.assignment()}
+        tps = [(p.topic, p.partition) for p in parts]
+        if not owned >= set(tps):
+            audit.write("assign_not_owned", tps=sorted(set(tps) - owned))
+        audit.ownership("assign", tps)
 
     def on_revoke(_c: AIOGroupConsumer, parts: list[KTP]) -> None:
         where("revoke")

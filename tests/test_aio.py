@@ -10,6 +10,7 @@ the synchronous consumer's group (tests/test_group_consumer.py).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +20,33 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
+from confluent_kafka.aio import AIOConsumer
 
+from groupkit import GroupConsumer
 from groupkit.aio import AIOGroupConsumer
 from groupkit.dev.harness import TP, LoadProducer, missing, wait_for
 from groupkit.errors import ConfigError, ConsumerClosedError
 from tests.conftest import unique_name
 from tests.groupharness import WorkerGroup
+
+
+def test_every_method_of_group_consumer_is_awaitable_here() -> None:
+    """What ``GroupConsumer`` can do, ``AIOGroupConsumer`` can await; and of confluent's
+    ``AIOConsumer`` methods, those ``GroupConsumer`` has. A method added to ``GroupConsumer``
+    fails this until its one line (``name = _delegate("name")``) is added."""
+    def awaitable(name: str) -> bool:
+        return inspect.iscoroutinefunction(getattr(AIOGroupConsumer, name, None))
+
+    sync = {n for n, v in vars(GroupConsumer).items()
+            if not n.startswith("_") and inspect.isfunction(v)}  # fmt: skip
+    assert sorted(n for n in sync if not awaitable(n)) == []
+    confluent = {n for n, v in vars(AIOConsumer).items()
+                 if not n.startswith("_") and inspect.iscoroutinefunction(v)}  # fmt: skip
+    assert {"poll", "consume", "commit", "close", "subscribe", "assignment"} <= confluent
+    assert sorted(n for n in confluent if hasattr(GroupConsumer, n) and not awaitable(n)) == []
+    # assign & co. are refused, awaitably, whether or not GroupConsumer has them yet.
+    for n in ("assign", "unassign", "incremental_assign", "incremental_unassign"):
+        assert inspect.iscoroutinefunction(getattr(AIOGroupConsumer, n)), n
 
 
 def _produce(bootstrap: str, topic: str, n: int, partitions: int = 1) -> None:
@@ -174,6 +196,46 @@ def test_plain_callbacks_and_async_with_close(
     asyncio.run(main())
 
 
+def test_a_coroutine_on_commit_runs_on_the_loop(
+    conf: dict[str, Any], topic_factory: Callable[..., str], bootstrap: str
+) -> None:
+    topic = topic_factory(partitions=1)
+    _produce(bootstrap, topic, 5)
+    heard: list[tuple[bool, list[int]]] = []
+
+    async def main() -> None:
+        loop_thread = threading.get_ident()
+
+        async def on_commit(err: Any, partitions: list[KTP]) -> None:
+            assert err is None
+            heard.append((threading.get_ident() == loop_thread, [p.offset for p in partitions]))
+
+        cfg = {**conf, "enable.auto.commit": False, "on_commit": on_commit}
+        async with AIOGroupConsumer(cfg) as c:
+            await c.subscribe([topic])
+            got = 0
+            while got < 5:
+                got += len(await c.consume(5, 0.5))
+            await c.commit(asynchronous=True)
+            while not heard:  # librdkafka reports the async commit from a later poll
+                await c.poll(0.1)
+
+    asyncio.run(main())
+    assert heard == [(True, [5])]
+
+
+def test_a_callback_waiting_on_a_closed_loop_gives_up() -> None:
+    """The poll thread waiting for a callback raises once the loop is closed (``asyncio.run``
+    ended without closing the consumer), instead of hanging the process's exit."""
+    from groupkit.aio import _Inbox
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+    inbox = _Inbox(None, loop)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="closed"):
+        inbox.serve()
+
+
 def test_assignment_is_groupkits_and_bad_config_raises_at_enter(conf: dict[str, Any]) -> None:
     async def main() -> None:
         async with AIOGroupConsumer(conf) as c:
@@ -277,6 +339,7 @@ def test_aio_group_owns_once_and_consumes_everything(
     wheres = [f for m in g.members.values() for f in m.facts() if f["e"] == "cb_thread"]
     assert {f["kind"] for f in wheres} >= {"assign", "revoke"}
     assert all(f["on_loop"] for f in wheres), wheres
+    assert not [f for m in g.members.values() for f in m.facts() if f["e"] == "assign_not_owned"]
 
     # Commits honoured: w0 commits what it processed; the group's committed offsets are
     # exactly those (w0 owns its partitions, so none is refused).
