@@ -196,6 +196,78 @@ def test_plain_callbacks_and_async_with_close(
     asyncio.run(main())
 
 
+def test_two_members_on_one_loop_hand_over_through_async_callbacks(
+    conf: dict[str, Any], topic_factory: Callable[..., str], bootstrap: str
+) -> None:
+    """Two members on one event loop, polling at once: when the second joins, the first's
+    coroutine ``on_revoke`` commits (synchronously, awaiting the consumer from inside its own
+    hand-off) what it consumed of the partitions it gives up, and the second starts exactly
+    there. No partition is ever owned by both (checked at every assign, on the loop), and every
+    record is consumed exactly once (auto-commit off: only the callbacks commit)."""
+    topic = topic_factory(partitions=4)
+    _produce(bootstrap, topic, 20, partitions=4)  # a reads these alone, b the next 20 with it
+    conf = {**conf, "enable.auto.commit": False}
+    owned: dict[str, set[tuple[str, int]]] = {"a": set(), "b": set()}
+    seen: dict[tuple[int, int], int] = {}
+    by: dict[str, int] = {"a": 0, "b": 0}
+    committed_at_revoke: list[KTP] = []
+    overlaps: list[str] = []
+
+    async def member(name: str, stop: asyncio.Event, joined: asyncio.Event) -> None:
+        last: dict[tuple[str, int], int] = {}
+
+        async def on_assign(c: AIOGroupConsumer, parts: list[KTP]) -> None:
+            other = owned["b" if name == "a" else "a"]
+            for p in parts:
+                if (p.topic, p.partition) in other:
+                    overlaps.append(f"{name} assigned {p.partition} still owned by the other")
+                owned[name].add((p.topic, p.partition))
+
+        async def on_revoke(c: AIOGroupConsumer, parts: list[KTP]) -> None:
+            mine = [KTP(p.topic, p.partition, last[(p.topic, p.partition)] + 1)
+                    for p in parts if (p.topic, p.partition) in last]  # fmt: skip
+            if mine:
+                await c.commit(offsets=mine, asynchronous=False)
+                committed_at_revoke.extend(mine)
+            for p in parts:
+                owned[name].discard((p.topic, p.partition))
+
+        async with AIOGroupConsumer(conf) as c:
+            await c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+            while not stop.is_set():
+                for m in await c.consume(10, 0.1):
+                    if m.error() is None:
+                        key = (m.partition() or 0, m.offset() or 0)
+                        seen[key] = seen.get(key, 0) + 1
+                        last[(m.topic() or "", m.partition() or 0)] = m.offset() or 0
+                        by[name] += 1
+                if owned[name]:
+                    joined.set()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        a_in, b_in = asyncio.Event(), asyncio.Event()
+        a = asyncio.ensure_future(member("a", stop, a_in))
+        await asyncio.wait_for(a_in.wait(), 60)
+        while len(seen) < 20:  # a has consumed the first 20 before b joins
+            await asyncio.sleep(0.01)
+        b = asyncio.ensure_future(member("b", stop, b_in))
+        await asyncio.wait_for(b_in.wait(), 60)
+        await asyncio.to_thread(_produce, bootstrap, topic, 20, 4)
+        deadline = time.monotonic() + 60
+        while len(seen) < 40 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.gather(a, b)
+
+    asyncio.run(main())
+    assert overlaps == []
+    assert sorted(seen) == [(p, o) for p in range(4) for o in range(10)]
+    # b started at a's commits in on_revoke (else it re-read them from the earliest offset)
+    assert {k: n for k, n in seen.items() if n > 1} == {}
+    assert committed_at_revoke and by["b"] > 0, (committed_at_revoke, by)
+
+
 def test_a_coroutine_on_commit_runs_on_the_loop(
     conf: dict[str, Any], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
