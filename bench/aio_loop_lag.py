@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.aio import AIOConsumer
 
-from bench._common import write_results
+from bench._common import bar_chart, write_results
 from bench._harness import broker, create_topic, load
 from bench.rebalance import broker_properties
 from groupkit import GroupConsumer, GroupkitError
@@ -229,7 +229,15 @@ def main() -> None:
           f"join {r['took'].get('join', float('nan')):.2f} s, leave "
           f"{r['took'].get('leave', float('nan')):.2f} s" for k, r in enumerate(results)),
     ]  # fmt: skip
-    write_results(
+    phases = ["baseline", "start", "steady", "join", "leave"]
+    series: dict[str, list[float]] = {}
+    tops: dict[str, list[float]] = {}
+    for kind, r in enumerate(results):
+        label = KINDS[kind].split(" (")[0]
+        lags = [[x * 1000 for x in r["lags"].get(p, [])] for p in phases]
+        series[f"{label} p50"] = [pct(xs, 0.5) for xs in lags]
+        tops[f"{label} p50"] = [pct(xs, 0.99) for xs in lags]
+    out = write_results(
         "aio_loop_lag",
         ["consumer", "phase", "ticks", "lag p50 ms", "lag p99 ms", "lag max ms", "load1"],
         rows,
@@ -239,6 +247,9 @@ def main() -> None:
         results_dir=args.results_dir,
         notes=notes,
     )
+    bar_chart(out / "aio_loop_lag.png", phases, series, "loop lag, ms (bar p50, whisker p99)",
+              title="Event-loop lag: AIOGroupConsumer vs confluent AIOConsumer (same run)",
+              errors=tops, log=True)  # fmt: skip
 
 
 if __name__ == "__main__":
