@@ -14,6 +14,10 @@ records how late it woke: actual sleep minus 10 ms) and one consumer task: ``con
 - ``leave``: the second member closes; until our member owns every partition again, then
   ``--hold`` seconds more.
 
+A third kind, ``GroupConsumer on a thread``, polls and commits the synchronous consumer on a
+thread of its own while the loop only ticks: groupkit's own threads' cost to the loop (they
+share the GIL with it), without the asyncio wrapper.
+
 Before each kind, ``baseline``: the ticker alone on the loop (``--hold`` seconds), the
 machine's own scheduling noise. ``start`` (construction, subscribe, first assignment) and
 ``close`` are counted too. Reported per kind and phase: the ticks, the lag's p50 / p99 / max,
@@ -34,6 +38,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,7 +56,11 @@ from groupkit import GroupConsumer, GroupkitError
 from groupkit.aio import AIOGroupConsumer
 from groupkit.dev.harness import LoadProducer, wait_for
 
-KINDS = ("confluent AIOConsumer (anchor)", "groupkit AIOGroupConsumer")
+KINDS = (
+    "confluent AIOConsumer (anchor)",
+    "groupkit AIOGroupConsumer",
+    "groupkit GroupConsumer on a thread",
+)
 TICK_S = 0.01
 
 
@@ -70,9 +79,51 @@ def conf(kind: int, bootstrap: str, group: str, control: str) -> dict[str, Any]:
         "session.timeout.ms": 3000,
         "heartbeat.interval.ms": 300,
     }
-    if kind == 1:
+    if kind != 0:
         base["groupkit.control.topic"] = control
     return base
+
+
+class ThreadedMember:
+    """Kind 2: the synchronous ``GroupConsumer`` polled and committed on its own thread, the
+    loop only ticking (and reading how many partitions the thread last saw owned). It shows
+    what groupkit's own threads cost the loop, without the asyncio wrapper."""
+
+    def __init__(self, cfg: dict[str, Any], stats: dict[str, int]) -> None:
+        self._cfg, self._stats = cfg, stats
+        self._stop = threading.Event()
+        self._owned = 0
+        self._thread: threading.Thread | None = None
+
+    async def subscribe(self, topics: list[str]) -> None:
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(topics, ready), daemon=True)
+        self._thread.start()
+        await asyncio.to_thread(ready.wait)
+
+    def _run(self, topics: list[str], ready: threading.Event) -> None:
+        c = GroupConsumer(self._cfg)
+        c.subscribe(topics)
+        ready.set()
+        last_commit = time.monotonic()
+        while not self._stop.is_set():
+            self._stats["records"] += len(c.consume(100, 0.1))
+            self._stats["calls"] += 1
+            self._owned = len(c.assignment())
+            if time.monotonic() - last_commit >= 0.5:
+                last_commit = time.monotonic()
+                with contextlib.suppress(KafkaException, GroupkitError):
+                    c.commit(asynchronous=False)
+                    self._stats["commits"] += 1
+        c.close()
+
+    async def assignment(self) -> list[None]:
+        return [None] * self._owned
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
 
 
 def other(args: argparse.Namespace) -> None:
@@ -80,10 +131,8 @@ def other(args: argparse.Namespace) -> None:
     cfg = json.loads(args.other)
     kind = cfg.pop("_kind")
     topic = cfg.pop("_topic")
-    c: Any = GroupConsumer(cfg) if kind == 1 else Consumer(cfg)
+    c: Any = GroupConsumer(cfg) if kind != 0 else Consumer(cfg)
     c.subscribe([topic])
-    import threading
-
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
     while not done.is_set():
@@ -116,10 +165,15 @@ async def run_kind(kind: int, bootstrap: str, topic: str, partitions: int,
     await asyncio.sleep(hold)
     load_at: dict[str, float] = {"baseline": load()["load1"]}
     ticker.phase = "start"
-    c: Any = AIOGroupConsumer(cfg) if kind == 1 else AIOConsumer(dict(cfg))
-    if kind == 1:
+    stats = {"records": 0, "commits": 0, "calls": 0}
+    c: Any
+    if kind == 0:
+        c = AIOConsumer(dict(cfg))
+    elif kind == 1:
+        c = AIOGroupConsumer(cfg)
         await c.__aenter__()  # construction on the executor
-    stats = {"records": 0, "commits": 0}
+    else:
+        c = ThreadedMember(cfg, stats)
 
     async def owned() -> int:
         return len(await c.assignment())
@@ -128,6 +182,7 @@ async def run_kind(kind: int, bootstrap: str, topic: str, partitions: int,
         last_commit = time.monotonic()
         while True:
             stats["records"] += len(await c.consume(100, 0.1))
+            stats["calls"] += 1
             if time.monotonic() - last_commit >= 0.5:
                 last_commit = time.monotonic()
                 with contextlib.suppress(KafkaException, GroupkitError):  # nothing to commit yet
@@ -143,7 +198,8 @@ async def run_kind(kind: int, bootstrap: str, topic: str, partitions: int,
         raise AssertionError(f"{KINDS[kind]}: timed out in phase {ticker.phase}")
 
     await c.subscribe([topic])
-    consume_task = asyncio.ensure_future(consume())
+    # (kind 2 consumes on its own thread)
+    consume_task = asyncio.ensure_future(consume() if kind != 2 else asyncio.sleep(0))
     took: dict[str, float] = {}
     proc = None
     try:
@@ -225,7 +281,8 @@ def main() -> None:
         f"{args.partitions} partitions, one record per partition every 10 ms; session 3 s, "
         "heartbeat 300 ms for both kinds; load average (1 min) before the run "
         f"{load_before['load1']}, per phase in the last column.",
-        *(f"{KINDS[k]}: {r['records']} records, {r['commits']} commits; rebalance took "
+        *(f"{KINDS[k]}: {r['records']} records in {r['calls']} consume calls, {r['commits']} "
+          "commits; rebalance took "
           f"join {r['took'].get('join', float('nan')):.2f} s, leave "
           f"{r['took'].get('leave', float('nan')):.2f} s" for k, r in enumerate(results)),
     ]  # fmt: skip
@@ -233,7 +290,7 @@ def main() -> None:
     series: dict[str, list[float]] = {}
     tops: dict[str, list[float]] = {}
     for kind, r in enumerate(results):
-        label = KINDS[kind].split(" (")[0]
+        label = KINDS[kind].split(" (")[0].replace(" on a thread", " (thread)")
         lags = [[x * 1000 for x in r["lags"].get(p, [])] for p in phases]
         series[f"{label} p50"] = [pct(xs, 0.5) for xs in lags]
         tops[f"{label} p50"] = [pct(xs, 0.99) for xs in lags]

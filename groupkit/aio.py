@@ -230,16 +230,23 @@ class AIOGroupConsumer:
     async def _call(self, fn: Callable[[GroupConsumer], T]) -> T:
         """Run ``fn(consumer)`` on the executor, or on the poll thread when a callback of this
         consumer is running and makes the call (see the module docstring)."""
+        if self._sync is None and not self._closed:
+            await self._consumer()
+        return await self._submit(fn)
+
+    def _submit(self, fn: Callable[[GroupConsumer], T]) -> asyncio.Future[T]:
+        """:meth:`_call`'s future, once the consumer is constructed (no task of its own: a
+        ``poll`` slice costs the loop one executor future)."""
+        sync = self._sync
         inbox = _INBOX.get()
-        if inbox is not None and inbox.owner is self and self._sync is not None:
-            sync = self._sync
+        if inbox is not None and inbox.owner is self and sync is not None:
             fut = inbox.submit(lambda: fn(sync))
             if fut is not None:
-                return await fut
+                return fut
         if self._closed:
             raise ConsumerClosedError("the consumer is closed")
-        sync = await self._consumer()
-        return await self._loop.run_in_executor(self.executor, self._gated, lambda: fn(sync))
+        assert sync is not None
+        return self._loop.run_in_executor(self.executor, self._gated, lambda: fn(sync))
 
     def _on_loop(self, cb: Callable[..., Any]) -> Callable[..., Any]:
         """``cb`` as the synchronous consumer calls it, on some thread: run on the loop (a
@@ -311,15 +318,15 @@ class AIOGroupConsumer:
     async def _fetch(self, n: int, timeout: float | None) -> list[Message]:
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
         while True:
+            if self._sync is None and not self._closed:
+                await self._consumer()
             if self._orphan is not None:  # its records go first, in order (they are older)
                 await asyncio.wait((self._orphan,))
                 self._orphan = None
             stash, self._stash = self._stash, []
             left = _SLICE_S if deadline is None else deadline - time.monotonic()
             wait = min(_SLICE_S, max(0.0, left))
-            fut = asyncio.ensure_future(
-                self._call(functools.partial(_take, stash=stash, n=n, wait=wait))
-            )
+            fut = self._submit(functools.partial(_take, stash=stash, n=n, wait=wait))
             try:
                 msgs = await asyncio.shield(fut)
             except asyncio.CancelledError:
