@@ -3,8 +3,9 @@
 Focused tests (one event loop each, ``asyncio.run``): the loop keeps running while ``poll``
 waits, callbacks (coroutine or plain) run on the loop and may call the consumer back, ``async
 with`` closes, the assignment is refused. Then a group of three asyncio members as separate
-processes (tests/aio_group_worker.py) with joins, a clean leave and a ``kill -9``, audited like
-the synchronous consumer's group (tests/test_group_consumer.py).
+processes (tests/aio_group_worker.py) with joins, a clean leave and a ``kill -9``, and a zombie
+frozen past its session, audited like the synchronous consumer's group
+(tests/test_group_consumer.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from groupkit import GroupConsumer
 from groupkit.aio import AIOGroupConsumer
 from groupkit.dev.harness import TP, LoadProducer, missing, wait_for
 from groupkit.errors import ConfigError, ConsumerClosedError
+from tests.chaos import late_records
 from tests.conftest import unique_name
 from tests.groupharness import WorkerGroup
 
@@ -429,3 +431,33 @@ def test_aio_group_owns_once_and_consumes_everything(
     for p in got:
         # Auto-commit moves on after our commit, never back before it.
         assert p.offset >= committed.get((p.topic, p.partition), 0)
+
+
+def test_an_aio_zombie_fences_itself_when_it_wakes(
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
+) -> None:
+    """An asyncio member frozen past its session (SIGSTOP, then SIGCONT) finds its partitions
+    lost the moment it runs again, through its coroutine ``on_lost`` on the loop, before it
+    processes anything more of them (tests/test_group_consumer.py's zombie, asyncio flavour)."""
+    topic = topic_factory(partitions=4)
+    parts: set[TP] = {(topic, p) for p in range(4)}
+    g = make_group([topic], session_timeout_ms=2000)
+    producer = LoadProducer.keyed(bootstrap, topic, 100).start()
+    try:
+        a, z = g.spawn(), g.spawn()
+        g.wait_stable(parts)
+        frozen = z.owned()
+        paused_at = z.pause()
+        wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
+        resumed_at = z.resume()
+        wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
+    finally:
+        producer.stop()
+    lost_at = min(f["t"] for f in z.facts() if f["e"] == "lost")
+    assert lost_at >= resumed_at
+    assert late_records(z, frozen, paused_at) == []
+    assert {"kind": "lost", "on_loop": True} in [
+        {k: f[k] for k in ("kind", "on_loop")} for f in z.facts() if f["e"] == "cb_thread"
+    ]
+    g.wait_stable(parts)
+    assert g.overlaps(ignore=[z.name]) == []
