@@ -45,6 +45,7 @@ bench: $(STAMP) kafka-jars
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/failover.py
 	$(BIN)/python bench/join_age.py
+	$(BIN)/python bench/aio_loop_lag.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

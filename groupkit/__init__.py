@@ -2,7 +2,8 @@
 
 The public surface is what this module exports: the consumer, the observer base class, the
 value types, the assignor registry and every exception (the tree is in ``groupkit.errors``).
-Importing groupkit starts no thread and configures no logging.
+Importing groupkit starts no thread and configures no logging. The asyncio flavour is its own
+public module: ``from groupkit.aio import AIOGroupConsumer``.
 """
 
 from groupkit.assignors import Assignor, assignor_names, get_assignor, register_assignor

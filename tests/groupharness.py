@@ -50,8 +50,12 @@ class WorkerGroup(Group[MemberProcess]):
         session_timeout_ms: int = 3000,
         control_topic: str = "__groupkit",
         extra: dict[str, Any] | None = None,
+        worker: str = "tests.group_worker",
     ) -> None:
+        """``worker``: the module each member runs (``tests.aio_group_worker``: the asyncio
+        flavour, same arguments and audit)."""
         super().__init__(workdir)
+        self.worker = worker
         self.bootstrap, self.group, self.topics = bootstrap, group, topics
         self.protocol, self.assignor = protocol, assignor
         self.session_timeout_ms, self.control_topic = session_timeout_ms, control_topic
@@ -70,7 +74,7 @@ class WorkerGroup(Group[MemberProcess]):
         name = name or f"w{len(self.members)}"
         audit = self.workdir / f"{name}.jsonl"
         cmd = [
-            sys.executable, "-m", "tests.group_worker",
+            sys.executable, "-m", self.worker,
             "--bootstrap", bootstrap or self.bootstrap, "--group", self.group,
             "--topics", ",".join(topics or self.topics), "--audit", str(audit),
             "--protocol", self.protocol, "--assignor", self.assignor,

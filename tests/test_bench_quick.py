@@ -31,7 +31,9 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield b.bootstrap
 
 
-@pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover", "join_age", "scale"])
+@pytest.mark.parametrize(
+    "bench", ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag"]
+)
 def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if bench == "rebalance":  # the members' hop events kept, for trace_joins below

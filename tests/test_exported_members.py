@@ -56,6 +56,16 @@ def test_every_exception_is_exported() -> None:
             "PipelineError"} <= defined  # fmt: skip
 
 
+def test_aio_module_exports() -> None:
+    """``groupkit.aio`` is a public module of its own (DESIGN.md), not imported by ``groupkit``
+    (importing groupkit loads no asyncio consumer)."""
+    import groupkit.aio
+
+    assert groupkit.aio.__all__ == ["AIOGroupConsumer"]
+    assert groupkit.aio.AIOGroupConsumer.__module__ == "groupkit.aio"
+    assert "AIOGroupConsumer" not in groupkit.__all__
+
+
 def test_assignor_exports() -> None:
     assert set(groupkit.assignors.__all__) >= {
         "Assignor", "MemberSubscription", "TopicPartition", "assignor_names", "get_assignor",
