@@ -360,6 +360,16 @@ class AIOGroupConsumer:
     position = _delegate("position")
     committed = _delegate("committed")
     assignment = _delegate("assignment")
+    pause = _delegate("pause")
+    resume = _delegate("resume")
+    seek = _delegate("seek")
+    get_watermark_offsets = _delegate("get_watermark_offsets")
+    offsets_for_times = _delegate("offsets_for_times")
+    list_topics = _delegate("list_topics")
+    memberid = _delegate("memberid")
+    cluster_id = _delegate("cluster_id")
+    consumer_group_metadata = _delegate("consumer_group_metadata")
+    set_sasl_credentials = _delegate("set_sasl_credentials")
 
     # groupkit owns the assignment: refused, as by GroupConsumer
     assign = _refuse_assignment("assign")
