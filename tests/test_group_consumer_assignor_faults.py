@@ -144,7 +144,11 @@ def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
     time.sleep(2 * BUDGET_MS / 1000 + 1)
     for c in group:
         c.poll(0.05)
-    assert describe_group(cfg, with_lag=False)["generation"] == generation
+    # not rewritten in a loop (the buggy assignor wrote 298 records in 300 ticks): at
+    # most a follow-up or two after the wait (a clean-clone CI run saw +1 and +2), no more
+    after = describe_group(cfg, with_lag=False)
+    assert generation <= after["generation"] <= generation + 2, (generation, after["generation"])
+    assert "inconsistent" not in after["rejected"], after["rejected"]
     if mode == "slow":
         # the leader kept heartbeating while its assignor ran past the session
         assert all(c.coordinator is not None and not c.coordinator.failure for c in group)
