@@ -704,8 +704,10 @@ class Coordinator:
             self._refresh_counts(topics, now)
         elif now - self._counts_at >= 1.0 and not self._counting:
             self._counting = True
-            threading.Thread(target=self._refresh_counts, args=(topics, now), daemon=True,
-                             name=f"groupkit-metadata-{self.member_id}").start()  # fmt: skip
+            threading.Thread(
+                target=self._refresh_counts_in_background, args=(topics, now), daemon=True,
+                name=f"groupkit-metadata-{self.member_id}",
+            ).start()  # fmt: skip
         counts = self._counts
         return {t: counts.get(t, 0) for t in topics}
 
@@ -720,6 +722,12 @@ class Coordinator:
             self._counts_at = now
         except Exception as e:
             _log.warning("metadata.unavailable", error=str(e))
+
+    def _refresh_counts_in_background(self, topics: list[str], now: float) -> None:
+        # Only this thread clears the flag: an inline refresh meanwhile must not let a second
+        # background one start beside it.
+        try:
+            self._refresh_counts(topics, now)
         finally:
             self._counting = False
 
