@@ -266,32 +266,29 @@ class GroupConsumer:
         # A topic starting with ^ is a pattern (runtime/patterns.py): the member subscribes to
         # the topics it matches, and follows them as topics come and go.
         sub = Subscription(topics, self._cfg.data_consumer.get("topic.blacklist"))
-        if self._coordinator is not None:
-            resolved = self._check_topics(sub)
-            self._set_callbacks(on_assign, on_revoke, on_lost)
-            self._watch(sub, resolved)
-            self._topics = resolved
-            self._coordinator.set_subscription(resolved)
-            return
-        # A new member: its catch-up on the control log starts now, while the topics are
-        # checked (one metadata round trip off the join's path); it joins once they are.
-        self._topics = list(sub.names)
-        self._join(hold=True)
+        # A new member's catch-up on the control log starts now, while the topics are checked
+        # (one metadata round trip off the join's path); it joins once they are.
+        joining = self._coordinator is None
+        if joining:
+            self._topics = list(sub.names)
+            self._join(hold=True)
         c = self._coordinator
         assert c is not None
         try:
             resolved = self._check_topics(sub)
         except BaseException:
-            self._coordinator = None
-            c.close(0)  # nothing written yet: the join was held
+            if joining:
+                self._coordinator = None
+                c.close(0)  # nothing written yet: the join was held
             raise
         self._set_callbacks(on_assign, on_revoke, on_lost)
         self._watch(sub, resolved)
         self._topics = resolved
-        c.set_subscription(resolved)  # (the patterns' topics: the join record names them)
-        c.may_join()
-        _log.debug("hop.subscribed", member=c.member_id,
-                   ms=round((_monotonic() - began) * 1000, 1))  # fmt: skip
+        c.set_subscription(resolved)  # (a joiner's join record names the patterns' topics)
+        if joining:
+            c.may_join()
+            _log.debug("hop.subscribed", member=c.member_id,
+                       ms=round((_monotonic() - began) * 1000, 1))  # fmt: skip
 
     def _check_topics(self, sub: Subscription) -> list[str]:
         """The topics ``sub`` names and matches; :class:`ConfigError` unless every named one
