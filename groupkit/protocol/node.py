@@ -181,6 +181,11 @@ class Node:
         """Start a clean leave: the next poll revokes everything and writes the tombstone."""
         self.member.leave()
 
+    def park(self) -> None:
+        """A static member's close: revoke everything and write a record owning nothing, but
+        keep the seat for the next process with our instance id (``Member.park``)."""
+        self.member.park()
+
     @property
     def left(self) -> bool:
         return self.member.state == LEFT
@@ -201,7 +206,7 @@ class Node:
         me = st.members.get(self.member_id) if st.leader == self.member_id else None
         return (
             me is not None
-            and me.incarnation == self.member.incarnation
+            and me.proc == self.member.incarnation
             and (self.member.session_age_ms(now_ms) or 0) < self.member.fence_after_ms
         )
 

@@ -233,6 +233,19 @@ class MemberState:
     #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
     #: (see :meth:`GroupState.is_lagging`)
     ready: bool = True
+    #: Static seats only ("Static membership" in the module docstring). ``incarnation`` is then
+    #: the incarnation the seat is known by (its first process's: assignments name it), and
+    #: ``process`` the incarnation of the process that holds the seat now; ``None``: a dynamic
+    #: member, whose process is its incarnation.
+    process: str | None = None
+    instance_id: str | None = None
+    #: log time of the seat's current process's first record (its lag clock starts there)
+    process_since: int = 0
+
+    @property
+    def proc(self) -> str:
+        """The incarnation of the process this membership is (or holds the seat) now."""
+        return self.process if self.process is not None else self.incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,8 +575,17 @@ class GroupState:
                 continue
             c = a.members.get(member_id)
             if c is not None and c.incarnation == m.incarnation:
-                return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
+                if m.process is not None and self._waits_on_hold(member_id, c.assigned):
+                    return False  # a static seat's new process waits for the one it replaced
+                # a static seat's new process has had the time since it took the seat
+                start = max(self._gen_time[g], m.process_since)
+                return self.log_time - start >= self.rebalance_timeout_ms
         return False
+
+    def _waits_on_hold(self, member_id: str, grant: Partitions) -> bool:
+        prefix = member_id + "/"
+        return any(h.until > self.log_time and h.holder.startswith(prefix)
+                   and h.partitions & grant for h in self.holds)  # fmt: skip
 
     def hints_for(
         self, member_id: str, incarnation: str, partitions: Iterable[TopicPartition]
@@ -722,7 +744,18 @@ class GroupState:
             for p in v.owned & self.offset_hints.keys():
                 del self.offset_hints[p]
         live = old is not None and self.is_live(mid)
-        same = old is not None and old.incarnation == v.incarnation
+        if v.instance_id is not None:
+            if v.instance_id != mid:
+                raise RecordRejected("bad_value", f"instance id {v.instance_id!r} of {mid!r}")
+            if old is not None and live and old.instance_id is not None \
+                    and old.proc != v.incarnation:  # fmt: skip
+                # Another process of a live static seat: newest join wins (module docstring).
+                if v.seq == 1 and v.prev_ts is None and not v.legacy:
+                    return self._take_seat(offset, k, v, ts, old)
+                raise RecordRejected(
+                    "fenced_instance", f"process {v.incarnation} was replaced by {old.proc}"
+                )
+        same = old is not None and old.proc == v.incarnation
         if v.legacy:
             # A member that predates prev_ts: decided by what this reader has seen of it.
             continues = same and live
@@ -760,6 +793,11 @@ class GroupState:
                 v.acked_generation, v.seen_generation, joined_at, ts, since,
                 v.rack, v.capacity, v.client, v.legacy or v.prev_ts is not None,
             )  # fmt: skip
+            if v.instance_id is not None:
+                # the seat is known by the incarnation the record echoes (like joined_at)
+                m.incarnation = v.seat or v.incarnation
+                m.process, m.instance_id = v.incarnation, v.instance_id
+                m.process_since = old.process_since
             new_membership = False
         else:
             if v.seen_generation > self.generation and old is not None:
@@ -781,6 +819,9 @@ class GroupState:
                     0 if v.legacy else v.since_generation, v.rack, v.capacity, v.client,
                     v.legacy or v.prev_ts is not None,
                 )  # fmt: skip
+                if v.instance_id is not None:
+                    m.incarnation = v.seat or v.incarnation
+                    m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
             else:
                 # A new membership owns nothing: any claim in the record is void, because a
                 # process whose membership the log restarts has fenced itself (member.py).
@@ -789,6 +830,8 @@ class GroupState:
                     v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity,
                     v.client, v.legacy or v.prev_ts is not None,
                 )  # fmt: skip
+                if v.instance_id is not None:  # a new seat: known by this process
+                    m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
@@ -812,7 +855,36 @@ class GroupState:
         held = self.may_hold(old.member_id)
         if held:
             until = old.last_seen + self.session_timeout_ms
-            self.holds.append(Hold(f"{old.member_id}/{old.incarnation}", held, until))
+            self.holds.append(Hold(f"{old.member_id}/{old.proc}", held, until))
+
+    def _take_seat(
+        self, offset: int, k: MemberKey, v: MemberRecord, ts: int, seat: MemberState
+    ) -> Replayed:
+        """A new process's join takes over a live static seat (module docstring, "Static
+        membership"): the membership, its coverage and its grants carry on; what the replaced
+        process may still hold is held until its session would have ended."""
+        if v.seen_generation > self.generation:
+            raise RecordRejected("future_generation", f"{v.seen_generation}")
+        self._hold(seat)
+        mid = k.member_id
+        self.members[mid] = MemberState(
+            mid, seat.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
+            v.seen_generation, seat.joined_at, ts, seat.since_generation, v.rack, v.capacity,
+            v.client, False, v.incarnation, v.instance_id, ts,
+        )  # fmt: skip
+        # the seat keeps its joined_at, so the leader stays where it was
+        if self.leader is None or not self.is_live(self.leader):
+            self._elect()
+        return Replayed(offset, "member", k)
+
+    def held(self) -> Partitions:
+        """Partitions in a hold now: nobody may take them, not even a grant made before the
+        hold began (a static seat's grant, while the process it replaced may still run)."""
+        out: set[TopicPartition] = set()
+        for h in self.holds:
+            if h.until > self.log_time:
+                out |= h.partitions
+        return frozenset(out)
 
     def _apply_leave(self, offset: int, k: MemberKey) -> Replayed:
         old = self.members.pop(k.member_id, None)
