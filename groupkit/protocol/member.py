@@ -530,6 +530,17 @@ class Member:
         self._dirty = False
         committed = {p: o for p, o in self._committed.items() if p not in self.owned}
         self._committed = {}
+        joined_at = self._joined_at if basis is None else basis.joined_at
+        since = 0 if basis is None else basis.since
+        seat = self._seat if self.instance_id is not None and basis is not None else None
+        seat_ts = None
+        me = group.members.get(self.member_id)
+        if (self._seq == 1 and self.instance_id is not None and me is not None
+                and me.instance_id is not None and me.proc != self.incarnation
+                and group.is_live(self.member_id)):  # fmt: skip
+            # Our join, and our seat is live: take it over, echoing it as we saw it (state.py).
+            seat, seat_ts, joined_at, since = me.incarnation, me.last_seen, me.joined_at, \
+                me.since_generation  # fmt: skip
         key, value = member_record(
             self.group,
             self.member_id,
@@ -540,15 +551,16 @@ class Member:
             owned_generation=self.generation if self.owned else 0,
             acked_generation=min(self.acked, group.generation),
             seen_generation=group.generation,
-            joined_at=self._joined_at if basis is None else basis.joined_at,
+            joined_at=joined_at,
             prev_ts=None if basis is None else basis.ts,
-            since_generation=0 if basis is None else basis.since,
+            since_generation=since,
             rack=self.rack,
             capacity=self.capacity,
             client=self.client,
             committed=committed,
             instance_id=self.instance_id,
-            seat=self._seat if self.instance_id is not None and basis is not None else None,
+            seat=seat,
+            seat_ts=seat_ts,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)

@@ -54,7 +54,8 @@ that predate the field decode without one. It is inside the signed payload like 
 
 ``instance`` (optional, str): the ``group.instance.id`` of a static member (KIP-345), which is
 its member id; ``seat`` (optional, str, only with ``instance``): the incarnation the group knows
-its seat by, echoed from its replay. Absent in records of dynamic members and of members that
+its seat by, echoed from its replay; ``seat_ts`` (optional, int, only in a static member's join,
+with ``seat`` and ``joined_at``): the time of the newest record of the seat it saw live. Absent in records of dynamic members and of members that
 predate static membership; inside the signed payload like every field. The replay's rules for
 them are in state.py ("Static membership").
 
@@ -181,6 +182,11 @@ class MemberRecord:
     #: replay like ``joined_at``, so that a reader of the compacted topic covers the seat alike.
     #: ``None``: its own incarnation (a join, or a dynamic member).
     seat: str | None = None
+    #: only in a static member's *join* (its first record, no ``prev_ts``): the broker time of
+    #: the newest record of its seat's previous process that it had replayed, which it saw
+    #: live; ``seat``, ``joined_at`` and ``since_generation`` then echo that seat. The join
+    #: takes the seat over if it is appended within a session of it (state.py).
+    seat_ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +325,7 @@ def member_record(
     committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
     instance_id: str | None = None,
     seat: str | None = None,
+    seat_ts: int | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -326,7 +333,8 @@ def member_record(
     default writes a record in the format of members that predate it. ``committed``: offsets
     just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
     ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
-    ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`).
+    ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
+    in a join that takes a seat over (:attr:`MemberRecord.seat_ts`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -343,6 +351,9 @@ def member_record(
         raise ValueError(f"instance_id {instance_id!r} must be the member id {member_id!r}")
     if seat is not None and (instance_id is None or not seat):
         raise ValueError("a seat needs an instance_id, and must not be empty")
+    if seat_ts is not None and (seat is None or seat == incarnation or joined_at is None
+                                or prev_ts not in (None, "legacy") or seat_ts < 0):  # fmt: skip
+        raise ValueError("seat_ts needs another seat, joined_at and no prev_ts")
     owned_set = _tps(owned)
     hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
                          (committed or {}).items()))  # fmt: skip
@@ -367,6 +378,7 @@ def member_record(
         committed=hints,
         instance_id=instance_id,
         seat=None if seat == incarnation else seat,
+        seat_ts=seat_ts,
     )
 
 
@@ -563,6 +575,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         doc["instance"] = v.instance_id
     if v.seat is not None:
         doc["seat"] = v.seat
+    if v.seat_ts is not None:
+        doc["seat_ts"] = v.seat_ts
     return doc
 
 
@@ -833,7 +847,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
                                     k.since_generation, k.legacy, k.committed,
-                                    k.instance_id, k.seat)  # fmt: skip
+                                    k.instance_id, k.seat, k.seat_ts)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -992,6 +1006,9 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     seat = _str(doc, "seat") if "seat" in doc else None
     if seat is not None and instance is None:
         raise RecordRejected("bad_value", "seat without instance")
+    seat_ts = _nat(doc, "seat_ts") if "seat_ts" in doc else None
+    if seat_ts is not None and (seat is None or prev is not None or joined_at is None):
+        raise RecordRejected("bad_value", "seat_ts without seat and joined_at, or with prev_ts")
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
@@ -1010,6 +1027,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         committed=_committed(doc, owned, budget) if "committed" in doc else (),
         instance_id=instance,
         seat=seat,
+        seat_ts=seat_ts,
     )
 
 

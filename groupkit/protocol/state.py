@@ -747,11 +747,13 @@ class GroupState:
         if v.instance_id is not None:
             if v.instance_id != mid:
                 raise RecordRejected("bad_value", f"instance id {v.instance_id!r} of {mid!r}")
+            if v.seat_ts is not None and ts - v.seat_ts < self.session_timeout_ms:
+                # A new process's join that saw its seat live: it takes the seat over (the
+                # record decides, so a reader that never saw the seat decides alike).
+                return self._take_seat(offset, k, v, ts, old if live else None)
             if old is not None and live and old.instance_id is not None \
-                    and old.proc != v.incarnation:  # fmt: skip
-                # Another process of a live static seat: newest join wins (module docstring).
-                if v.seq == 1 and v.prev_ts is None and not v.legacy:
-                    return self._take_seat(offset, k, v, ts, old)
+                    and old.proc != v.incarnation and v.seq > 1:  # fmt: skip
+                # A record of a process whose seat a newer join took: newest join wins.
                 raise RecordRejected(
                     "fenced_instance", f"process {v.incarnation} was replaced by {old.proc}"
                 )
@@ -858,23 +860,32 @@ class GroupState:
             self.holds.append(Hold(f"{old.member_id}/{old.proc}", held, until))
 
     def _take_seat(
-        self, offset: int, k: MemberKey, v: MemberRecord, ts: int, seat: MemberState
+        self, offset: int, k: MemberKey, v: MemberRecord, ts: int, seat: MemberState | None
     ) -> Replayed:
         """A new process's join takes over a live static seat (module docstring, "Static
         membership"): the membership, its coverage and its grants carry on; what the replaced
         process may still hold is held until its session would have ended."""
         if v.seen_generation > self.generation:
             raise RecordRejected("future_generation", f"{v.seen_generation}")
-        self._hold(seat)
+        if seat is not None and seat.proc == v.incarnation:
+            raise RecordRejected("stale_member_record", f"a copy of {v.incarnation}'s join")
+        if seat is not None:
+            self._hold(seat)
         mid = k.member_id
-        self.members[mid] = MemberState(
-            mid, seat.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
-            v.seen_generation, seat.joined_at, ts, seat.since_generation, v.rack, v.capacity,
-            v.client, False, v.incarnation, v.instance_id, ts,
+        assert v.joined_at is not None and v.seat is not None  # (the decoder checks)
+        self.members[mid] = m = MemberState(
+            mid, v.seat, v.seq, v.topics, EMPTY, 0, v.acked_generation, v.seen_generation,
+            v.joined_at, ts, v.since_generation, v.rack, v.capacity, v.client, False,
+            v.incarnation, v.instance_id, ts,
         )  # fmt: skip
-        # the seat keeps its joined_at, so the leader stays where it was
+        # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
+        elif self.leader == mid:
+            if seat is None or m.joined_at != seat.joined_at:
+                self._elect()
+        elif (m.joined_at, mid) < (self.members[self.leader].joined_at, self.leader):
+            self.leader = mid
         return Replayed(offset, "member", k)
 
     def held(self) -> Partitions:
