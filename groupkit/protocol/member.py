@@ -215,6 +215,9 @@ class Member:
         self._seat: str | None = None
         #: a newer process with our instance id took our seat: we stop for good
         self.superseded = False
+        #: our replay has had this process in its static seat (set by ``Node.feed``; also when
+        #: we read a record of ours back): from then on, another process there superseded us
+        self.seated = False
         #: :meth:`park` rather than :meth:`leave`: say goodbye without the tombstone
         self._park = False
         self.member_id = member_id
@@ -347,8 +350,9 @@ class Member:
         events: list[str] = []
         me = group.members.get(self.member_id)
         mine = me is not None and me.proc == self.incarnation
-        if (self.instance_id is not None and not mine and me is not None
-                and self._newest is not None):  # fmt: skip
+        if mine:
+            self.seated = True
+        if self.instance_id is not None and not mine and me is not None and self.seated:
             # The log has our seat (we have read a record of ours in it) and another process
             # holds it now: a newer join with our instance id. Newest join wins (KIP-345's
             # FENCED_INSTANCE_ID): drop everything, write nothing more, not even a tombstone
@@ -536,7 +540,7 @@ class Member:
         seat_ts = None
         me = group.members.get(self.member_id)
         if (self._seq == 1 and self.instance_id is not None and me is not None
-                and me.instance_id is not None and me.proc != self.incarnation
+                and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
                 and group.is_live(self.member_id)):  # fmt: skip
             # Our join, and our seat is live: take it over, echoing it as we saw it (state.py).
             seat, seat_ts, joined_at, since = me.incarnation, me.last_seen, me.joined_at, \

@@ -156,6 +156,12 @@ class Node:
     ) -> Replayed:
         """Replay one control record (accepted or rejected, it is replayed all the same)."""
         res = self.state.replay(offset, key, value, timestamp_ms)
+        if res.kind == "member" and self.member.instance_id is not None:
+            # a record of ours that put this process in its static seat: if another process
+            # holds the seat later, a newer join took it (Member.seated)
+            m = self.state.members.get(self.member_id)
+            if m is not None and m.proc == self.member.incarnation:
+                self.member.seated = True
         if res.kind == "snapshot":
             self._snapshot_ts = timestamp_ms
         if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:

@@ -684,10 +684,11 @@ class GroupSim:
         lines.append(
             f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
         )
-        for sm in sorted(self.members.values(), key=lambda s: s.member_id):
+        procs = sorted(self.members.values(), key=lambda s: s.member_id) + self.displaced
+        for sm in procs:
             m = st.members.get(sm.member_id)
             log = (
-                f"log: inc={m.incarnation} seq={m.seq} last_seen={m.last_seen} "
+                f"log: inc={m.incarnation} proc={m.proc} seq={m.seq} last_seen={m.last_seen} "
                 f"live={st.is_live(m.member_id)} lagging={st.is_lagging(m.member_id)} "
                 f"acked={m.acked_generation} since={m.since_generation}"
                 if m is not None

@@ -575,17 +575,14 @@ class GroupState:
                 continue
             c = a.members.get(member_id)
             if c is not None and c.incarnation == m.incarnation:
-                if m.process is not None and self._waits_on_hold(member_id, c.assigned):
-                    return False  # a static seat's new process waits for the one it replaced
-                # a static seat's new process has had the time since it took the seat
-                start = max(self._gen_time[g], m.process_since)
+                start = self._gen_time[g]
+                if m.process is not None and m.process != m.incarnation:
+                    # A process that took a static seat over has had the time since, and may
+                    # have to wait for the hold on what the process it replaced may still run
+                    # (a session at most from the takeover) before it can take its grant.
+                    start = max(start, m.process_since + self.session_timeout_ms)
                 return self.log_time - start >= self.rebalance_timeout_ms
         return False
-
-    def _waits_on_hold(self, member_id: str, grant: Partitions) -> bool:
-        prefix = member_id + "/"
-        return any(h.until > self.log_time and h.holder.startswith(prefix)
-                   and h.partitions & grant for h in self.holds)  # fmt: skip
 
     def hints_for(
         self, member_id: str, incarnation: str, partitions: Iterable[TopicPartition]
