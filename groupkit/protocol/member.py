@@ -68,6 +68,14 @@ Why ``prev_ts``: whether a record continues the membership must not depend on wh
 member's earlier records a reader has seen, because a reader that starts from the compacted
 topic has seen only some (state.py, compaction rule 2).
 
+Static members (``instance_id``: KIP-345; state.py, "Static membership"): the member id is the
+instance id. A new process's join echoes its seat as its replay shows it, and takes it over;
+it then takes the seat's grant once no hold covers it (a process it replaced may still run it).
+:meth:`Member.park` is a static member's close: revoke everything, write a record owning nothing,
+no tombstone, so the seat waits a session for the next process. A process that has been in its
+seat and sees another process there was replaced by a newer join: it drops everything and
+stops for good (``superseded``, state ``left``), writing nothing more, not even a tombstone.
+
 Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raises
 :class:`ProtocolError`):
 

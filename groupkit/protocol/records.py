@@ -55,9 +55,9 @@ that predate the field decode without one. It is inside the signed payload like 
 ``instance`` (optional, str): the ``group.instance.id`` of a static member (KIP-345), which is
 its member id; ``seat`` (optional, str, only with ``instance``): the incarnation the group knows
 its seat by, echoed from its replay; ``seat_ts`` (optional, int, only in a static member's join,
-with ``seat`` and ``joined_at``): the time of the newest record of the seat it saw live. Absent in records of dynamic members and of members that
-predate static membership; inside the signed payload like every field. The replay's rules for
-them are in state.py ("Static membership").
+with ``seat`` and ``joined_at``): the time of the newest record of the seat it saw live. Absent
+in records of dynamic members and of members that predate static membership; inside the signed
+payload like every field. The replay's rules for them are in state.py ("Static membership").
 
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,

@@ -62,6 +62,36 @@ What one ``replay`` does:
      granting no partition that another live member may still hold (``unsafe_grant``). So even a
      buggy or forged leader cannot make two members own one partition.
 
+Static membership (KIP-345, issue 16). A member configured with ``group.instance.id`` is
+*static*: its member id is its instance id, the *seat* the group keeps for it, and its records
+carry ``instance_id``. Each process is still a new incarnation. Rules:
+
+- A new process's **join** (``seq`` 1, no ``prev_ts``) that saw its seat live in its own replay
+  echoes it: ``seat`` (the incarnation the seat is known by), ``joined_at``, ``since_generation``
+  and ``seat_ts`` (the time of the seat's newest record it replayed). Appended within a session
+  of ``seat_ts``, it **takes the seat over**: the membership continues (its ``joined_at``, so the
+  leader does not move, and its coverage: :attr:`MemberState.incarnation` stays the seat's and
+  assignments keep naming it; :attr:`MemberState.process` is the new process), so the current
+  generation's grant to the seat is the new process's: no new generation, no revoke or assign
+  for anyone else. The record decides, so a reader that never saw the seat decides alike.
+- What the replaced process may still hold (:meth:`GroupState.may_hold` of it: claims, grants
+  not acknowledged, reservations) is **held** until its session would have ended (its last
+  record + ``session.timeout``), exactly as for a restarted dynamic member: it may still run (a
+  duplicate, or a zombie), and its own fence (member.py) stops it by then. The new process takes
+  a held partition only once the hold ends (``Member.poll``, :meth:`GroupState.held`). A member
+  that closed without leaving (``Member.park``) wrote a last record owning nothing, so its
+  successor takes everything at once; one that crashed is waited for until its session ends.
+- **Newest join wins**: once a join took the seat, records of any other process in it (but a
+  newer join) are rejected (``fenced_instance``); the replaced process, seeing another process
+  in the seat it held, stops for good without writing again (``Member.superseded``, Kafka's
+  ``FENCED_INSTANCE_ID``). Two processes with one instance id therefore never both own a
+  partition: the newer one takes only what the hold released.
+- A static seat that acknowledged a generation but claims less than its grant (its process
+  closed) is not ``partitions_lost`` for the planner: the seat's grant waits for it a session.
+  A static seat that sends nothing for a session expires like any member, and its partitions
+  go to the others; a join after that (or without the echo) starts a new membership.
+- ``Member.leave`` (``close`` with leave) writes the tombstone and ends the seat at once.
+
 Compaction. A reader starting from a compacted topic has lost the earlier records of every key
 below the cleaner's point: the first records of long-lived members and every assignment record
 but the newest. Four rules keep its replay agreeing with the replay of a member that saw
