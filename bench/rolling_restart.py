@@ -78,7 +78,8 @@ def _gaps(ivs: list[tuple[float, float, str]], lo: float, hi: float) -> float:
 def _owners(group: Group, instance: dict[str, str], t: float) -> dict[TP, str]:
     """Each partition's owner at ``t``, by instance id (the member's seat)."""
     out = {}
-    for p, ivs in group.intervals(t).items():
+    # (intervals still open end at the time they are computed for: compute them later)
+    for p, ivs in group.intervals(time.monotonic() + 1).items():
         for s, e, name in ivs:
             if s <= t < e:
                 out[p] = instance[name]
@@ -136,13 +137,15 @@ def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
                 time.sleep(args.gap)
             t_end = time.monotonic()
             after = _owners(group, instance, t_end)
-            ivs = group.intervals(t_end)
+            ivs = group.intervals(t_end + 1)
             unowned = {p: _gaps(ivs.get(p, []), t_start, t_end) for p in group.parts}
             # partitions that went to another seat at any point during the rolling restart
             wandered = sum(
                 1 for p in group.parts
-                if any(instance[n] != before.get(p) for s, e, n in ivs.get(p, []) if e > t_start)
+                if any(instance[n] != before.get(p) for s, e, n in ivs.get(p, [])
+                       if e > t_start and s < t_end)
             )  # fmt: skip
+            assert len(before) == len(after) == len(group.parts), (before, after)
             moved = sum(1 for p in group.parts if before.get(p) != after.get(p))
             trials.append({
                 "moved": moved, "wandered": wandered, "disturbed": disturbed,
