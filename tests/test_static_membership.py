@@ -192,3 +192,22 @@ def test_close_of_a_static_member_keeps_its_seat(
     assert took >= session / 1000 * 0.9, took  # not before the seat's session ran out
     assert mine <= a.owned() | c.owned() and _describe(g)["generation"] > gen
     assert g.overlaps() == []
+
+
+def test_config_of_a_static_member() -> None:
+    """``group.instance.id`` is kept (not passed to the data consumer, which never joins the
+    broker's group); close() keeps the seat by default, and the setting says otherwise."""
+    from groupkit.errors import ConfigError
+    from groupkit.runtime.config import GroupConfig
+
+    base = {"bootstrap.servers": "localhost:9", "group.id": "g"}
+    cfg = GroupConfig.from_dict({**base, "group.instance.id": "pod-1"})
+    assert cfg.instance_id == "pod-1" and not cfg.leave_on_close
+    assert "group.instance.id" not in cfg.data_consumer
+    dynamic = GroupConfig.from_dict(base)
+    assert dynamic.instance_id is None and dynamic.leave_on_close
+    leaves = GroupConfig.from_dict({**base, "group.instance.id": "pod-1",
+                                    "groupkit.leave.group.on.close": "true"})  # fmt: skip
+    assert leaves.leave_on_close
+    with pytest.raises(ConfigError):
+        GroupConfig.from_dict({**base, "group.instance.id": ""})
