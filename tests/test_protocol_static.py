@@ -263,3 +263,30 @@ def test_instance_id_round_trips_and_old_records_decode_without_one() -> None:
     _, got = decode(*encode(k2, v2))
     assert got is not None and got.instance_id is None and got.seat is None  # type: ignore[union-attr]
     assert TopicPartition("t", 0) not in v.owned
+
+
+def test_a_snapshot_keeps_the_static_seats() -> None:
+    """A state with a seat taken over survives a snapshot (encode, decode, restore) whole, and
+    replays on alike."""
+    from groupkit.protocol.records import SnapshotKey, decode_value, encode_value
+    from groupkit.protocol.state import GroupState
+
+    sim = stable_static_group("cooperative", "range", 3, 6, 0, None)
+    sim.park("s1")
+    while sim.members["s1"].member.state != LEFT:
+        sim.tick()
+    sim.join("s1", static=True)
+    sim.settle()
+    st_ = sim.view()
+    assert st_.members["s1"].process not in (None, st_.members["s1"].incarnation)
+    rec = st_.snapshot("s0", "i1")
+    key = SnapshotKey(st_.group)
+    back = decode_value(key, encode_value(key, rec))
+    assert back == rec
+    restored = GroupState.from_snapshot(rec, sim.session_timeout_ms, sim.rebalance_timeout_ms)
+    assert restored.members == st_.members
+    sim.tick(30)
+    for r in sim.log.records[rec.as_of + 1 :]:
+        restored.replay(r.offset, r.key, r.value, r.timestamp)
+    assert restored.fingerprint() == sim.view().fingerprint()
+    assert restored.members == sim.view().members
