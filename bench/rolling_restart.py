@@ -27,8 +27,9 @@ Contenders, same broker, same run, the same 30 s session / 1 s heartbeat:
   heartbeat as group configs).
 
 The replacement's Python start-up is not counted (it is started, and its consumer built,
-before the member it replaces closes): what is measured is the group protocol's part of a
-restart.
+before the member it replaces closes), nor the old process's exit (the replacement subscribes
+as soon as the old one's ``close()`` has returned): what is measured is the group protocol's
+part of a restart, for every contender alike.
 
     python bench/rolling_restart.py --trials 3
     python bench/rolling_restart.py --quick
@@ -125,8 +126,9 @@ def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
                 old.send("close")
                 _wait_fact(group, old, "closed", timeout=args.session_ms / 1000 + 30)
                 t0 = old.fact("leave")["t"]  # type: ignore[index]
-                old.proc.wait(30)
+                # at once: its close() has returned; the process's exit is not the protocol's
                 new.send("subscribe")
+                old.proc.wait(30)
                 group.wait_stable(timeout=args.session_ms / 1000 + 60)
                 restarts.append(time.monotonic() - t0)
                 disturbed += sum(
@@ -239,7 +241,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "before; moved on the way: partitions that had another seat's member as owner at any "
         "moment; others' callbacks: revoke/assign/lost callbacks of members not restarting; "
         "restart: close() of the old process → every partition owned and consuming again (the "
-        "replacement is started and built beforehand); unowned/partition: seconds without an "
+        "replacement is started and built beforehand, and subscribes when close() returns); unowned/partition: seconds without an "
         "owner over the whole rolling restart, median and max over partitions (medians over "
         "trials).",
         f"Versions: {versions()}; load before {load_before}, after {load()} (2 cores shared "
