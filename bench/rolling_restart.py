@@ -241,9 +241,9 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "before; moved on the way: partitions that had another seat's member as owner at any "
         "moment; others' callbacks: revoke/assign/lost callbacks of members not restarting; "
         "restart: close() of the old process → every partition owned and consuming again (the "
-        "replacement is started and built beforehand, and subscribes when close() returns); unowned/partition: seconds without an "
-        "owner over the whole rolling restart, median and max over partitions (medians over "
-        "trials).",
+        "replacement is started and built beforehand, and subscribes when close() returns); "
+        "unowned/partition: seconds without an owner over the whole rolling restart, median "
+        "and max over partitions (medians over trials).",
         f"Versions: {versions()}; load before {load_before}, after {load()} (2 cores shared "
         f"with other work); {seconds:.0f} s.",
     ]
