@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import median, write_results
+from bench._common import bar_chart, median, write_results
 from bench._harness import Group, Member, broker, create_topic, load, pct, versions
 from bench.rebalance import _wait_fact, broker_properties, set_group_timeouts
 from groupkit.dev.harness import TP, LoadProducer
@@ -170,7 +170,8 @@ def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="one trial, fewer partitions")
+    ap.add_argument("--quick", action="store_true",
+                    help="one trial, 3 members, 6 partitions, two contenders")
     ap.add_argument("--members", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=20)
     ap.add_argument("--trials", type=int, default=3)
@@ -181,8 +182,10 @@ def main() -> None:
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow the session)")
     ap.add_argument("--results-dir", type=Path, default=None)
     args = ap.parse_args()
-    if args.quick:
-        args.trials, args.partitions, args.gap = 1, 10, 0.5
+    if args.quick:  # seconds, for CI (tests/test_bench_quick.py)
+        args.trials, args.members, args.partitions, args.gap = 1, 3, 6, 0.3
+        if args.contenders == ",".join(CONTENDERS):
+            args.contenders = "groupkit static,native classic static"
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     load_before = load()
     t_start = time.monotonic()
@@ -247,12 +250,20 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"Versions: {versions()}; load before {load_before}, after {load()} (2 cores shared "
         f"with other work); {seconds:.0f} s.",
     ]
-    write_results("rolling_restart", columns, rows,
+    out = write_results("rolling_restart", columns, rows,
                   title="Rolling restart of a 5-member group: static membership (issue 16)",
                   results_dir=args.results_dir, notes=notes,
                   extra={"runs": runs, "versions": versions(), "load_before": load_before,
                          "load_after": load(), "seconds": seconds,
                          "args": {k: str(v) for k, v in vars(args).items()}})  # fmt: skip
+    done = [r for r in runs if r["trials"]]
+    bar_chart(
+        out / "rolling_restart.png", ["unowned per partition: median", "max", "restart p50"],
+        {r["contender"]: [median(col(r, "unowned_median_s")), median(col(r, "unowned_max_s")),
+                          pct([x for t in r["trials"] for x in t["restart_s"]], 0.5)]
+         for r in done},
+        "seconds", title=f"Rolling restart of {args.members} members: unavailability",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield b.bootstrap
 
 
-@pytest.mark.parametrize("bench", ["rebalance", "throughput", "failover", "join_age", "scale"])
+@pytest.mark.parametrize(
+    "bench", ["rebalance", "throughput", "failover", "join_age", "scale", "rolling_restart"]
+)
 def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, f"bench/{bench}.py", "--quick", "--bootstrap", bench_broker,
