@@ -368,6 +368,10 @@ class Member:
             return self._supersede()
         if mine and me is not None:
             self._seat = me.incarnation
+            if self.instance_id is not None and me.acked_generation > self.acked:
+                # we took a static seat over: the log counts us as having acknowledged what
+                # the seat had (GroupState._take_seat); our records must not go back on it
+                self.acked = me.acked_generation
         if mine and me is not None:
             # Step 2 of the fencing argument: confirm the newest own record we see. Never
             # an older one (the runtime caches the fence deadline on that), even if handed a

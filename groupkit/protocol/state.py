@@ -179,7 +179,9 @@ the full replay rejected (a copy of an old record, an assignment of a deposed le
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
 re-asserts a clobbered assignment (:attr:`GroupState.assignment_clobbered`), and the member's
 next heartbeat supersedes its record. Two processes running with one member id at once are not
-told apart by a reader that sees only the newest record of that id. And tombstones must outlive
+told apart by a reader that sees only the newest record of that id: that includes two
+processes started with one ``group.instance.id`` while both run (their safety does not rest on
+agreement: the newer one takes only what holds released, and the older one stops). And tombstones must outlive
 a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's default is a day): the
 hold a tombstone starts is unknown to a reader that never saw it.
 """
@@ -900,8 +902,13 @@ class GroupState:
             self._hold(seat)
         mid = k.member_id
         assert v.joined_at is not None and v.seat is not None  # (the decoder checks)
+        # The new process counts as having acknowledged the generation before the newest it
+        # had seen: it takes that one's grant (granted() starts there) and no older one, and
+        # the history the group keeps need not reach further back for it (a floor of 0 would
+        # leave a hole where generations were pruned, and stop every handoff: _history_complete).
+        acked = max(v.acked_generation, v.seen_generation - 1)
         self.members[mid] = m = MemberState(
-            mid, v.seat, v.seq, v.topics, EMPTY, 0, v.acked_generation, v.seen_generation,
+            mid, v.seat, v.seq, v.topics, EMPTY, 0, acked, v.seen_generation,
             v.joined_at, ts, v.since_generation, v.rack, v.capacity, v.client, False,
             v.incarnation, v.instance_id, ts,
         )  # fmt: skip
