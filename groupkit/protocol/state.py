@@ -182,8 +182,8 @@ next heartbeat supersedes its record. Two processes running with one member id a
 told apart by a reader that sees only the newest record of that id: that includes two
 processes started with one ``group.instance.id`` while both run (their safety does not rest on
 agreement: the newer one takes only what holds released, and the older one stops). And
-tombstones must outlive a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's default is a day): the
-hold a tombstone starts is unknown to a reader that never saw it.
+tombstones must outlive a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's
+default is a day): the hold a tombstone starts is unknown to a reader that never saw it.
 """
 
 from __future__ import annotations
