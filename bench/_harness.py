@@ -74,7 +74,8 @@ class Group(harness.Group[Member]):
         self.parts: set[TP] = {(topic, p) for p in range(partitions)}
         self._n = 0
 
-    def spawn(self) -> Member:
+    def spawn(self, instance_id: str | None = None) -> Member:
+        """``instance_id``: its ``group.instance.id`` (a static member)."""
         name = f"m{self._n:02d}"
         self._n += 1
         audit = self.workdir / f"{self.group}-{name}.jsonl"
@@ -84,6 +85,7 @@ class Group(harness.Group[Member]):
             "--audit", str(audit), "--protocol", self.protocol,
             "--session-ms", str(self.session_ms), "--heartbeat-ms", str(self.heartbeat_ms),
             "--control-topic", self.control_topic,
+            *(["--instance-id", instance_id] if instance_id else []),
         ]  # fmt: skip
         proc, out = self.popen(f"{self.group}-{name}", cmd, ROOT)
         return self.add(Member(name, proc, AuditLog(audit), out))

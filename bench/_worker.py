@@ -58,6 +58,8 @@ def native_config(args: argparse.Namespace) -> dict[str, Any]:
         if args.session_ms:
             conf["session.timeout.ms"] = args.session_ms
             conf["heartbeat.interval.ms"] = args.heartbeat_ms
+    if args.instance_id:
+        conf["group.instance.id"] = args.instance_id
     return conf
 
 
@@ -73,6 +75,7 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
         "groupkit.assignor": args.assignor,
         "groupkit.control.topic": args.control_topic,
         "log_level": 3,
+        **({"group.instance.id": args.instance_id} if args.instance_id else {}),
     }
 
 
@@ -98,6 +101,7 @@ def main() -> None:
     ap.add_argument("--heartbeat-ms", type=int, default=0)
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
+    ap.add_argument("--instance-id", default=None, help="group.instance.id: a static member")
     args = ap.parse_args()
     # GK_BENCH_LOGS: JSON lines with ms timestamps, to trace each hop; else warnings only.
     bench_logs = bool(os.environ.get("GK_BENCH_LOGS"))

@@ -166,7 +166,7 @@ KNOWN_REJECTIONS = (
     "bad_bytes", "unknown_version", "unknown_kind", "missing_field", "wrong_type", "bad_value",
     "too_large", "unsigned", "bad_signature", "offset_regressed", "stale_member_record",
     "acked_regressed", "future_generation", "unowned_claim", "stale_generation", "bad_phase",
-    "not_leader", "unsafe_grant", "inconsistent",
+    "not_leader", "unsafe_grant", "inconsistent", "fenced_instance",
 )  # fmt: skip
 REBALANCE_OUTCOMES = ("completed", "superseded", "abandoned")
 RECORD_KINDS = ("member", "assignment")

@@ -19,7 +19,8 @@ written before it):
 
 groupkit's own log events go to stdout (the harness's ``NAME.out``) as JSON lines.
 
-Commands on stdin, one per line: ``subscribe t1,t2``, ``close``, and ``commit``: commit,
+Commands on stdin, one per line: ``subscribe t1,t2``, ``close`` (``close-leave``,
+``close-stay``: ``close(leave=True)``, ``close(leave=False)``), and ``commit``: commit,
 synchronously and one partition at a time, the offset after the last record processed of every
 partition this worker ever processed (a fenced member's commits must all be refused).
 ``time.monotonic`` is the machine's CLOCK_MONOTONIC, comparable across processes here.
@@ -126,8 +127,10 @@ def main() -> None:
     while True:
         while commands:
             cmd = commands.pop(0)
-            if cmd == "close":
-                consumer.close()
+            if cmd in ("close", "close-leave", "close-stay"):
+                # close-leave / close-stay: close(leave=True / False) (static members)
+                consumer.close(leave={"close": None, "close-leave": True,
+                                      "close-stay": False}[cmd])  # fmt: skip
                 audit.write("closed")
                 return
             if cmd == "commit":

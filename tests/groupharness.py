@@ -68,9 +68,11 @@ class WorkerGroup(Group[MemberProcess]):
         slow_control_ms: int = 0,
         bootstrap: str | None = None,
         client_id: str | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> MemberProcess:
         """``bootstrap``: this worker's own (e.g. through a fault proxy); ``client_id``: its
-        ``client.id`` (its internal clients append ``.<role>``)."""
+        ``client.id`` (its internal clients append ``.<role>``); ``extra``: config of this
+        worker on top of the group's (e.g. its ``group.instance.id``)."""
         name = name or f"w{len(self.members)}"
         audit = self.workdir / f"{name}.jsonl"
         cmd = [
@@ -80,7 +82,8 @@ class WorkerGroup(Group[MemberProcess]):
             "--protocol", self.protocol, "--assignor", self.assignor,
             "--session-timeout-ms", str(self.session_timeout_ms),
             "--heartbeat-ms", str(max(100, self.session_timeout_ms // 10)),
-            "--control-topic", self.control_topic, "--extra", json.dumps(self.extra),
+            "--control-topic", self.control_topic,
+            "--extra", json.dumps({**self.extra, **(extra or {})}),
             "--slow-control-ms", str(slow_control_ms),
             *(["--client-id", client_id] if client_id else []),
         ]  # fmt: skip

@@ -32,7 +32,8 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.parametrize(
-    "bench", ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag"]
+    "bench",
+    ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag", "rolling_restart"],
 )
 def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

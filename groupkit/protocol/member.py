@@ -68,6 +68,14 @@ Why ``prev_ts``: whether a record continues the membership must not depend on wh
 member's earlier records a reader has seen, because a reader that starts from the compacted
 topic has seen only some (state.py, compaction rule 2).
 
+Static members (``instance_id``: KIP-345; state.py, "Static membership"): the member id is the
+instance id. A new process's join echoes its seat as its replay shows it, and takes it over;
+it then takes the seat's grant once no hold covers it (a process it replaced may still run it).
+:meth:`Member.park` is a static member's close: revoke everything, write a record owning nothing,
+no tombstone, so the seat waits a session for the next process. A process that has been in its
+seat and sees another process there was replaced by a newer join: it drops everything and
+stops for good (``superseded``, state ``left``), writing nothing more, not even a tombstone.
+
 Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raises
 :class:`ProtocolError`):
 
@@ -204,8 +212,22 @@ class Member:
         signer: Signer | None = None,
         defer_revocations: bool = False,
         max_clock_skew_ms: int = 0,
+        instance_id: str | None = None,
     ) -> None:
+        if instance_id is not None and instance_id != member_id:
+            raise ValueError(f"a static member's id is its instance id {instance_id!r}")
         self.group = group
+        #: ``group.instance.id``: a static member (module docstring, "Static membership")
+        self.instance_id = instance_id
+        #: the incarnation the log knows our seat by (ours, unless we took a seat over)
+        self._seat: str | None = None
+        #: a newer process with our instance id took our seat: we stop for good
+        self.superseded = False
+        #: our replay has had this process in its static seat (set by ``Node.feed``; also when
+        #: we read a record of ours back): from then on, another process there superseded us
+        self.seated = False
+        #: :meth:`park` rather than :meth:`leave`: say goodbye without the tombstone
+        self._park = False
         self.member_id = member_id
         self.incarnation = incarnation
         self.topics = tuple(sorted(set(topics)))
@@ -290,6 +312,15 @@ class Member:
         """Start a clean leave; the next :meth:`poll` revokes everything and says goodbye."""
         self._fire("leave")
 
+    def park(self) -> None:
+        """Stop without leaving (a static member's close, as Kafka's): the next :meth:`poll`
+        revokes everything (commit) and writes a record owning nothing, but no tombstone, so
+        the seat and its grants wait a session for the next process with our instance id."""
+        if self.instance_id is None:
+            raise ProtocolError(f"member {self.member_id} is not static: it can only leave")
+        self._park = True
+        self._fire("leave")
+
     def session_age_ms(self, now_ms: int) -> int | None:
         """Monotonic ms since the send of the own record the session runs from (``None``:
         nothing of ours read back yet).
@@ -326,7 +357,21 @@ class Member:
             raise ProtocolError(f"member {self.member_id} has left; poll is not allowed")
         events: list[str] = []
         me = group.members.get(self.member_id)
-        mine = me is not None and me.incarnation == self.incarnation
+        mine = me is not None and me.proc == self.incarnation
+        if mine:
+            self.seated = True
+        if self.instance_id is not None and not mine and me is not None and self.seated:
+            # The log has our seat (we have read a record of ours in it) and another process
+            # holds it now: a newer join with our instance id. Newest join wins (KIP-345's
+            # FENCED_INSTANCE_ID): drop everything, write nothing more, not even a tombstone
+            # (it would end the seat of the process that replaced us).
+            return self._supersede()
+        if mine and me is not None:
+            self._seat = me.incarnation
+            if self.instance_id is not None and me.acked_generation > self.acked:
+                # we took a static seat over: the log counts us as having acknowledged what
+                # the seat had (GroupState._take_seat); our records must not go back on it
+                self.acked = me.acked_generation
         if mine and me is not None:
             # Step 2 of the fencing argument: confirm the newest own record we see. Never
             # an older one (the runtime caches the fence deadline on that), even if handed a
@@ -376,8 +421,12 @@ class Member:
                 self._fire("covered")
         elif self.state == ACTIVE:
             self._fire("uncovered")
+        # Held: a process we replaced in our static seat may still run them (state.py); a
+        # grant is taken, and acknowledged, only once nothing holds it.
+        blocked = group.held() & target if self.instance_id is not None and target else EMPTY
         fresh = group.generation != self.acked
         added, revoked = diff(self.owned, target)
+        added -= blocked
         if not (healthy and fresh):
             # Never take anything while our session is in doubt, and take a generation's grants
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
@@ -397,7 +446,7 @@ class Member:
                 events.append(f"generation {group.generation}")
         if covered:
             self.generation = group.generation
-        if fresh and healthy:  # acknowledged together with taking its grants, never apart
+        if fresh and healthy and not blocked:  # acked with taking its grants, never apart
             self.acked = group.generation
             self._dirty = True
 
@@ -414,9 +463,10 @@ class Member:
         )
         if self.state == LEAVING:
             writes.append(self._record(now_ms, group))
-            key, none = member_tombstone(self.group, self.member_id)
-            rk, rv = encode(key, none)
-            writes.append(Write(key, None, rk, rv))
+            if not self._park:  # a parked static member keeps its seat (park)
+                key, none = member_tombstone(self.group, self.member_id)
+                rk, rv = encode(key, none)
+                writes.append(Write(key, None, rk, rv))
             self._fire("left")
         elif not hold_back and (self._dirty or due or self.state in (UNJOINED, FENCED)):
             writes.append(self._record(now_ms, group))
@@ -425,7 +475,9 @@ class Member:
             lost=lost,
             revoke=revoked,
             assign=added,
-            offsets=group.hints_for(self.member_id, self.incarnation, added) if added else {},
+            offsets=group.hints_for(self.member_id, self._seat or self.incarnation, added)
+            if added
+            else {},
             writes=tuple(writes),
             generation=self.generation,
             state=self.state,
@@ -433,6 +485,13 @@ class Member:
         )
 
     # ------------------------------------------------------------------ helpers
+
+    def _supersede(self) -> Actions:
+        lost, self.owned = self.owned, EMPTY
+        self.superseded = True
+        self.state = LEFT
+        return Actions(lost=lost, generation=self.generation, state=LEFT,
+                       events=("instance_fenced",))  # fmt: skip
 
     def _refence(self) -> None:
         """Recompute the fence basis: the send time the session runs from.
@@ -487,6 +546,17 @@ class Member:
         self._dirty = False
         committed = {p: o for p, o in self._committed.items() if p not in self.owned}
         self._committed = {}
+        joined_at = self._joined_at if basis is None else basis.joined_at
+        since = 0 if basis is None else basis.since
+        seat = self._seat if self.instance_id is not None and basis is not None else None
+        seat_ts = None
+        me = group.members.get(self.member_id)
+        if (self._seq == 1 and self.instance_id is not None and me is not None
+                and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
+                and group.is_live(self.member_id)):  # fmt: skip
+            # Our join, and our seat is live: take it over, echoing it as we saw it (state.py).
+            seat, seat_ts, joined_at, since = me.incarnation, me.last_seen, me.joined_at, \
+                me.since_generation  # fmt: skip
         key, value = member_record(
             self.group,
             self.member_id,
@@ -497,13 +567,16 @@ class Member:
             owned_generation=self.generation if self.owned else 0,
             acked_generation=min(self.acked, group.generation),
             seen_generation=group.generation,
-            joined_at=self._joined_at if basis is None else basis.joined_at,
+            joined_at=joined_at,
             prev_ts=None if basis is None else basis.ts,
-            since_generation=0 if basis is None else basis.since,
+            since_generation=since,
             rack=self.rack,
             capacity=self.capacity,
             client=self.client,
             committed=committed,
+            instance_id=self.instance_id,
+            seat=seat,
+            seat_ts=seat_ts,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)

@@ -156,6 +156,12 @@ class Node:
     ) -> Replayed:
         """Replay one control record (accepted or rejected, it is replayed all the same)."""
         res = self.state.replay(offset, key, value, timestamp_ms)
+        if res.kind == "member" and self.member.instance_id is not None:
+            # a record of ours that put this process in its static seat: if another process
+            # holds the seat later, a newer join took it (Member.seated)
+            m = self.state.members.get(self.member_id)
+            if m is not None and m.proc == self.member.incarnation:
+                self.member.seated = True
         if res.kind == "snapshot":
             self._snapshot_ts = timestamp_ms
         if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:
@@ -181,6 +187,11 @@ class Node:
         """Start a clean leave: the next poll revokes everything and writes the tombstone."""
         self.member.leave()
 
+    def park(self) -> None:
+        """A static member's close: revoke everything and write a record owning nothing, but
+        keep the seat for the next process with our instance id (``Member.park``)."""
+        self.member.park()
+
     @property
     def left(self) -> bool:
         return self.member.state == LEFT
@@ -201,7 +212,7 @@ class Node:
         me = st.members.get(self.member_id) if st.leader == self.member_id else None
         return (
             me is not None
-            and me.incarnation == self.member.incarnation
+            and me.proc == self.member.incarnation
             and (self.member.session_age_ms(now_ms) or 0) < self.member.fence_after_ms
         )
 

@@ -184,7 +184,10 @@ class Planner:
         for i, m in active.items():
             # A member that acknowledged this generation took all it grants (member.py); if its
             # record no longer claims them, it fenced itself while the log still had it live.
-            if m.acked_generation >= cur.generation and cur.members[i].assigned - m.claims:
+            # Not a static seat: its grant is kept for it while it lives, whether or not a
+            # process holds it (a closed member's seat waits for its restart, state.py).
+            if (m.instance_id is None and m.acked_generation >= cur.generation
+                    and cur.members[i].assigned - m.claims):  # fmt: skip
                 return "partitions_lost"
         if dict(cur.partition_counts) != _counts(active, partition_counts):
             return "partition_count_changed"

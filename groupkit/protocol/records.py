@@ -52,6 +52,13 @@ generations of that plan carry it on, so every member and ``groupkit describe`` 
 group runs on a fallback, and why. Absent means the group's own assignor planned it; records
 that predate the field decode without one. It is inside the signed payload like every field.
 
+``instance`` (optional, str): the ``group.instance.id`` of a static member (KIP-345), which is
+its member id; ``seat`` (optional, str, only with ``instance``): the incarnation the group knows
+its seat by, echoed from its replay; ``seat_ts`` (optional, int, only in a static member's join,
+with ``seat`` and ``joined_at``): the time of the newest record of the seat it saw live. Absent
+in records of dynamic members and of members that predate static membership; inside the signed
+payload like every field. The replay's rules for them are in state.py ("Static membership").
+
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 :data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
 ``missing_field``, ``wrong_type``, ``bad_value``, ``too_large``, ``unsigned``,
@@ -165,6 +172,21 @@ class MemberRecord:
     #: Absent (empty) in records of members that predate it, and whenever the offsets are not
     #: known (auto-commit off, offsets stored by the user, transactional commits).
     committed: tuple[tuple[TopicPartition, int], ...] = ()
+    #: ``group.instance.id`` of a static member (KIP-345), or ``None``: a dynamic member. A
+    #: static member's member id *is* its instance id (the seat the group keeps for it), and a
+    #: new process with it takes the seat over (state.py, "Static membership"). Absent in
+    #: records of dynamic members and of members that predate it.
+    instance_id: str | None = None
+    #: a static member's echo of the incarnation the group knows its seat by (the seat's
+    #: first process's: assignments name it, so a takeover changes none), learned from its own
+    #: replay like ``joined_at``, so that a reader of the compacted topic covers the seat alike.
+    #: ``None``: its own incarnation (a join, or a dynamic member).
+    seat: str | None = None
+    #: only in a static member's *join* (its first record, no ``prev_ts``): the broker time of
+    #: the newest record of its seat's previous process that it had replayed, which it saw
+    #: live; ``seat``, ``joined_at`` and ``since_generation`` then echo that seat. The join
+    #: takes the seat over if it is appended within a session of it (state.py).
+    seat_ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +261,10 @@ class SnapshotMember:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     ready: bool
+    #: static seats only (state.py, "Static membership"); absent in snapshots that predate them
+    process: str | None = None
+    instance_id: str | None = None
+    process_since: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,12 +323,18 @@ def member_record(
     prev_ts: int | Literal["legacy"] | None = "legacy",
     since_generation: int = 0,
     committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
+    instance_id: str | None = None,
+    seat: str | None = None,
+    seat_ts: int | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
     ``prev_ts`` (with ``joined_at`` and ``since_generation``): see :class:`MemberRecord`; the
     default writes a record in the format of members that predate it. ``committed``: offsets
     just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
+    ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
+    ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
+    in a join that takes a seat over (:attr:`MemberRecord.seat_ts`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -315,6 +347,13 @@ def member_record(
     if prev is not None and joined_at is None:
         # (joined_at may be after prev_ts: brokers' clocks differ; see _check_prev_ts)
         raise ValueError(f"prev_ts {prev} needs joined_at")
+    if instance_id is not None and instance_id != member_id:
+        raise ValueError(f"instance_id {instance_id!r} must be the member id {member_id!r}")
+    if seat is not None and (instance_id is None or not seat):
+        raise ValueError("a seat needs an instance_id, and must not be empty")
+    if seat_ts is not None and (seat is None or seat == incarnation or joined_at is None
+                                or prev_ts not in (None, "legacy") or seat_ts < 0):  # fmt: skip
+        raise ValueError("seat_ts needs another seat, joined_at and no prev_ts")
     owned_set = _tps(owned)
     hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
                          (committed or {}).items()))  # fmt: skip
@@ -337,6 +376,9 @@ def member_record(
         since_generation=0 if legacy else since_generation,
         legacy=legacy,
         committed=hints,
+        instance_id=instance_id,
+        seat=None if seat == incarnation else seat,
+        seat_ts=seat_ts,
     )
 
 
@@ -529,6 +571,12 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         for tp, o in v.committed:
             by_topic.setdefault(tp.topic, []).append([tp.partition, o])
         doc["committed"] = by_topic
+    if v.instance_id is not None:  # optional: absent means a dynamic member
+        doc["instance"] = v.instance_id
+    if v.seat is not None:
+        doc["seat"] = v.seat
+    if v.seat_ts is not None:
+        doc["seat_ts"] = v.seat_ts
     return doc
 
 
@@ -560,6 +608,13 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                     "capacity": m.capacity,
                     "client": dict(m.client),
                     "ready": m.ready,
+                    # static seats only: absent keeps older snapshots' bytes and readers
+                    **(
+                        {"proc": m.process, "instance": m.instance_id,
+                         "proc_since": m.process_since}
+                        if m.instance_id is not None
+                        else {}
+                    ),
                 },
             ]
             for m in v.members
@@ -791,7 +846,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
-                                    k.since_generation, k.legacy, k.committed)  # fmt: skip
+                                    k.since_generation, k.legacy, k.committed,
+                                    k.instance_id, k.seat, k.seat_ts)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -945,6 +1001,14 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     since = 0 if legacy else _nat(doc, "since_gen")
     budget = _Budget()
     owned = decode_partitions(_get(doc, "owned", dict), "owned", budget)
+    # optional: static members only (see MemberRecord.instance_id, .seat)
+    instance = _str(doc, "instance") if "instance" in doc else None
+    seat = _str(doc, "seat") if "seat" in doc else None
+    if seat is not None and instance is None:
+        raise RecordRejected("bad_value", "seat without instance")
+    seat_ts = _nat(doc, "seat_ts") if "seat_ts" in doc else None
+    if seat_ts is not None and (seat is None or prev is not None or joined_at is None):
+        raise RecordRejected("bad_value", "seat_ts without seat and joined_at, or with prev_ts")
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
@@ -961,6 +1025,9 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         since_generation=since,
         legacy=legacy,
         committed=_committed(doc, owned, budget) if "committed" in doc else (),
+        instance_id=instance,
+        seat=seat,
+        seat_ts=seat_ts,
     )
 
 
@@ -1123,4 +1190,7 @@ def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> 
         capacity=None if capacity is None else float(capacity),
         client=tuple(sorted(client.items())),
         ready=_get(doc, "ready", bool),
+        process=_str(doc, "proc") if "instance" in doc else None,
+        instance_id=_str(doc, "instance") if "instance" in doc else None,
+        process_since=_nat(doc, "proc_since") if "instance" in doc else 0,
     )

@@ -159,6 +159,8 @@ class SimMember:
     plan_due: tuple[int, PlanOutcome] | None = None
     #: its assignor is still running (past its budget) until then
     assignor_busy_until: int = 0
+    #: its (deferred) leave is a static member's park: it keeps its seat (Member.park)
+    parks: bool = False
 
     @property
     def member(self) -> Member:
@@ -237,6 +239,8 @@ class GroupSim:
         self.lags: dict[TopicPartition, int] = {}
         self.rejected: list[Replayed] = []
         self._incarnations = 0
+        #: processes that still run with the id of a newer one (static members started twice)
+        self.displaced: list[SimMember] = []
         self.errors: list[str] = []
         self._view = self.new_state()
         #: the group's committed offsets (next record to process), as the broker keeps them
@@ -266,6 +270,7 @@ class GroupSim:
         *,
         compacted: bool = False,
         bounded: bool = False,
+        static: bool = False,
     ) -> SimMember:
         """Start a process (a new incarnation) with this member id.
 
@@ -273,6 +278,10 @@ class GroupSim:
         (:meth:`ControlLog.compacted`), then follows the log from its end.
         ``bounded``: it catches up as the runtime does (:class:`~groupkit.protocol.snapshot.
         CatchUp`): from the newest snapshot near the log's end, else from the beginning.
+        ``static``: a static member (``group.instance.id`` = ``member_id``). If a process with
+        that id still runs, it keeps running (two processes with one instance id, as when a
+        pod is started twice): it is in :attr:`displaced`, and the log decides which one keeps
+        the seat.
         """
         self._incarnations += 1
         m = Member(
@@ -285,10 +294,13 @@ class GroupSim:
             signer=self.signer,
             max_clock_skew_ms=self.max_clock_skew_ms,
             defer_revocations=self.release_delay_ms is not None,
+            instance_id=member_id if static else None,
         )
         old = self.members.get(member_id)
-        if old is not None and not old.crashed:
-            raise ValueError(f"{member_id} is running; crash or leave it first")
+        if old is not None and not old.crashed and old.member.state != LEFT:
+            if not static:
+                raise ValueError(f"{member_id} is running; crash or leave it first")
+            self.displaced.append(old)
         shared = self.shared_state and read_rate is None and not compacted and not bounded
         node = Node(m, self._view if shared else self.new_state(), self.planner,
                     snapshot_every_ms=self.snapshot_every_ms, defer_plans=True)  # fmt: skip
@@ -330,6 +342,15 @@ class GroupSim:
             sm.stopped |= sm.member.owned
             sm.leave_at = self.clock + self.release_delay_ms
 
+    def park(self, member_id: str) -> None:
+        """A static member's close: as :meth:`leave`, but it keeps its seat (Member.park)."""
+        sm = self.members[member_id]
+        sm.parks = True
+        if self.release_delay_ms is None:
+            sm.member.park()
+        else:
+            self.leave(member_id)
+
     def crash(self, member_id: str) -> None:
         self.members[member_id].crashed = True
 
@@ -350,7 +371,7 @@ class GroupSim:
 
     def running(self) -> list[SimMember]:
         return [
-            s for _, s in sorted(self.members.items())
+            s for s in [s for _, s in sorted(self.members.items())] + self.displaced
             if not s.crashed and s.paused_until <= self.clock and s.member.state != LEFT
         ]  # fmt: skip
 
@@ -510,7 +531,10 @@ class GroupSim:
         sm.stopped -= released
         if leave and sm.member.state not in (LEAVING, LEFT):
             sm.leave_at = None
-            sm.node.leave()
+            if sm.parks:
+                sm.node.park()
+            else:
+                sm.node.leave()
         if sm.member.state != LEFT:
             self._carry_out(sm, sm.node.poll(self.clock))
 
@@ -585,7 +609,7 @@ class GroupSim:
                 errs.append(f"{p} owned by {ms}")
         # 2. members that have replayed to the same offset agree
         seen: dict[int, tuple[object, ...]] = {}
-        for sm in self.members.values():
+        for sm in [*self.members.values(), *self.displaced]:
             if sm.crashed:
                 continue
             fp = sm.state.fingerprint()
@@ -623,7 +647,7 @@ class GroupSim:
             if (
                 sm.member.state != ACTIVE
                 or m is None
-                or m.incarnation != sm.member.incarnation
+                or m.proc != sm.member.incarnation
                 or not st.covers(sm.member_id)
                 or sm.member.owned != st.assignment.assigned(sm.member_id)
             ):
@@ -660,10 +684,11 @@ class GroupSim:
         lines.append(
             f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
         )
-        for sm in sorted(self.members.values(), key=lambda s: s.member_id):
+        procs = sorted(self.members.values(), key=lambda s: s.member_id) + self.displaced
+        for sm in procs:
             m = st.members.get(sm.member_id)
             log = (
-                f"log: inc={m.incarnation} seq={m.seq} last_seen={m.last_seen} "
+                f"log: inc={m.incarnation} proc={m.proc} seq={m.seq} last_seen={m.last_seen} "
                 f"live={st.is_live(m.member_id)} lagging={st.is_lagging(m.member_id)} "
                 f"acked={m.acked_generation} since={m.since_generation}"
                 if m is not None

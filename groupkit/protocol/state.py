@@ -62,6 +62,36 @@ What one ``replay`` does:
      granting no partition that another live member may still hold (``unsafe_grant``). So even a
      buggy or forged leader cannot make two members own one partition.
 
+Static membership (KIP-345, issue 16). A member configured with ``group.instance.id`` is
+*static*: its member id is its instance id, the *seat* the group keeps for it, and its records
+carry ``instance_id``. Each process is still a new incarnation. Rules:
+
+- A new process's **join** (``seq`` 1, no ``prev_ts``) that saw its seat live in its own replay
+  echoes it: ``seat`` (the incarnation the seat is known by), ``joined_at``, ``since_generation``
+  and ``seat_ts`` (the time of the seat's newest record it replayed). Appended within a session
+  of ``seat_ts``, it **takes the seat over**: the membership continues (its ``joined_at``, so the
+  leader does not move, and its coverage: :attr:`MemberState.incarnation` stays the seat's and
+  assignments keep naming it; :attr:`MemberState.process` is the new process), so the current
+  generation's grant to the seat is the new process's: no new generation, no revoke or assign
+  for anyone else. The record decides, so a reader that never saw the seat decides alike.
+- What the replaced process may still hold (:meth:`GroupState.may_hold` of it: claims, grants
+  not acknowledged, reservations) is **held** until its session would have ended (its last
+  record + ``session.timeout``), exactly as for a restarted dynamic member: it may still run (a
+  duplicate, or a zombie), and its own fence (member.py) stops it by then. The new process takes
+  a held partition only once the hold ends (``Member.poll``, :meth:`GroupState.held`). A member
+  that closed without leaving (``Member.park``) wrote a last record owning nothing, so its
+  successor takes everything at once; one that crashed is waited for until its session ends.
+- **Newest join wins**: once a join took the seat, records of any other process in it (but a
+  newer join) are rejected (``fenced_instance``); the replaced process, seeing another process
+  in the seat it held, stops for good without writing again (``Member.superseded``, Kafka's
+  ``FENCED_INSTANCE_ID``). Two processes with one instance id therefore never both own a
+  partition: the newer one takes only what the hold released.
+- A static seat that acknowledged a generation but claims less than its grant (its process
+  closed) is not ``partitions_lost`` for the planner: the seat's grant waits for it a session.
+  A static seat that sends nothing for a session expires like any member, and its partitions
+  go to the others; a join after that (or without the echo) starts a new membership.
+- ``Member.leave`` (``close`` with leave) writes the tombstone and ends the seat at once.
+
 Compaction. A reader starting from a compacted topic has lost the earlier records of every key
 below the cleaner's point: the first records of long-lived members and every assignment record
 but the newest. Four rules keep its replay agreeing with the replay of a member that saw
@@ -149,9 +179,11 @@ the full replay rejected (a copy of an old record, an assignment of a deposed le
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
 re-asserts a clobbered assignment (:attr:`GroupState.assignment_clobbered`), and the member's
 next heartbeat supersedes its record. Two processes running with one member id at once are not
-told apart by a reader that sees only the newest record of that id. And tombstones must outlive
-a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's default is a day): the
-hold a tombstone starts is unknown to a reader that never saw it.
+told apart by a reader that sees only the newest record of that id: that includes two
+processes started with one ``group.instance.id`` while both run (their safety does not rest on
+agreement: the newer one takes only what holds released, and the older one stops). And
+tombstones must outlive a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's
+default is a day): the hold a tombstone starts is unknown to a reader that never saw it.
 """
 
 from __future__ import annotations
@@ -233,6 +265,19 @@ class MemberState:
     #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
     #: (see :meth:`GroupState.is_lagging`)
     ready: bool = True
+    #: Static seats only ("Static membership" in the module docstring). ``incarnation`` is then
+    #: the incarnation the seat is known by (its first process's: assignments name it), and
+    #: ``process`` the incarnation of the process that holds the seat now; ``None``: a dynamic
+    #: member, whose process is its incarnation.
+    process: str | None = None
+    instance_id: str | None = None
+    #: log time of the seat's current process's first record (its lag clock starts there)
+    process_since: int = 0
+
+    @property
+    def proc(self) -> str:
+        """The incarnation of the process this membership is (or holds the seat) now."""
+        return self.process if self.process is not None else self.incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,7 +607,13 @@ class GroupState:
                 continue
             c = a.members.get(member_id)
             if c is not None and c.incarnation == m.incarnation:
-                return self.log_time - self._gen_time[g] >= self.rebalance_timeout_ms
+                start = self._gen_time[g]
+                if m.process is not None and m.process != m.incarnation:
+                    # A process that took a static seat over has had the time since, and may
+                    # have to wait for the hold on what the process it replaced may still run
+                    # (a session at most from the takeover) before it can take its grant.
+                    start = max(start, m.process_since + self.session_timeout_ms)
+                return self.log_time - start >= self.rebalance_timeout_ms
         return False
 
     def hints_for(
@@ -722,7 +773,20 @@ class GroupState:
             for p in v.owned & self.offset_hints.keys():
                 del self.offset_hints[p]
         live = old is not None and self.is_live(mid)
-        same = old is not None and old.incarnation == v.incarnation
+        if v.instance_id is not None:
+            if v.instance_id != mid:
+                raise RecordRejected("bad_value", f"instance id {v.instance_id!r} of {mid!r}")
+            if v.seat_ts is not None and ts - v.seat_ts < self.session_timeout_ms:
+                # A new process's join that saw its seat live: it takes the seat over (the
+                # record decides, so a reader that never saw the seat decides alike).
+                return self._take_seat(offset, k, v, ts, old if live else None)
+            if old is not None and live and old.instance_id is not None \
+                    and old.proc != v.incarnation and v.seq > 1:  # fmt: skip
+                # A record of a process whose seat a newer join took: newest join wins.
+                raise RecordRejected(
+                    "fenced_instance", f"process {v.incarnation} was replaced by {old.proc}"
+                )
+        same = old is not None and old.proc == v.incarnation
         if v.legacy:
             # A member that predates prev_ts: decided by what this reader has seen of it.
             continues = same and live
@@ -760,6 +824,11 @@ class GroupState:
                 v.acked_generation, v.seen_generation, joined_at, ts, since,
                 v.rack, v.capacity, v.client, v.legacy or v.prev_ts is not None,
             )  # fmt: skip
+            if v.instance_id is not None:
+                # the seat is known by the incarnation the record echoes (like joined_at)
+                m.incarnation = v.seat or v.incarnation
+                m.process, m.instance_id = v.incarnation, v.instance_id
+                m.process_since = old.process_since
             new_membership = False
         else:
             if v.seen_generation > self.generation and old is not None:
@@ -781,6 +850,9 @@ class GroupState:
                     0 if v.legacy else v.since_generation, v.rack, v.capacity, v.client,
                     v.legacy or v.prev_ts is not None,
                 )  # fmt: skip
+                if v.instance_id is not None:
+                    m.incarnation = v.seat or v.incarnation
+                    m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
             else:
                 # A new membership owns nothing: any claim in the record is void, because a
                 # process whose membership the log restarts has fenced itself (member.py).
@@ -789,6 +861,8 @@ class GroupState:
                     v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity,
                     v.client, v.legacy or v.prev_ts is not None,
                 )  # fmt: skip
+                if v.instance_id is not None:  # a new seat: known by this process
+                    m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
@@ -812,7 +886,50 @@ class GroupState:
         held = self.may_hold(old.member_id)
         if held:
             until = old.last_seen + self.session_timeout_ms
-            self.holds.append(Hold(f"{old.member_id}/{old.incarnation}", held, until))
+            self.holds.append(Hold(f"{old.member_id}/{old.proc}", held, until))
+
+    def _take_seat(
+        self, offset: int, k: MemberKey, v: MemberRecord, ts: int, seat: MemberState | None
+    ) -> Replayed:
+        """A new process's join takes over a live static seat (module docstring, "Static
+        membership"): the membership, its coverage and its grants carry on; what the replaced
+        process may still hold is held until its session would have ended."""
+        if v.seen_generation > self.generation:
+            raise RecordRejected("future_generation", f"{v.seen_generation}")
+        if seat is not None and seat.proc == v.incarnation:
+            raise RecordRejected("stale_member_record", f"a copy of {v.incarnation}'s join")
+        if seat is not None:
+            self._hold(seat)
+        mid = k.member_id
+        assert v.joined_at is not None and v.seat is not None  # (the decoder checks)
+        # The new process counts as having acknowledged the generation before the newest it
+        # had seen: it takes that one's grant (granted() starts there) and no older one, and
+        # the history the group keeps need not reach further back for it (a floor of 0 would
+        # leave a hole where generations were pruned, and stop every handoff: _history_complete).
+        acked = max(v.acked_generation, v.seen_generation - 1)
+        self.members[mid] = m = MemberState(
+            mid, v.seat, v.seq, v.topics, EMPTY, 0, acked, v.seen_generation,
+            v.joined_at, ts, v.since_generation, v.rack, v.capacity, v.client, False,
+            v.incarnation, v.instance_id, ts,
+        )  # fmt: skip
+        # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
+        if self.leader is None or not self.is_live(self.leader):
+            self._elect()
+        elif self.leader == mid:
+            if seat is None or m.joined_at != seat.joined_at:
+                self._elect()
+        elif (m.joined_at, mid) < (self.members[self.leader].joined_at, self.leader):
+            self.leader = mid
+        return Replayed(offset, "member", k)
+
+    def held(self) -> Partitions:
+        """Partitions in a hold now: nobody may take them, not even a grant made before the
+        hold began (a static seat's grant, while the process it replaced may still run)."""
+        out: set[TopicPartition] = set()
+        for h in self.holds:
+            if h.until > self.log_time:
+                out |= h.partitions
+        return frozenset(out)
 
     def _apply_leave(self, offset: int, k: MemberKey) -> Replayed:
         old = self.members.pop(k.member_id, None)

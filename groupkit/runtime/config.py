@@ -12,6 +12,12 @@ module splits it into:
    consumer) must receive, so a secured cluster works for all of them;
 3. the data consumer's own settings (everything else).
 
+``group.instance.id`` keeps its Kafka meaning (KIP-345): the member is *static*, its member id
+is the instance id, and a new process with it takes the seat back, with its partitions and no
+rebalance, if it starts within ``session.timeout.ms`` (protocol/state.py, "Static membership").
+Static members may use sessions of minutes. It is not passed to the data consumer (which never
+joins the broker's group).
+
 The data consumer never joins the broker's group: it only ``assign()``s, and uses ``group.id``
 for committed offsets. groupkit commits itself (librdkafka's auto-commit is off), because a
 commit must be refused once the member is fenced, which librdkafka's timer cannot know.
@@ -56,6 +62,10 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # (protocol/assign.py). Default: half the session. The assignor runs off the heartbeat
     # path (runtime/planning.py), so this bounds how long a rebalance waits, not the session.
     "groupkit.assignor.timeout.ms": (None, "int"),
+    # Whether close() leaves the group (tombstone: the member's partitions move at once).
+    # Default: yes for a dynamic member, no for a static one (group.instance.id), whose seat
+    # then waits a session for its restart, as Kafka's (internal.leave.group.on.close).
+    "groupkit.leave.group.on.close": (None, "bool"),
     # How often an owner commits again the committed offset of a partition it owns that no
     # commit has touched meanwhile (runtime/data_consumer.py, "Keep-alive"). The data consumer
     # commits as a simple consumer, so the broker deletes an offset once it is older than
@@ -172,6 +182,10 @@ class GroupConfig:
     max_clock_skew_ms: int
     assignor_timeout_ms: int = 5_000
     offsets_keepalive_ms: int = 86_400_000
+    #: ``group.instance.id``: a static member (KIP-345), or ``None``
+    instance_id: str | None = None
+    #: whether ``close()`` leaves the group (``groupkit.leave.group.on.close``)
+    leave_on_close: bool = True
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -239,6 +253,12 @@ class GroupConfig:
             raise ConfigError(
                 f"groupkit.offsets.keepalive.interval.ms must be >= 0 (0: off), got {keepalive}"
             )
+        instance_id = conf.get("group.instance.id")
+        if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
+            raise ConfigError(f"group.instance.id must be a non-empty string, got {instance_id!r}")
+        leave_on_close = gk["groupkit.leave.group.on.close"]
+        if leave_on_close is None:
+            leave_on_close = instance_id is None
         parts = gk["groupkit.control.topic.partitions"]
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
@@ -281,6 +301,8 @@ class GroupConfig:
             max_clock_skew_ms=skew,
             assignor_timeout_ms=assignor_timeout,
             offsets_keepalive_ms=keepalive,
+            instance_id=instance_id,
+            leave_on_close=leave_on_close,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

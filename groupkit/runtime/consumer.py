@@ -546,6 +546,11 @@ class GroupConsumer:
         self._fence()
         for h in c.take_handoffs():
             self._handoffs.apply(h)
+        if c.superseded:  # (what it owned is lost above: on_lost, no commit)
+            raise FencedError(
+                f"group.instance.id {c.member_id!r} was taken by a newer process (newest join "
+                "wins): this consumer is fenced; close it"
+            )
         d = self._data
         now = _monotonic()
         if d.refetch_at is not None and now >= d.refetch_at:
@@ -768,6 +773,12 @@ class GroupConsumer:
             return
         if c.failure is not None:
             self._abandon(c)
+        if c.superseded:  # fenced by a newer process with our instance id: nothing to say
+            for h in c.take_handoffs():
+                self._handoffs.apply(h)
+            self._coordinator = None
+            c.close(5)
+            return
         self._service()
         # Revoke everything on this thread (commit first), then say goodbye through the log.
         owned = frozenset(self._data.owned)
@@ -802,10 +813,21 @@ class GroupConsumer:
         assert c.failure is not None  # _leave abandons only a failed loop
         raise ControlLoopError(c.failure) from c.failure
 
-    def close(self) -> None:
-        """Leave the group (revoke, commit, tombstone) and close the clients."""
+    def close(self, leave: bool | None = None) -> None:
+        """Leave the group (revoke, commit, tombstone) and close the clients.
+
+        A static member (``group.instance.id``) does not leave by default, as in Kafka: it
+        revokes and commits everything, and writes a last record owning nothing but no
+        tombstone, so its seat and partitions wait ``session.timeout.ms`` for the next process
+        with its instance id, which takes them back without a rebalance. ``leave=True`` leaves
+        anyway (its partitions move at once, as ``removeMembersFromConsumerGroup`` would);
+        ``leave=False`` keeps the seat; ``None``: ``groupkit.leave.group.on.close``.
+        """
         if self._closed:
             return
+        c = self._coordinator
+        if c is not None and leave is not None:
+            c.keep_seat = self._cfg.instance_id is not None and not leave
         try:
             self._stop_watching()
             self._leave()

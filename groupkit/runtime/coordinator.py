@@ -183,9 +183,14 @@ class Coordinator:
         ``GroupConsumer()``; the coordinator owns them from here. Without, it opens its own."""
         self.cfg = cfg
         self.admin = admin
+        # A static member's id is its group.instance.id: the seat the group keeps for it.
         self.member_id = (
-            member_id or f"{cfg.connection.get('client.id', 'groupkit')}-{uuid.uuid4().hex[:12]}"
+            cfg.instance_id
+            or member_id
+            or f"{cfg.connection.get('client.id', 'groupkit')}-{uuid.uuid4().hex[:12]}"
         )
+        #: a close keeps the static seat (Member.park) instead of leaving: see ``leave``
+        self.keep_seat = cfg.instance_id is not None and not cfg.leave_on_close
         self.incarnation = uuid.uuid4().hex
         self.signer: Signer | None = (
             HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
@@ -212,6 +217,7 @@ class Coordinator:
             signer=self.signer,
             defer_revocations=True,  # revocations are done by the poll thread, then released
             max_clock_skew_ms=cfg.max_clock_skew_ms,
+            instance_id=cfg.instance_id,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol)
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
@@ -515,10 +521,23 @@ class Coordinator:
 
     def leave(self) -> None:
         """Start a clean leave (unless one is under way): the next turn revokes everything
-        still claimed and writes the tombstone."""
+        still claimed and writes the tombstone; or, if ``keep_seat``, a static member's close:
+        a last record owning nothing, no tombstone (``Member.park``)."""
         with self.lock:
             if self.member.state not in ("leaving", "left"):
-                self.member.leave()
+                self._leave_or_park()
+
+    def _leave_or_park(self) -> None:
+        if self.keep_seat:
+            self.node.park()
+        else:
+            self.node.leave()
+
+    @property
+    def superseded(self) -> bool:
+        """A newer process with our ``group.instance.id`` took our seat (newest join wins):
+        we own nothing and write nothing more."""
+        return self.member.superseded
 
     @property
     def has_left(self) -> bool:
@@ -554,7 +573,7 @@ class Coordinator:
             self._revoking -= partitions
             self.node.released(partitions, committed)
             if leave and self.member.state not in ("leaving", "left"):
-                self.node.leave()
+                self._leave_or_park()
             if self.member.state == "left":
                 return
             # Delivery callbacks stay on the control thread (its next writer.service).

@@ -177,7 +177,7 @@ def describe_group(
                 "generation": m.owned_generation if m is not None else None,
                 "leader": mid is not None and state.leader == mid,
                 "state": pstate,
-                "instance_id": None,  # static membership: issue 16 part 1
+                "instance_id": m.instance_id if m is not None else None,
             }
         )
     members = []
@@ -190,7 +190,9 @@ def describe_group(
                 "leader": state.leader == mid,
                 "host": _client(m, "host"),
                 "client_id": _client(m, "client.id"),
-                "instance_id": None,
+                "instance_id": m.instance_id,
+                # the process in the member's seat now (a static seat's changes on restart)
+                "incarnation": m.proc,
                 "topics": list(m.topics),
                 "owned": [[tp.topic, tp.partition] for tp in sorted(m.claims)],
                 "assigned": [[tp.topic, tp.partition] for tp in mine],

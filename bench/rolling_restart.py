@@ -1,0 +1,270 @@
+"""Benchmark: a rolling restart of every member of a 5-member group (issue 16, static membership).
+
+One local broker, one topic (20 partitions), a producer writing one record to every partition
+every 10 ms. A group of 5 member processes (``bench/_worker.py``), then, member after member: a
+replacement process is started and built (idle: ``ready``), the member is closed (``close()``),
+and the replacement subscribes at once with the same ``group.instance.id``; the next member
+goes once every partition is owned and consuming again. Each member is back well within its
+session (30 s), as a rolling deploy would be. What is measured, from the ownership the
+application sees (the rebalance callbacks) and the first record of each assigned partition:
+
+- **partitions moved**: partitions whose owner (by instance id) after the whole rolling restart
+  differs from before, and the partitions that went to another member on the way (target: 0);
+- **unavailability per partition**: seconds without an owner over the whole rolling restart
+  (median and max over partitions): with static membership a partition is unowned only while
+  its own member restarts; a dynamic group moves partitions at every leave and join;
+- **others disturbed**: revoke/assign/lost callbacks of members that were not restarting;
+- per restart: close → every partition owned and consuming again (median).
+
+Contenders, same broker, same run, the same 30 s session / 1 s heartbeat:
+
+- ``groupkit static``: ``GroupConsumer`` with ``group.instance.id`` (cooperative, the
+  ``cooperative-sticky`` assignor; ``close()`` keeps the seat);
+- ``groupkit dynamic``: the same without an instance id (``close()`` leaves);
+- ``native classic static``: ``confluent_kafka.Consumer`` ``subscribe()``, classic protocol,
+  ``cooperative-sticky``, ``group.instance.id`` (``close()`` of a static member sends no leave);
+- ``native KIP-848 static``: ``group.protocol=consumer`` with ``group.instance.id`` (session and
+  heartbeat as group configs).
+
+The replacement's Python start-up is not counted (it is started, and its consumer built,
+before the member it replaces closes), nor the old process's exit (the replacement subscribes
+as soon as the old one's ``close()`` has returned): what is measured is the group protocol's
+part of a restart, for every contender alike.
+
+    python bench/rolling_restart.py --trials 3
+    python bench/rolling_restart.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import bar_chart, median, write_results
+from bench._harness import Group, Member, broker, create_topic, load, pct, versions
+from bench.rebalance import _wait_fact, broker_properties, set_group_timeouts
+from groupkit.dev.harness import TP, LoadProducer
+
+# name -> (kind, protocol, static)
+CONTENDERS: dict[str, tuple[str, str, bool]] = {
+    "groupkit static": ("gk", "cooperative", True),
+    "groupkit dynamic": ("gk", "cooperative", False),
+    "native classic static": ("native", "cooperative-sticky", True),
+    "native KIP-848 static": ("native", "consumer", True),
+}
+
+
+def _gaps(ivs: list[tuple[float, float, str]], lo: float, hi: float) -> float:
+    """Seconds of [lo, hi] covered by no interval."""
+    total, cur = 0.0, lo
+    for s, e, _ in sorted(ivs):
+        if e <= cur:
+            continue
+        if s > cur:
+            total += min(s, hi) - cur
+        cur = max(cur, e)
+        if cur >= hi:
+            break
+    return total + max(0.0, hi - cur)
+
+
+def _owners(group: Group, instance: dict[str, str], t: float) -> dict[TP, str]:
+    """Each partition's owner at ``t``, by instance id (the member's seat)."""
+    out = {}
+    # (intervals still open end at the time they are computed for: compute them later)
+    for p, ivs in group.intervals(time.monotonic() + 1).items():
+        for s, e, name in ivs:
+            if s <= t < e:
+                out[p] = instance[name]
+    return out
+
+
+def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
+                    args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
+    kind, protocol, static = CONTENDERS[name]
+    gid = f"bench-rr-{kind}-{protocol}-{'s' if static else 'd'}-{uuid.uuid4().hex[:6]}"
+    group = Group(boot, gid, topic, args.partitions, workdir, kind, protocol, args.session_ms,
+                  args.heartbeat_ms, control_topic=f"__gk_{gid}")  # fmt: skip
+    if protocol == "consumer":
+        set_group_timeouts(boot, gid, args.session_ms, args.heartbeat_ms)
+    instance: dict[str, str] = {}  # member name -> seat (its instance id, or its own name)
+
+    def spawn(seat: str) -> Member:
+        m = group.spawn(seat if static else None)
+        instance[m.name] = seat
+        return m
+
+    trials = []
+    try:
+        members = [spawn(f"pod-{i}") for i in range(args.members)]
+        group.wait_ready(members)
+        for m in members:
+            m.send("subscribe")
+        group.wait_stable(timeout=120)
+        for trial in range(args.trials):
+            time.sleep(args.gap)
+            t_start = time.monotonic()
+            before = _owners(group, instance, t_start)
+            restarts: list[float] = []
+            disturbed = 0
+            for old in list(group.live()):
+                seat = instance[old.name]
+                new = spawn(seat)
+                group.wait_ready([new])
+                others = [m for m in group.live() if m is not old]
+                seen = {m.name: len([f for f in m.facts()
+                                     if f["e"] in ("assign", "revoke", "lost")])
+                        for m in others}  # fmt: skip
+                old.send("close")
+                _wait_fact(group, old, "closed", timeout=args.session_ms / 1000 + 30)
+                t0 = old.fact("leave")["t"]  # type: ignore[index]
+                # at once: its close() has returned; the process's exit is not the protocol's
+                new.send("subscribe")
+                old.proc.wait(30)
+                group.wait_stable(timeout=args.session_ms / 1000 + 60)
+                restarts.append(time.monotonic() - t0)
+                disturbed += sum(
+                    len([f for f in m.facts() if f["e"] in ("assign", "revoke", "lost")])
+                    - seen[m.name]
+                    for m in others
+                )
+                time.sleep(args.gap)
+            t_end = time.monotonic()
+            after = _owners(group, instance, t_end)
+            ivs = group.intervals(t_end + 1)
+            unowned = {p: _gaps(ivs.get(p, []), t_start, t_end) for p in group.parts}
+            # partitions that went to another seat at any point during the rolling restart
+            wandered = sum(
+                1 for p in group.parts
+                if any(instance[n] != before.get(p) for s, e, n in ivs.get(p, [])
+                       if e > t_start and s < t_end)
+            )  # fmt: skip
+            assert len(before) == len(after) == len(group.parts), (before, after)
+            moved = sum(1 for p in group.parts if before.get(p) != after.get(p))
+            trials.append({
+                "moved": moved, "wandered": wandered, "disturbed": disturbed,
+                "restart_s": restarts,
+                "unowned_median_s": median(list(unowned.values())),
+                "unowned_max_s": max(unowned.values()),
+                "unowned_total_ps": sum(unowned.values()),
+                "seconds": t_end - t_start,
+            })  # fmt: skip
+            print(f"  {name} trial {trial + 1}/{args.trials}: moved {moved}, wandered "
+                  f"{wandered}, others disturbed {disturbed}, restart p50 "
+                  f"{median(restarts) * 1000:.0f} ms, unowned per partition median "
+                  f"{trials[-1]['unowned_median_s']:.2f} s max "
+                  f"{trials[-1]['unowned_max_s']:.2f} s", flush=True)  # fmt: skip
+    finally:
+        group.stop_all()
+    return {"contender": name, "kind": kind, "protocol": protocol, "static": static,
+            "trials": trials}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="one trial, 3 members, 6 partitions, two contenders")
+    ap.add_argument("--members", type=int, default=5)
+    ap.add_argument("--partitions", type=int, default=20)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--session-ms", type=int, default=30_000)
+    ap.add_argument("--heartbeat-ms", type=int, default=1_000)
+    ap.add_argument("--gap", type=float, default=1.0, help="seconds between restarts")
+    ap.add_argument("--contenders", default=",".join(CONTENDERS))
+    ap.add_argument("--bootstrap", help="use this broker (its minimums must allow the session)")
+    ap.add_argument("--results-dir", type=Path, default=None)
+    args = ap.parse_args()
+    if args.quick:  # seconds, for CI (tests/test_bench_quick.py)
+        args.trials, args.members, args.partitions, args.gap = 1, 3, 6, 0.3
+        if args.contenders == ",".join(CONTENDERS):
+            args.contenders = "groupkit static,native classic static"
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    load_before = load()
+    t_start = time.monotonic()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="gk-bench-rolling-") as tmp:
+        work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        props = broker_properties(args.session_ms, args.heartbeat_ms)
+        with broker(args.bootstrap, work / "broker", props) as boot:
+            topic = f"bench-rolling-{uuid.uuid4().hex[:6]}"
+            create_topic(boot, topic, args.partitions)
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
+            try:
+                for name in contenders:
+                    print(f"{name} ...", flush=True)
+                    try:
+                        runs.append(rolling_restart(boot, topic, work, name, args))
+                    except Exception as e:  # a contender that fails is reported, not fatal
+                        print(f"  {name} failed: {e}", flush=True)
+                        runs.append({"contender": name, "error": str(e)[:500], "trials": []})
+            finally:
+                pacer.stop()
+    report(runs, args, load_before, time.monotonic() - t_start)
+
+
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: dict[str, float],
+           seconds: float) -> None:  # fmt: skip
+    def col(r: dict[str, Any], k: str) -> list[float]:
+        return [float(t[k]) for t in r["trials"]]
+
+    ref = next((r for r in runs if r["contender"] == "groupkit static" and r["trials"]), None)
+    ref_unowned = median(col(ref, "unowned_median_s")) if ref else float("nan")
+    columns = ["contender", "trials", "partitions moved", "moved on the way",
+               "others' callbacks", "restart p50 ms", "restart p95 ms",
+               "unowned/partition median s", "unowned/partition max s",
+               "unowned median / gk static"]  # fmt: skip
+    rows = []
+    for r in runs:
+        if not r["trials"]:
+            rows.append([r["contender"], f"failed: {r.get('error', '')[:60]}", *["-"] * 8])
+            continue
+        restarts = [x for t in r["trials"] for x in t["restart_s"]]
+        um = median(col(r, "unowned_median_s"))
+        rows.append([
+            r["contender"], len(r["trials"]), median(col(r, "moved")),
+            median(col(r, "wandered")), median(col(r, "disturbed")),
+            round(pct(restarts, 0.5) * 1000, 1), round(pct(restarts, 0.95) * 1000, 1),
+            round(um, 3), round(median(col(r, "unowned_max_s")), 3),
+            round(um / ref_unowned, 2) if ref_unowned else "-",
+        ])  # fmt: skip
+    notes = [
+        f"{args.members} members, {args.partitions} partitions, {args.trials} rolling restart(s) "
+        f"of every member; session {args.session_ms} ms, heartbeat {args.heartbeat_ms} ms for "
+        "every contender; producer: one record per partition every 10 ms.",
+        "partitions moved: owner (by instance id) after the rolling restart differs from "
+        "before; moved on the way: partitions that had another seat's member as owner at any "
+        "moment; others' callbacks: revoke/assign/lost callbacks of members not restarting; "
+        "restart: close() of the old process → every partition owned and consuming again (the "
+        "replacement is started and built beforehand, and subscribes when close() returns); "
+        "unowned/partition: seconds without an owner over the whole rolling restart, median "
+        "and max over partitions (medians over trials).",
+        f"Versions: {versions()}; load before {load_before}, after {load()} (2 cores shared "
+        f"with other work); {seconds:.0f} s.",
+    ]
+    out = write_results("rolling_restart", columns, rows,
+                  title="Rolling restart of a 5-member group: static membership (issue 16)",
+                  results_dir=args.results_dir, notes=notes,
+                  extra={"runs": runs, "versions": versions(), "load_before": load_before,
+                         "load_after": load(), "seconds": seconds,
+                         "args": {k: str(v) for k, v in vars(args).items()}})  # fmt: skip
+    done = [r for r in runs if r["trials"]]
+    bar_chart(
+        out / "rolling_restart.png", ["unowned per partition: median", "max", "restart p50"],
+        {r["contender"]: [median(col(r, "unowned_median_s")), median(col(r, "unowned_max_s")),
+                          pct([x for t in r["trials"] for x in t["restart_s"]], 0.5)]
+         for r in done},
+        "seconds", title=f"Rolling restart of {args.members} members: unavailability",
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
