@@ -83,6 +83,7 @@ SCHEMA_VERSION = 1
 KIND_MEMBER = ord("M")
 KIND_ASSIGNMENT = ord("A")
 KIND_SNAPSHOT = ord("S")
+KIND_RESET = ord("R")
 
 FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
@@ -129,7 +130,14 @@ class SnapshotKey:
     group: str
 
 
-RecordKey = MemberKey | AssignmentKey | SnapshotKey
+@dataclass(frozen=True, slots=True)
+class ResetKey:
+    """Key of the group's offset-reset record (one per group: compaction keeps the newest)."""
+
+    group: str
+
+
+RecordKey = MemberKey | AssignmentKey | SnapshotKey | ResetKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +173,11 @@ class MemberRecord:
     #: Absent (empty) in records of members that predate it, and whenever the offsets are not
     #: known (auto-commit off, offsets stored by the user, transactional commits).
     committed: tuple[tuple[TopicPartition, int], ...] = ()
+    #: the offset of the newest reset record (:class:`ResetRecord`) the member has carried out
+    #: (-1: none), and the partitions of it whose new offset it committed itself (state.py,
+    #: "Offset resets"). Absent in records that predate it.
+    reset_at: int = -1
+    reset_done: Partitions = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +286,25 @@ class SnapshotRecord:
     assignment_clobbered: bool
 
 
-RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | None
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    """An operator's offset reset (``groupkit reset-offsets --execute``). Build with
+    :func:`reset_record`. Its identity is its offset in the log: members acknowledge it by
+    that offset (:attr:`MemberRecord.reset_at`), so every reader agrees on it."""
+
+    #: the issuer's id for it (for logs and the CLI's report; not what members acknowledge)
+    reset_id: str
+    #: the new committed offset of each partition, sorted
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    #: who asked (the CLI's host and user), for logs
+    requested_by: str = ""
+    #: the offset of the control log its issuer had read up to when it wrote it: the replay
+    #: refuses a reset based on a log older than the newest reset it knows (a copy of an old
+    #: reset record, replayed into the log, must not reset the group again)
+    based_on: int = -1
+
+
+RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | ResetRecord | None
 
 
 # --------------------------------------------------------------------------- factories
@@ -297,6 +328,7 @@ def member_record(
     prev_ts: int | Literal["legacy"] | None = "legacy",
     since_generation: int = 0,
     committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
+    reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -337,6 +369,8 @@ def member_record(
         since_generation=0 if legacy else since_generation,
         legacy=legacy,
         committed=hints,
+        reset_at=-1 if reset is None else reset[0],
+        reset_done=EMPTY if reset is None else _tps(reset[1]),
     )
 
 
@@ -452,6 +486,8 @@ def encode_key(key: RecordKey) -> bytes:
         return struct.pack(">BBH", KEY_VERSION, KIND_MEMBER, len(g)) + g + key.member_id.encode()
     if isinstance(key, SnapshotKey):
         return struct.pack(">BBH", KEY_VERSION, KIND_SNAPSHOT, len(g)) + g
+    if isinstance(key, ResetKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_RESET, len(g)) + g
     return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
 
 
@@ -464,6 +500,8 @@ def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = Non
         if isinstance(value, MemberRecord)
         else _snapshot_doc(value)
         if isinstance(value, SnapshotRecord)
+        else _reset_doc(value)
+        if isinstance(value, ResetRecord)
         else _assignment_doc(value)
     )
     payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -529,6 +567,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         for tp, o in v.committed:
             by_topic.setdefault(tp.topic, []).append([tp.partition, o])
         doc["committed"] = by_topic
+    if v.reset_at >= 0:  # optional: absent means none (and in every record that predates it)
+        doc["reset"] = {"at": v.reset_at, "done": encode_partitions(v.reset_done)}
     return doc
 
 
@@ -701,6 +741,10 @@ def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
         if rest:
             raise RecordRejected("bad_bytes", "trailing bytes in snapshot key")
         return SnapshotKey(group)
+    if kind == KIND_RESET:
+        if rest:
+            raise RecordRejected("bad_bytes", "trailing bytes in reset key")
+        return ResetKey(group)
     raise RecordRejected("unknown_kind", f"key kind {kind}")
 
 
@@ -711,8 +755,8 @@ def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = No
     they have no bytes to sign).
     """
     if raw is None:
-        if isinstance(key, AssignmentKey | SnapshotKey):
-            raise RecordRejected("bad_value", "assignment or snapshot tombstone")
+        if isinstance(key, AssignmentKey | SnapshotKey | ResetKey):
+            raise RecordRejected("bad_value", "assignment, snapshot or reset tombstone")
         return None
     try:
         return _decode_value(key, bytes(raw), verifier)
@@ -791,7 +835,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
-                                    k.since_generation, k.legacy, k.committed)  # fmt: skip
+                                    k.since_generation, k.legacy, k.committed,
+                                    k.reset_at, k.reset_done)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -809,6 +854,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
         return record
     if isinstance(key, SnapshotKey):
         return _snapshot_from(key, doc)
+    if isinstance(key, ResetKey):
+        return _reset_from(doc)
     return _assignment_from(doc)
 
 
@@ -961,6 +1008,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         since_generation=since,
         legacy=legacy,
         committed=_committed(doc, owned, budget) if "committed" in doc else (),
+        **(_member_reset(doc, budget) if "reset" in doc else {}),
     )
 
 
@@ -1124,3 +1172,62 @@ def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> 
         client=tuple(sorted(client.items())),
         ready=_get(doc, "ready", bool),
     )
+
+
+# --------------------------------------------------------------------------- offset resets
+# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
+# "Offset resets")
+
+#: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
+MAX_RESET_TEXT = 200
+
+
+def reset_record(
+    group: str,
+    reset_id: str,
+    offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+    requested_by: str = "",
+    based_on: int = -1,
+) -> tuple[ResetKey, ResetRecord]:
+    """The key and value of an offset reset: the new committed offset of each partition."""
+    _check_id("group", group)
+    _check_id("reset_id", reset_id)
+    if not offsets:
+        raise ValueError("a reset names at least one partition")
+    out = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in offsets.items()))
+    for tp, o in out:
+        if o < 0 or tp.partition < 0:
+            raise ValueError(f"reset of {tp} to {o}: negative")
+    return ResetKey(group), ResetRecord(
+        reset_id[:MAX_RESET_TEXT], out, requested_by[:MAX_RESET_TEXT], based_on
+    )
+
+
+def _reset_doc(v: ResetRecord) -> dict[str, Any]:
+    by_topic: dict[str, list[list[int]]] = {}
+    for tp, o in v.offsets:
+        by_topic.setdefault(tp.topic, []).append([tp.partition, o])
+    return {"id": v.reset_id, "offsets": by_topic, "by": v.requested_by, "base": v.based_on}
+
+
+def _reset_from(doc: Mapping[str, Any]) -> ResetRecord:
+    reset_id = _str(doc, "id")
+    by = _str(doc, "by", allow_empty=True)
+    if len(reset_id) > MAX_RESET_TEXT or len(by) > MAX_RESET_TEXT:
+        raise RecordRejected("bad_value", f"reset id or issuer longer than {MAX_RESET_TEXT}")
+    offsets = _committed({"committed": _get(doc, "offsets", dict)}, EMPTY, _Budget())
+    if not offsets:
+        raise RecordRejected("bad_value", "a reset of no partition")
+    base = _get(doc, "base", int)
+    if base < -1:
+        raise RecordRejected("bad_value", "base < -1")
+    return ResetRecord(reset_id, offsets, by, base)
+
+
+def _member_reset(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+    """A member record's optional ``reset``: ``{"at": offset, "done": partitions}``."""
+    r = _get(doc, "reset", dict)
+    return {
+        "reset_at": _nat(r, "at"),
+        "reset_done": decode_partitions(_get(r, "done", dict), "reset done", budget),
+    }

@@ -67,7 +67,7 @@ from groupkit.protocol.assign import (
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
 from groupkit.protocol.node import Lead, Node
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
-from groupkit.protocol.records import Signer
+from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
@@ -159,6 +159,9 @@ class SimMember:
     plan_due: tuple[int, PlanOutcome] | None = None
     #: its assignor is still running (past its budget) until then
     assignor_busy_until: int = 0
+    #: per position, the offset of the reset record it descends from (-1: none), see
+    #: "Offset resets" in the module docstring
+    lineage: dict[TopicPartition, int] = field(default_factory=dict)
 
     @property
     def member(self) -> Member:
@@ -245,6 +248,12 @@ class GroupSim:
         self.processed: dict[TopicPartition, int] = {}
         #: (member, partition, hint, committed offset then) of every start at a hint
         self.hint_starts: list[tuple[str, TopicPartition, int, int]] = []
+        #: per partition, the reset its committed offset descends from (-1: none)
+        self.lineage: dict[TopicPartition, int] = {}
+        #: every commit: (tick, member, partition, offset, lineage)
+        self.commits: list[tuple[int, str, TopicPartition, int, int]] = []
+        #: the resets written: (offset of the record, new offsets)
+        self.resets: list[tuple[int, dict[TopicPartition, int]]] = []
         self._ticks = 0
 
     # ------------------------------------------------------------------ schedule
@@ -383,7 +392,7 @@ class GroupSim:
             if pos > self.processed.get(p, 0):
                 self.processed[p] = pos
             if commit:
-                self.committed[p] = pos
+                self._set_committed(sm, p, pos)
 
     def _commit(
         self, sm: SimMember, parts: Iterable[TopicPartition], owned: bool = True
@@ -392,9 +401,12 @@ class GroupSim:
         committed."""
         out: dict[TopicPartition, int] = {}
         for p in parts:
-            pos = sm.positions.pop(p, None)
+            pos = sm.positions.get(p)
             if pos is not None and (not owned or p in sm.member.owned):
-                self.committed[p] = out[p] = pos
+                self._set_committed(sm, p, pos)
+                out[p] = pos
+            sm.positions.pop(p, None)
+            sm.lineage.pop(p, None)
         return out
 
     def _take(self, sm: SimMember, acts: Actions) -> None:
@@ -403,6 +415,11 @@ class GroupSim:
             committed = self.committed.get(p, 0)
             hint = acts.offsets.get(p)
             start = committed if hint is None else hint
+            sm.lineage[p] = self.lineage.get(p, -1)
+            if p in acts.reset:  # a reset's offset, not a hint (_apply_reset checks it)
+                sm.positions[p] = start
+                sm.stopped.discard(p)
+                continue
             if hint is not None:
                 self.hint_starts.append((sm.member_id, p, hint, committed))
                 if hint > committed:
@@ -494,8 +511,55 @@ class GroupSim:
             self._commit(sm, acts.revoke, owned=False)  # (no longer in member.owned)
             sm.stopped -= acts.revoke
         self._take(sm, acts)
+        if acts.reset:
+            self._apply_reset(sm, acts)
         for w in acts.writes:
             self._produce(w.raw_key, w.raw_value)
+
+    # ------------------------------------------------------------------ offset resets
+
+    def reset(self, offsets: Mapping[TopicPartition, int], signer: Signer | None = None) -> int:
+        """An operator's ``reset-offsets --execute``: append a reset record now (signed with
+        the group's key unless ``signer`` says otherwise); its offset."""
+        key, value = reset_record(self.group, f"r{len(self.resets)}", offsets,
+                                  based_on=len(self.log.records) - 1)  # fmt: skip
+        rk, rv = encode(key, value, self.signer if signer is None else signer)
+        off = self.log.append(rk, rv)
+        self.resets.append((off, dict(offsets)))
+        return off
+
+    def _apply_reset(self, sm: SimMember, acts: Actions) -> None:
+        """As the runtime does: each partition of ``acts.reset`` it still processes starts at
+        the new offset, which is committed at once; one under revocation is left to its release
+        (its next owner carries the reset out). Then reported done, as the runtime reports."""
+        done = []
+        for p, o in acts.reset.items():
+            if p in sm.stopped or p not in sm.member.owned:
+                continue
+            if p not in acts.assign and p not in sm.positions:
+                continue
+            sm.positions[p] = o
+            sm.lineage[p] = acts.reset_at
+            self._set_committed(sm, p, o)
+            done.append(p)
+        if sm.member.defer_revocations:
+            sm.node.member.reset_applied(acts.reset_at, done)
+
+    def _set_committed(self, sm: SimMember, p: TopicPartition, pos: int) -> None:
+        """The broker stores a commit: checked against the resets (module docstring)."""
+        lineage = sm.lineage.get(p, -1)
+        before = self.lineage.get(p, -1)
+        if lineage < before:
+            self.errors.append(f"{sm.member_id} committed {p} at {pos}, descending from reset "
+                               f"{lineage}, after a commit of reset {before}")  # fmt: skip
+        elif lineage > before:
+            want = next((o[p] for at, o in self.resets if at == lineage and p in o), None)
+            if want != pos:
+                self.errors.append(f"{sm.member_id}: first commit of {p} after reset {lineage} "
+                                   f"is {pos}, not {want}")  # fmt: skip
+        self.committed[p] = pos
+        self.lineage[p] = max(lineage, before)
+        self.commits.append((self._ticks, sm.member_id, p, pos, lineage))
 
     def _release(self, sm: SimMember) -> None:
         """Deferred revocations whose commit is done: released, and a poll at once."""

@@ -173,6 +173,8 @@ from groupkit.protocol.records import (
     MemberRecord,
     Partitions,
     RecordKey,
+    ResetKey,
+    ResetRecord,
     Signer,
     SnapshotHold,
     SnapshotMember,
@@ -256,6 +258,26 @@ class OffsetHint:
     receiver: tuple[str, str] | None = None
 
 
+@dataclass(slots=True)
+class ResetState:
+    """The group's newest offset reset, as replayed (module docstring, "Offset resets")."""
+
+    #: offset of the reset record: what members acknowledge (``MemberRecord.reset_at``)
+    at: int
+    reset_id: str
+    #: the new committed offset of each partition
+    offsets: dict[TopicPartition, int]
+    #: partitions whose new offset a member committed itself (``MemberRecord.reset_done``)
+    settled: set[TopicPartition] = field(default_factory=set)
+    #: member id -> incarnation of the members live at the reset record, until each of them
+    #: acknowledges it (:meth:`GroupState.reset_waiting` leaves out those no longer live)
+    waiting: dict[str, str] = field(default_factory=dict)
+
+    def unsettled(self) -> dict[TopicPartition, int]:
+        """The partitions whose next owner must still start at, and commit, the new offset."""
+        return {p: o for p, o in self.offsets.items() if p not in self.settled}
+
+
 @dataclass(frozen=True, slots=True)
 class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
@@ -315,6 +337,12 @@ class GroupState:
     #: log time of the newest record this reader replayed after a gap in offsets (compaction
     #: dropped records it would have needed): see :meth:`knows_holds`
     _gap_ts: int | None = None
+    #: the newest offset reset, while the group has live members ("Offset resets"); not part
+    #: of snapshots nor of what members must agree on
+    reset: ResetState | None = None
+    #: offset of the newest reset record accepted (kept when the group empties): a reset
+    #: based on an older log is a copy of an old one ("Offset resets")
+    _reset_floor: int = -1
 
     # ------------------------------------------------------------------ queries
 
@@ -679,6 +707,9 @@ class GroupState:
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 return self._apply_member(offset, k, v, timestamp_ms)
+            if isinstance(k, ResetKey):
+                assert isinstance(v, ResetRecord)
+                return self._apply_reset(offset, k, v)
             assert isinstance(k, AssignmentKey) and isinstance(v, AssignmentRecord)
             return self._apply_assignment(offset, k, v, timestamp_ms)
         except RecordRejected as e:
@@ -707,6 +738,7 @@ class GroupState:
             self._elect()
             if self.leader is None:
                 self.offset_hints.clear()  # an empty group (see "Offset hints")
+                self.reset = None  # (and "Offset resets")
         if self.holds and any(h.until <= self.log_time for h in self.holds):
             self.holds = [h for h in self.holds if h.until > self.log_time]
 
@@ -792,6 +824,8 @@ class GroupState:
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
+        if self.reset is not None:
+            self._reset_heard(mid, v, continues)
         self.members[mid] = m
         for p in m.claims:
             self._claimers.setdefault(p, set()).add(mid)
@@ -825,6 +859,7 @@ class GroupState:
                 self._elect()
                 if self.leader is None:
                     self.offset_hints.clear()  # an empty group (see "Offset hints")
+                    self.reset = None  # (and "Offset resets")
         return Replayed(offset, "leave", k)
 
     def _apply_assignment(
@@ -902,6 +937,58 @@ class GroupState:
         """Assignment records still needed to know what members may hold, oldest first."""
         for g in sorted(self._history):
             yield self._history[g]
+
+    # ------------------------------------------------------------------ offset resets
+
+    def _apply_reset(self, offset: int, k: ResetKey, v: ResetRecord) -> Replayed:
+        """A new reset supersedes any earlier one; hints from before it are void for its
+        partitions ("Offset resets")."""
+        if v.based_on < self._reset_floor:
+            raise RecordRejected("stale_reset", f"based on {v.based_on} < {self._reset_floor}")
+        if v.based_on >= offset:
+            raise RecordRejected("stale_reset", f"based on {v.based_on} >= its own offset")
+        live = self.live_members()
+        if not live:
+            # Nobody would carry it out, and the state forgets it when the group empties:
+            # the operator's tool commits an empty group's offsets itself.
+            raise RecordRejected("reset_of_empty_group", v.reset_id)
+        offsets = dict(v.offsets)
+        self._reset_floor = offset
+        self.reset = ResetState(offset, v.reset_id, offsets,
+                                waiting={i: m.incarnation for i, m in live.items()})  # fmt: skip
+        for p in offsets.keys() & self.offset_hints.keys():
+            del self.offset_hints[p]
+            self.hints_ignored["reset"] += 1
+        return Replayed(offset, "reset", k)
+
+    def _reset_heard(self, mid: str, v: MemberRecord, continues: bool) -> None:
+        """A member record acknowledges the current reset (``reset_at``) and names the
+        partitions whose new offset it committed (``reset_done``): only from a membership the
+        record continues, as hints are. Hints this record (or any since the reset) gave for a
+        partition still unsettled predate its reset: dropped."""
+        rs = self.reset
+        assert rs is not None
+        if continues and v.reset_at == rs.at:
+            if rs.waiting.get(mid) == v.incarnation:
+                del rs.waiting[mid]
+            rs.settled |= v.reset_done & rs.offsets.keys()
+        if self.offset_hints:
+            for p in [p for p in self.offset_hints if p in rs.offsets and p not in rs.settled]:
+                del self.offset_hints[p]
+                self.hints_ignored["reset_pending"] += 1
+
+    def reset_waiting(self) -> dict[str, str]:
+        """The members (id -> incarnation) live at the current reset that have not yet
+        acknowledged it and are still live with that incarnation; empty once every one has
+        (or when there is no reset)."""
+        rs = self.reset
+        if rs is None:
+            return {}
+        return {
+            mid: inc
+            for mid, inc in rs.waiting.items()
+            if self.is_live(mid) and self.members[mid].incarnation == inc
+        }
 
     # ------------------------------------------------------------------ snapshots
 
