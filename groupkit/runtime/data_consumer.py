@@ -301,7 +301,9 @@ class DataConsumer:
         """Start owned partitions again at ``offsets`` (an offset reset): unassigned, so that
         librdkafka drops what it fetched and what it stored for them (nothing fetched before
         is handed out, nothing stored before is committed after), then assigned at the new
-        offsets, which the keep-alive takes as their committed ones from now on."""
+        offsets, which the keep-alive takes as their committed ones from now on. (Not
+        ``seek``: it keeps the stored offset, from before the reset, which auto-commit would
+        then commit, and with ``enable.auto.offset.store`` it cannot be stored over.)"""
         parts = frozenset(offsets)
         self.unassign(parts)
         self.assign(parts, offsets)

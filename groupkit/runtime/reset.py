@@ -45,7 +45,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from groupkit.errors import BrokerError, GroupkitError, InputError
+from groupkit.errors import BrokerError, ControlTopicError, GroupkitError, InputError
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, encode, reset_record
 from groupkit.runtime.admin import connect_admin
@@ -164,10 +164,16 @@ def scenario_of(args: Mapping[str, Any]) -> tuple[str, Any]:
 
 
 def _read_group(cfg: GroupConfig, admin: Any, timeout: float) -> tuple[GroupState, int]:
-    """The group's state at the end of its control log (as ``describe`` reads it)."""
-    partition = partition_for_group(cfg.group_id, _control_partitions(admin, cfg, timeout))
-    reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
+    """The group's state at the end of its control log (as ``describe`` reads it); an empty
+    one, at partition -1, without a control topic (a group groupkit never ran)."""
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
+    try:
+        n = _control_partitions(admin, cfg, timeout)
+    except ControlTopicError:
+        return GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
+                          verifier=signer), -1  # fmt: skip
+    partition = partition_for_group(cfg.group_id, n)
+    reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
     state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
                        verifier=signer)  # fmt: skip
     try:
@@ -203,8 +209,13 @@ def plan_reset(
     live = tuple(_live(state, now_ms))
     known = not (not state.members and state.assignment is None)
     if topics is None:
-        chosen: dict[str, list[int] | None] = {t: None for m in state.members.values()
-                                               for t in m.topics}  # fmt: skip
+        # the topics its members subscribe to, or did in the newest generation (an empty
+        # group's members have left; Kafka's tool takes the topics with committed offsets)
+        a = state.assignment
+        subscribed = {t for m in state.members.values() for t in m.topics}
+        if a is not None:
+            subscribed |= {t for c in a.members.values() for t in c.topics}
+        chosen: dict[str, list[int] | None] = dict.fromkeys(sorted(subscribed))
         if not chosen:
             raise InputError(
                 f"group {cfg.group_id!r}: no topic to reset (its control log names none); "
