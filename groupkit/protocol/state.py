@@ -972,6 +972,10 @@ class GroupState:
             if rs.waiting.get(mid) == v.incarnation:
                 del rs.waiting[mid]
             rs.settled |= v.reset_done & rs.offsets.keys()
+        elif not continues and mid in rs.waiting:
+            # a new membership (a restart, or a return after a lapse) owns nothing from
+            # before: the process fenced itself, committing nothing since
+            del rs.waiting[mid]
         if self.offset_hints:
             for p in [p for p in self.offset_hints if p in rs.offsets and p not in rs.settled]:
                 del self.offset_hints[p]
