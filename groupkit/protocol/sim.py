@@ -38,6 +38,14 @@ start beyond every record processed so far (a record skipped, never processed: a
 hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
 committed offset at that moment.
 
+Offset resets (issue 16): :meth:`GroupSim.reset` appends an operator's reset record. A member
+carries out ``Actions.reset`` as the runtime does: each partition of it that it still processes
+starts at the new offset, which is committed at once; one under deferred revocation is left to
+its release (its next owner resets it); then ``Member.reset_applied``. Every position and every
+commit is tagged with the reset it descends from (``lineage``): :meth:`violations` reports a
+commit descending from an older reset than the partition's committed offset already does, and
+a first commit after a reset that is not its offset (``commits`` lists every commit).
+
 The assignor (issue 19): leaders run as the runtime runs them, with ``Node(defer_plans=True)``:
 a plan is asked for (``need_plan``), made, and reported to the node ``plan_ms`` later
 (default 0: at once, in the same step, so the logs are as when the planner ran it inline); the

@@ -144,6 +144,39 @@ release (a hint is taken only from a record that continues a membership whose cl
 knows): a hint a reader does not have only means a look-up. Hints are no part of what members
 must agree on (``fingerprint``): each member uses its own only for what it takes itself.
 
+Offset resets (issue 16, ``groupkit reset-offsets``). An operator's reset is a record of its
+own (``ResetKey``, one per group: compaction keeps the newest), signed like the others, naming
+the new committed offset of each partition. Its identity is its offset ``R`` in the log, which
+every reader agrees on. The replay keeps the newest one (:attr:`GroupState.reset`):
+
+- It is refused (``stale_reset``) unless it is based on (``ResetRecord.based_on``: the offset
+  its issuer had read up to) a log no older than the newest reset accepted before, so a copy of
+  an old reset replayed into the log cannot reset the group again; and refused
+  (``reset_of_empty_group``) when no member is live: nobody would carry it out, so the operator
+  commits an empty group's offsets directly. A newer reset supersedes an older one.
+- The members live at ``R`` must acknowledge it (:meth:`GroupState.reset_waiting`): a record of
+  the same membership (one the record continues, as for hints) with ``reset_at == R``. One that
+  expires, leaves or restarts its membership needs not: it has fenced itself and commits nothing
+  more. Every live member acknowledges once it has read ``R`` and is healthy (member.py).
+- A partition is *settled* once a member's record names it in ``reset_done``: that member
+  started it at the new offset and committed it. Until then its next owner must do so: a member
+  that takes an unsettled partition starts it at the new offset, whatever hint it has, and
+  commits it (``Actions.reset``). Hints for the reset's partitions from before ``R`` are dropped
+  at ``R``, and hints given since for a partition still unsettled come from an owner that let it
+  go before carrying the reset out (it was slow to read ``R``, or was releasing it): dropped too.
+
+Why nothing from before ``R`` is committed once a partition's new offset is: that commit is
+made by the partition's one owner (the safety invariant), after everything it committed
+before (in order, on one connection); its later commits follow on from the new offset. An
+earlier owner committed before its release record, which precedes the grant to the next owner.
+So the committed offset of each partition steps once from its old lineage to the new offset and
+never back (``tests/test_protocol_reset.py`` checks this on every commit of random schedules, in
+the simulator, which tags each position with the reset it descends from). The reset is not in
+snapshots nor in what members must agree on; a reader that started from the compacted topic may
+miss the record that settled a partition whose owner has since let it go, and its member would
+then reset that partition again if it took it: duplicates, never a loss. The state forgets the
+reset when the group empties, as it forgets hints.
+
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader

@@ -18,6 +18,9 @@ thread that calls ``GroupConsumer.poll`` (confluent-kafka admits one thread at a
   (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for partitions that
   were dropped after a fetch.
 - Its asynchronous commits (:class:`AsyncCommits`): auto-commit keeps at most one in flight.
+- An offset reset (:meth:`DataConsumer.restart_at`): the partitions are unassigned and assigned
+  again at their new offsets, so nothing fetched or stored before is handed out or committed;
+  answers of async commits sent before it are not taken by the keep-alive as committed.
 - Keep-alive of committed offsets (:class:`OffsetKeepAlive`). The broker never sees this
   handle in its group, so it keeps a committed offset only ``offsets.retention.minutes`` after
   its commit, however alive the group is (a native member's group keeps them all while it is
