@@ -339,3 +339,55 @@ def test_an_unknown_group_is_exit_2(
                  "--to-earliest", "--execute"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "not found" in err, err
+
+
+def test_a_member_that_does_not_acknowledge_fails_the_command_with_exit_1(
+    conf: dict[str, Any], topic_factory: Callable[..., str], bootstrap: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A member carries a reset out on its poll thread: one whose application stops polling
+    (but whose control loop still heartbeats) does not acknowledge, and the command says so
+    after its timeout; once the application polls again, the reset is applied."""
+    topic = topic_factory(partitions=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for _ in range(100):
+        p.produce(topic, value=b"x", partition=0)
+    assert p.flush(10) == 0
+    c = GroupConsumer({**conf, "enable.auto.commit": False})
+    try:
+        c.subscribe([topic])
+        seen: list[int] = []
+
+        def consumed() -> bool:
+            m = c.poll(0.05)
+            if m is not None and m.error() is None:
+                seen.append(m.offset())
+            return len(seen) >= 30
+
+        wait_for(consumed, 60, "30 records handed out", step=0)
+        c.commit(offsets=[KTP(topic, 0, 30)], asynchronous=False)
+        code = main(["reset-offsets", "--bootstrap-servers", bootstrap, "--group",
+                     conf["group.id"], "--control-topic", conf["groupkit.control.topic"],
+                     "-X", "session.timeout.ms=3000", "--topic", topic, "--to-offset", "5",
+                     "--execute", "--timeout", "3"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 1, err
+        assert "not acknowledged within 3 s by: " + str(c.member_id) in err, err
+        # the application polls again: the reset is carried out, from offset 5
+        after: list[int] = []
+
+        def restarted() -> bool:
+            m = c.poll(0.05)
+            if m is not None and m.error() is None:
+                after.append(m.offset())
+            return 5 in after
+
+        wait_for(restarted, 30, "the partition to restart at 5", step=0)
+        assert after[after.index(5) :] == list(range(5, 5 + len(after) - after.index(5)))
+        g = {"bootstrap": bootstrap, "conf": conf, "topic": topic}
+        cc = Consumer({"bootstrap.servers": bootstrap, "group.id": conf["group.id"]})
+        got = cc.committed([KTP(topic, 0)], timeout=10)[0].offset
+        cc.close()
+        assert got == 5, (got, g)
+    finally:
+        c.close()
