@@ -196,9 +196,11 @@ def _wait_before(g: dict[str, Any]) -> None:
              60, "the group to commit BEFORE on every partition")  # fmt: skip
 
 
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
 def test_reset_on_a_running_group(
-    group: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    group: dict[str, Any], capsys: pytest.CaptureFixture[str], protocol: str
 ) -> None:
+    group["conf"]["groupkit.rebalance.protocol"] = protocol
     ws = _start(group, 2)
     _wait_before(group)
     group["auditor"].start()

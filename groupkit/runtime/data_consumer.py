@@ -308,8 +308,19 @@ class DataConsumer:
         ``seek``: it keeps the stored offset, from before the reset, which auto-commit would
         then commit, and with ``enable.auto.offset.store`` it cannot be stored over.)"""
         parts = frozenset(offsets)
-        self.unassign(parts)
-        self.assign(parts, offsets)
+        if self._cfg.protocol == "cooperative":
+            self.unassign(parts)
+            self.assign(parts, offsets)
+        else:
+            # Eager assigns the whole set at once: the partitions that stay go on from their
+            # positions (without them they would start over from their committed offsets).
+            rest = self.handle.position(ktps(sorted(self.owned - parts)))
+            start = {TopicPartition(k.topic, k.partition): k.offset for k in rest
+                     if k.offset is not None and k.offset >= 0}  # fmt: skip
+            self.unassigns += 1
+            self.keepalive.unassigned(parts)
+            self.handle.assign(ktps(self.owned, {**start, **offsets}))
+            self.keepalive.assigned(parts, offsets, time.monotonic())
         self.commits.reset(parts)
 
     # ------------------------------------------------------------------ commits
