@@ -276,3 +276,23 @@ def test_a_copy_of_a_reset_record_replayed_later_is_refused() -> None:
     st = sim.view()
     assert st.rejections == {"stale_reset": 2}
     assert st.reset is not None and st.reset.at == at2 and not sim.violations()
+
+
+def test_a_pending_reset_survives_a_snapshot() -> None:
+    """A newcomer that catches up from a snapshot knows the pending reset (and which
+    partitions are settled, and the floor that refuses copies of older resets)."""
+    from groupkit.protocol.records import SnapshotKey
+    from groupkit.protocol.state import GroupState
+
+    sim = _running(None)
+    sim.members["b"].read_rate = 0  # b falls behind: the reset stays pending for it
+    sim.reset({TP("t", p): 3 for p in range(4)})
+    sim.tick(2)
+    st = sim.view()
+    assert st.reset is not None and st.reset_waiting()
+    snap = st.snapshot("a", "i1")
+    _k, v = decode(*encode(SnapshotKey("g"), snap))
+    assert v == snap
+    back = GroupState.from_snapshot(v, sim.session_timeout_ms)  # type: ignore[arg-type]
+    assert back.reset == st.reset and back._reset_floor == st._reset_floor
+    assert back.reset_waiting() == st.reset_waiting()

@@ -284,6 +284,21 @@ class SnapshotRecord:
     history: tuple[tuple[int, AssignmentRecord], ...]
     holds: tuple[SnapshotHold, ...]
     assignment_clobbered: bool
+    #: the group's pending offset reset (``state.ResetState``) and the offset of the newest
+    #: reset accepted (state.py, "Offset resets"); absent in snapshots that predate them
+    reset: SnapshotReset | None = None
+    reset_floor: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotReset:
+    """One ``state.ResetState`` inside a snapshot."""
+
+    at: int
+    reset_id: str
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    settled: Partitions
+    waiting: tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,6 +628,7 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
         ],
         "holds": [[h.holder, encode_partitions(h.partitions), h.until] for h in v.holds],
         "clobbered": v.assignment_clobbered,
+        **_snapshot_reset_doc(v),
     }
 
 
@@ -1143,6 +1159,7 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         history=tuple(history),
         holds=tuple(holds),
         assignment_clobbered=_get(doc, "clobbered", bool),
+        **_snapshot_reset_from(doc, budget),
     )
 
 
@@ -1231,3 +1248,37 @@ def _member_reset(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
         "reset_at": _nat(r, "at"),
         "reset_done": decode_partitions(_get(r, "done", dict), "reset done", budget),
     }
+
+
+def _snapshot_reset_doc(v: SnapshotRecord) -> dict[str, Any]:
+    """A snapshot's optional ``reset`` and ``reset_floor`` (absent: none, -1)."""
+    doc: dict[str, Any] = {}
+    if v.reset_floor >= 0:
+        doc["reset_floor"] = v.reset_floor
+    r = v.reset
+    if r is not None:
+        offsets = _reset_doc(ResetRecord(r.reset_id, r.offsets))["offsets"]
+        doc["reset"] = {"at": r.at, "id": r.reset_id, "offsets": offsets,
+                        "settled": encode_partitions(r.settled),
+                        "waiting": [list(w) for w in r.waiting]}  # fmt: skip
+    return doc
+
+
+def _snapshot_reset_from(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "reset_floor" in doc:
+        out["reset_floor"] = _nat(doc, "reset_floor")
+    if "reset" in doc:
+        r = _get(doc, "reset", dict)
+        waiting = _get(r, "waiting", list)
+        if not all(isinstance(w, list) and len(w) == 2 and all(isinstance(x, str) and x for x in w)
+                   for w in waiting):  # fmt: skip
+            raise RecordRejected("wrong_type", "reset waiting: bad entry")
+        out["reset"] = SnapshotReset(
+            at=_nat(r, "at"),
+            reset_id=_str(r, "id"),
+            offsets=_committed({"committed": _get(r, "offsets", dict)}, EMPTY, budget),
+            settled=decode_partitions(_get(r, "settled", dict), "reset settled", budget),
+            waiting=tuple((w[0], w[1]) for w in waiting),
+        )
+    return out

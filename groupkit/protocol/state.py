@@ -171,8 +171,9 @@ before (in order, on one connection); its later commits follow on from the new o
 earlier owner committed before its release record, which precedes the grant to the next owner.
 So the committed offset of each partition steps once from its old lineage to the new offset and
 never back (``tests/test_protocol_reset.py`` checks this on every commit of random schedules, in
-the simulator, which tags each position with the reset it descends from). The reset is not in
-snapshots nor in what members must agree on; a reader that started from the compacted topic may
+the simulator, which tags each position with the reset it descends from). The reset is in snapshots
+(a newcomer that catches up from one resets what it takes, as a full reader would), but not in
+what members must agree on; a reader that started from the compacted topic may
 miss the record that settled a partition whose owner has since let it go, and its member would
 then reset that partition again if it took it: duplicates, never a loss. The state forgets the
 reset when the group empties, as it forgets hints.
@@ -212,6 +213,7 @@ from groupkit.protocol.records import (
     SnapshotHold,
     SnapshotMember,
     SnapshotRecord,
+    SnapshotReset,
     decode,
     decode_key,
     other_group_key,
@@ -1047,6 +1049,8 @@ class GroupState:
             history=tuple((self._gen_time[g], self._history[g]) for g in sorted(self._history)),
             holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in self.holds),
             assignment_clobbered=self.assignment_clobbered,
+            reset=None if self.reset is None else _reset_to_snapshot(self.reset),
+            reset_floor=self._reset_floor,
         )
 
     @classmethod
@@ -1076,10 +1080,20 @@ class GroupState:
         st._pending_gens = {
             g for g, a in st._history.items() if any(c.pending for c in a.members.values())
         }
+        st._reset_floor = record.reset_floor
+        if record.reset is not None:
+            r = record.reset
+            st.reset = ResetState(r.at, r.reset_id, dict(r.offsets), set(r.settled),
+                                  dict(r.waiting))  # fmt: skip
         # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
         # snapshot carries them: a gap from here on is the reader's own (replay sets it).
         st._gap_ts = None
         return st
+
+
+def _reset_to_snapshot(r: ResetState) -> SnapshotReset:
+    return SnapshotReset(r.at, r.reset_id, tuple(sorted(r.offsets.items())),
+                         frozenset(r.settled), tuple(sorted(r.waiting.items())))  # fmt: skip
 
 
 def _is_assignment(key: bytes | None) -> bool:
