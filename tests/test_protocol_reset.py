@@ -22,8 +22,6 @@ Forged and malformed reset records are rejected, counted and never crash the rep
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
@@ -59,7 +57,8 @@ class ResetSchedule(GroupSchedule):
               signed: bool) -> None:  # fmt: skip
         self.sim = GroupSim(
             {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor,
-            release_delay_ms=release, signer=KEY if signed else None, **self.sim_options(),
+            release_delay_ms=release, signer=KEY if signed else None, snapshot_every_ms=5_000,
+            **self.sim_options(),
         )  # fmt: skip
         self.sim.lags = {}
         self.forged = 0
@@ -76,9 +75,15 @@ class ResetSchedule(GroupSchedule):
         ahead of what was processed)."""
         parts = [TP(t, p) for t, n in sorted(self.sim.partitions.items()) for p in range(n)]
         chosen = data.draw(st.lists(st.sampled_from(parts), min_size=1, unique=True))
-        offsets = {p: data.draw(st.integers(0, 200)) for p in chosen}
-        if not os.environ.get("NORESET"):
-            self.sim.reset(offsets)
+        self.sim.reset({p: data.draw(st.integers(0, 200)) for p in chosen})
+
+    @rule(mid=st.sampled_from(["n0", "n1"]))
+    def join_from_snapshot(self, mid: str) -> None:
+        """A newcomer that catches up from the newest snapshot (a reset may be pending in it)."""
+        sm = self.sim.members.get(mid)
+        if sm is None or sm.crashed or sm.member.state == "left":
+            self.sim.members.pop(mid, None)
+            self.sim.join(mid, ["t0", "t1"], bounded=True)
 
     @rule(data=st.data())
     def forge_reset(self, data: st.DataObject) -> None:

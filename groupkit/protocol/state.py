@@ -318,7 +318,7 @@ class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
 
     offset: int
-    kind: str  # member | leave | assignment | reassert | snapshot | other_group | rejected
+    kind: str  # member | leave | assignment | reassert | snapshot | reset | other_group | rejected
     key: RecordKey | None = None
     reason: str | None = None
     detail: str = ""
