@@ -122,6 +122,44 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reset_offsets(args: argparse.Namespace) -> int:
+    from groupkit.runtime.reset import (
+        execute_reset,
+        parse_topics,
+        plan_reset,
+        render_plan,
+        scenario_of,
+    )
+
+    scenario = scenario_of(vars(args))
+    if bool(args.topic) == args.all_topics:
+        raise InputError("give --topic T[:P,...] (repeatable) or --all-topics, not both")
+    if args.execute and args.dry_run:
+        raise InputError("--dry-run and --execute exclude each other")
+    conf = {**_client_config(args), "group.id": args.group,
+            "groupkit.control.topic": args.control_topic}  # fmt: skip
+    plan = plan_reset(conf, scenario, None if args.all_topics else parse_topics(args.topic),
+                      timeout=args.timeout)  # fmt: skip
+    print(render_plan(plan, as_json=args.json))
+    if not args.execute:
+        if not args.json:
+            print("\n(dry run: nothing changed; add --execute to apply it)")
+        return 0
+    out = execute_reset(conf, plan, timeout=args.timeout)
+    if not args.json:
+        if out.how == "committed":
+            print(f"\nThe group is empty: offsets committed for {len(out.committed_directly)} "
+                  "partitions.")  # fmt: skip
+        else:
+            print(f"\nReset applied (control offset {out.reset_offset}); acknowledged by "
+                  f"{len(out.acknowledged_by)} live member(s): "
+                  f"{', '.join(out.acknowledged_by) or '-'}")  # fmt: skip
+            if out.committed_directly:
+                print(f"Committed directly (no live member consumes them): "
+                      f"{', '.join(str(p) for p in out.committed_directly)}")  # fmt: skip
+    return 0
+
+
 def _connection_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap-servers", required=True)
     p.add_argument("--control-topic", default="__groupkit")
@@ -170,6 +208,31 @@ def build_parser() -> argparse.ArgumentParser:
     views.add_argument("--state", action="store_true", help="the group's state, leader, strategy")
     p.add_argument("--no-lag", action="store_true", help="skip fetching offsets")
     p.set_defaults(func=_cmd_describe)
+
+    p = sub.add_parser(
+        "reset-offsets",
+        help="reset a group's committed offsets, safely on a running group "
+        "(as kafka-consumer-groups --reset-offsets); a dry run unless --execute",
+    )
+    _connection_arguments(p)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", action="append", default=[], metavar="T[:P,...]",
+                   help="a topic, or some of its partitions (repeatable)")  # fmt: skip
+    p.add_argument("--all-topics", action="store_true",
+                   help="every topic the group's members subscribe to")  # fmt: skip
+    p.add_argument("--to-earliest", action="store_true")
+    p.add_argument("--to-latest", action="store_true")
+    p.add_argument("--to-offset", type=int, metavar="N")
+    p.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
+                   help="the first offset stamped at or after it (no zone: UTC)")  # fmt: skip
+    p.add_argument("--by-duration", metavar="PnDTnHnMnS",
+                   help="the first offset stamped at or after now less this")  # fmt: skip
+    p.add_argument("--shift-by", type=int, metavar="N", help="current offset + N (may be < 0)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan only (the default)")
+    p.add_argument("--execute", action="store_true", help="apply the plan")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds to wait for every live member to acknowledge")  # fmt: skip
+    p.set_defaults(func=_cmd_reset_offsets)
 
     p = sub.add_parser("list", help="the groups on a control topic, with their state")
     _connection_arguments(p)

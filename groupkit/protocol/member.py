@@ -188,10 +188,15 @@ class Actions:
     state: str = UNJOINED
     #: why, for the runtime's logs: e.g. ("session_lapsed",) or ("generation 4",)
     events: tuple[str, ...] = ()
+    #: offset reset (state.py, "Offset resets"), carried out after ``assign``: start these
+    #: partitions (owned, or just assigned) at these offsets and commit them, then report
+    #: :meth:`Member.reset_applied` with ``reset_at`` (at once unless ``defer_revocations``)
+    reset: Mapping[TopicPartition, int] = field(default_factory=dict)
+    reset_at: int = -1
 
     @property
     def idle(self) -> bool:
-        return not (self.lost or self.revoke or self.assign or self.writes)
+        return not (self.lost or self.revoke or self.assign or self.writes or self.reset)
 
 
 class Member:
@@ -279,6 +284,12 @@ class Member:
         self._dirty = True  # something the log should hear about at once
         #: offsets committed for released partitions, for the next record (then forgotten)
         self._committed: dict[TopicPartition, int] = {}
+        #: the newest reset carried out (its record's offset; -1: none), and the partitions
+        #: whose new offset we committed for it: our records say so (state.py "Offset resets")
+        self.reset_at = -1
+        self._reset_done: set[TopicPartition] = set()
+        #: a reset handed to the runtime and not reported done yet (``defer_revocations``)
+        self._resetting: int | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -450,6 +461,11 @@ class Member:
             self.acked = group.generation
             self._dirty = True
 
+        resets = self._reset_step(group, healthy, added)
+        at = self.reset_at if self._resetting is None else self._resetting
+        hints = (group.hints_for(self.member_id, self._seat or self.incarnation, added)
+                 if added else {})  # fmt: skip
+
         writes: list[Write] = []
         due = self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
         # A record without prev_ts starts a new membership (state.py), so while one is on its
@@ -475,13 +491,13 @@ class Member:
             lost=lost,
             revoke=revoked,
             assign=added,
-            offsets=group.hints_for(self.member_id, self._seat or self.incarnation, added)
-            if added
-            else {},
+            offsets=_start_offsets(hints, resets, added),
             writes=tuple(writes),
             generation=self.generation,
             state=self.state,
             events=tuple(events),
+            reset=resets,
+            reset_at=-1 if not resets else at,
         )
 
     # ------------------------------------------------------------------ helpers
@@ -577,9 +593,57 @@ class Member:
             instance_id=self.instance_id,
             seat=seat,
             seat_ts=seat_ts,
+            reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)
+
+    # ------------------------------------------------------------------ offset resets
+
+    def _reset_step(
+        self, group: GroupState, healthy: bool, added: Partitions
+    ) -> dict[TopicPartition, int]:
+        """What of the group's reset to carry out now (state.py, "Offset resets").
+
+        A reset not carried out yet: every partition of it we own whose new offset nobody has
+        committed yet (we owned them before it, or just took them). One carried out (or under
+        way): the unsettled partitions just taken, whose previous owner let go without having
+        carried it out. Outside a healthy step nothing: what we own is about to be lost, and
+        the next owner carries it out. With no partition of it to move, a new reset is
+        acknowledged at once; else once done (:meth:`reset_applied`, at once when revocations
+        are not deferred: the caller carries actions out before it writes)."""
+        rs = group.reset
+        if rs is None or not healthy or self.state == LEAVING:
+            return {}
+        seen = self.reset_at if self._resetting is None else max(self.reset_at, self._resetting)
+        unsettled = rs.unsettled()
+        if rs.at > seen:
+            out = {p: unsettled[p] for p in self.owned if p in unsettled}
+            if not out or not self.defer_revocations:
+                self.reset_at, self._resetting, self._reset_done = rs.at, None, set(out)
+                self._dirty = True
+            else:
+                self._resetting = rs.at
+            return out
+        if rs.at != seen or not added:
+            return {}
+        out = {p: unsettled[p] for p in added if p in unsettled}
+        if out and not self.defer_revocations and self.reset_at == rs.at:
+            self._reset_done |= out.keys()
+            self._dirty = True
+        return out
+
+    def reset_applied(self, at: int, partitions: Iterable[tuple[str, int]]) -> None:
+        """The runtime has started ``partitions`` at reset ``at``'s offsets and committed them
+        (``Actions.reset``): the next record acknowledges it and names them."""
+        done = {TopicPartition(t, p) for t, p in partitions}
+        if self._resetting == at:
+            self.reset_at, self._resetting, self._reset_done = at, None, done
+        elif self.reset_at == at:
+            self._reset_done |= done
+        else:
+            return  # superseded by a newer reset meanwhile
+        self._dirty = True
 
     def _fire(self, event: str) -> None:
         try:
@@ -588,3 +652,12 @@ class Member:
             raise ProtocolError(
                 f"member {self.member_id}: event {event!r} is not allowed in state {self.state!r}"
             ) from None
+
+
+def _start_offsets(
+    hints: Mapping[TopicPartition, int], resets: Mapping[TopicPartition, int], added: Partitions
+) -> Mapping[TopicPartition, int]:
+    """Where to start what we take: a pending reset's offset wins over any hint."""
+    if not resets:
+        return hints
+    return {**hints, **{p: o for p, o in resets.items() if p in added}}

@@ -90,6 +90,7 @@ SCHEMA_VERSION = 1
 KIND_MEMBER = ord("M")
 KIND_ASSIGNMENT = ord("A")
 KIND_SNAPSHOT = ord("S")
+KIND_RESET = ord("R")
 
 FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
@@ -136,7 +137,14 @@ class SnapshotKey:
     group: str
 
 
-RecordKey = MemberKey | AssignmentKey | SnapshotKey
+@dataclass(frozen=True, slots=True)
+class ResetKey:
+    """Key of the group's offset-reset record (one per group: compaction keeps the newest)."""
+
+    group: str
+
+
+RecordKey = MemberKey | AssignmentKey | SnapshotKey | ResetKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +195,11 @@ class MemberRecord:
     #: live; ``seat``, ``joined_at`` and ``since_generation`` then echo that seat. The join
     #: takes the seat over if it is appended within a session of it (state.py).
     seat_ts: int | None = None
+    #: the offset of the newest reset record (:class:`ResetRecord`) the member has carried out
+    #: (-1: none), and the partitions of it whose new offset it committed itself (state.py,
+    #: "Offset resets"). Absent in records that predate it.
+    reset_at: int = -1
+    reset_done: Partitions = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,9 +310,42 @@ class SnapshotRecord:
     history: tuple[tuple[int, AssignmentRecord], ...]
     holds: tuple[SnapshotHold, ...]
     assignment_clobbered: bool
+    #: the group's pending offset reset (``state.ResetState``) and the offset of the newest
+    #: reset accepted (state.py, "Offset resets"); absent in snapshots that predate them
+    reset: SnapshotReset | None = None
+    reset_floor: int = -1
 
 
-RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | None
+@dataclass(frozen=True, slots=True)
+class SnapshotReset:
+    """One ``state.ResetState`` inside a snapshot."""
+
+    at: int
+    reset_id: str
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    settled: Partitions
+    waiting: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    """An operator's offset reset (``groupkit reset-offsets --execute``). Build with
+    :func:`reset_record`. Its identity is its offset in the log: members acknowledge it by
+    that offset (:attr:`MemberRecord.reset_at`), so every reader agrees on it."""
+
+    #: the issuer's id for it (for logs and the CLI's report; not what members acknowledge)
+    reset_id: str
+    #: the new committed offset of each partition, sorted
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    #: who asked (the CLI's host and user), for logs
+    requested_by: str = ""
+    #: the offset of the control log its issuer had read up to when it wrote it: the replay
+    #: refuses a reset based on a log older than the newest reset it knows (a copy of an old
+    #: reset record, replayed into the log, must not reset the group again)
+    based_on: int = -1
+
+
+RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | ResetRecord | None
 
 
 # --------------------------------------------------------------------------- factories
@@ -326,6 +372,7 @@ def member_record(
     instance_id: str | None = None,
     seat: str | None = None,
     seat_ts: int | None = None,
+    reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -379,6 +426,8 @@ def member_record(
         instance_id=instance_id,
         seat=None if seat == incarnation else seat,
         seat_ts=seat_ts,
+        reset_at=-1 if reset is None else reset[0],
+        reset_done=EMPTY if reset is None else _tps(reset[1]),
     )
 
 
@@ -494,6 +543,8 @@ def encode_key(key: RecordKey) -> bytes:
         return struct.pack(">BBH", KEY_VERSION, KIND_MEMBER, len(g)) + g + key.member_id.encode()
     if isinstance(key, SnapshotKey):
         return struct.pack(">BBH", KEY_VERSION, KIND_SNAPSHOT, len(g)) + g
+    if isinstance(key, ResetKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_RESET, len(g)) + g
     return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
 
 
@@ -506,6 +557,8 @@ def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = Non
         if isinstance(value, MemberRecord)
         else _snapshot_doc(value)
         if isinstance(value, SnapshotRecord)
+        else _reset_doc(value)
+        if isinstance(value, ResetRecord)
         else _assignment_doc(value)
     )
     payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -577,6 +630,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         doc["seat"] = v.seat
     if v.seat_ts is not None:
         doc["seat_ts"] = v.seat_ts
+    if v.reset_at >= 0:  # optional: absent means none (and in every record that predates it)
+        doc["reset"] = {"at": v.reset_at, "done": encode_partitions(v.reset_done)}
     return doc
 
 
@@ -628,6 +683,7 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
         ],
         "holds": [[h.holder, encode_partitions(h.partitions), h.until] for h in v.holds],
         "clobbered": v.assignment_clobbered,
+        **_snapshot_reset_doc(v),
     }
 
 
@@ -756,6 +812,10 @@ def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
         if rest:
             raise RecordRejected("bad_bytes", "trailing bytes in snapshot key")
         return SnapshotKey(group)
+    if kind == KIND_RESET:
+        if rest:
+            raise RecordRejected("bad_bytes", "trailing bytes in reset key")
+        return ResetKey(group)
     raise RecordRejected("unknown_kind", f"key kind {kind}")
 
 
@@ -766,8 +826,8 @@ def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = No
     they have no bytes to sign).
     """
     if raw is None:
-        if isinstance(key, AssignmentKey | SnapshotKey):
-            raise RecordRejected("bad_value", "assignment or snapshot tombstone")
+        if isinstance(key, AssignmentKey | SnapshotKey | ResetKey):
+            raise RecordRejected("bad_value", "assignment, snapshot or reset tombstone")
         return None
     try:
         return _decode_value(key, bytes(raw), verifier)
@@ -847,7 +907,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
                                     k.since_generation, k.legacy, k.committed,
-                                    k.instance_id, k.seat, k.seat_ts)  # fmt: skip
+                                    k.instance_id, k.seat, k.seat_ts,
+                                    k.reset_at, k.reset_done)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
     try:
@@ -865,6 +926,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
         return record
     if isinstance(key, SnapshotKey):
         return _snapshot_from(key, doc)
+    if isinstance(key, ResetKey):
+        return _reset_from(doc)
     return _assignment_from(doc)
 
 
@@ -1028,6 +1091,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         instance_id=instance,
         seat=seat,
         seat_ts=seat_ts,
+        **(_member_reset(doc, budget) if "reset" in doc else {}),
     )
 
 
@@ -1162,6 +1226,7 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         history=tuple(history),
         holds=tuple(holds),
         assignment_clobbered=_get(doc, "clobbered", bool),
+        **_snapshot_reset_from(doc, budget),
     )
 
 
@@ -1194,3 +1259,96 @@ def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> 
         instance_id=_str(doc, "instance") if "instance" in doc else None,
         process_since=_nat(doc, "proc_since") if "instance" in doc else 0,
     )
+
+
+# --------------------------------------------------------------------------- offset resets
+# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
+# "Offset resets")
+
+#: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
+MAX_RESET_TEXT = 200
+
+
+def reset_record(
+    group: str,
+    reset_id: str,
+    offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+    requested_by: str = "",
+    based_on: int = -1,
+) -> tuple[ResetKey, ResetRecord]:
+    """The key and value of an offset reset: the new committed offset of each partition."""
+    _check_id("group", group)
+    _check_id("reset_id", reset_id)
+    if not offsets:
+        raise ValueError("a reset names at least one partition")
+    out = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in offsets.items()))
+    for tp, o in out:
+        if o < 0 or tp.partition < 0:
+            raise ValueError(f"reset of {tp} to {o}: negative")
+    return ResetKey(group), ResetRecord(
+        reset_id[:MAX_RESET_TEXT], out, requested_by[:MAX_RESET_TEXT], based_on
+    )
+
+
+def _reset_doc(v: ResetRecord) -> dict[str, Any]:
+    by_topic: dict[str, list[list[int]]] = {}
+    for tp, o in v.offsets:
+        by_topic.setdefault(tp.topic, []).append([tp.partition, o])
+    return {"id": v.reset_id, "offsets": by_topic, "by": v.requested_by, "base": v.based_on}
+
+
+def _reset_from(doc: Mapping[str, Any]) -> ResetRecord:
+    reset_id = _str(doc, "id")
+    by = _str(doc, "by", allow_empty=True)
+    if len(reset_id) > MAX_RESET_TEXT or len(by) > MAX_RESET_TEXT:
+        raise RecordRejected("bad_value", f"reset id or issuer longer than {MAX_RESET_TEXT}")
+    offsets = _committed({"committed": _get(doc, "offsets", dict)}, EMPTY, _Budget())
+    if not offsets:
+        raise RecordRejected("bad_value", "a reset of no partition")
+    base = _get(doc, "base", int)
+    if base < -1:
+        raise RecordRejected("bad_value", "base < -1")
+    return ResetRecord(reset_id, offsets, by, base)
+
+
+def _member_reset(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+    """A member record's optional ``reset``: ``{"at": offset, "done": partitions}``."""
+    r = _get(doc, "reset", dict)
+    return {
+        "reset_at": _nat(r, "at"),
+        "reset_done": decode_partitions(_get(r, "done", dict), "reset done", budget),
+    }
+
+
+def _snapshot_reset_doc(v: SnapshotRecord) -> dict[str, Any]:
+    """A snapshot's optional ``reset`` and ``reset_floor`` (absent: none, -1)."""
+    doc: dict[str, Any] = {}
+    if v.reset_floor >= 0:
+        doc["reset_floor"] = v.reset_floor
+    r = v.reset
+    if r is not None:
+        offsets = _reset_doc(ResetRecord(r.reset_id, r.offsets))["offsets"]
+        doc["reset"] = {"at": r.at, "id": r.reset_id, "offsets": offsets,
+                        "settled": encode_partitions(r.settled),
+                        "waiting": [list(w) for w in r.waiting]}  # fmt: skip
+    return doc
+
+
+def _snapshot_reset_from(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "reset_floor" in doc:
+        out["reset_floor"] = _nat(doc, "reset_floor")
+    if "reset" in doc:
+        r = _get(doc, "reset", dict)
+        waiting = _get(r, "waiting", list)
+        if not all(isinstance(w, list) and len(w) == 2 and all(isinstance(x, str) and x for x in w)
+                   for w in waiting):  # fmt: skip
+            raise RecordRejected("wrong_type", "reset waiting: bad entry")
+        out["reset"] = SnapshotReset(
+            at=_nat(r, "at"),
+            reset_id=_str(r, "id"),
+            offsets=_committed({"committed": _get(r, "offsets", dict)}, EMPTY, budget),
+            settled=decode_partitions(_get(r, "settled", dict), "reset settled", budget),
+            waiting=tuple((w[0], w[1]) for w in waiting),
+        )
+    return out

@@ -38,6 +38,14 @@ start beyond every record processed so far (a record skipped, never processed: a
 hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
 committed offset at that moment.
 
+Offset resets (issue 16): :meth:`GroupSim.reset` appends an operator's reset record. A member
+carries out ``Actions.reset`` as the runtime does: each partition of it that it still processes
+starts at the new offset, which is committed at once; one under deferred revocation is left to
+its release (its next owner resets it); then ``Member.reset_applied``. Every position and every
+commit is tagged with the reset it descends from (``lineage``): :meth:`violations` reports a
+commit descending from an older reset than the partition's committed offset already does, and
+a first commit after a reset that is not its offset (``commits`` lists every commit).
+
 The assignor (issue 19): leaders run as the runtime runs them, with ``Node(defer_plans=True)``:
 a plan is asked for (``need_plan``), made, and reported to the node ``plan_ms`` later
 (default 0: at once, in the same step, so the logs are as when the planner ran it inline); the
@@ -67,7 +75,7 @@ from groupkit.protocol.assign import (
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
 from groupkit.protocol.node import Lead, Node
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
-from groupkit.protocol.records import Signer
+from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.types import TopicPartition
@@ -161,6 +169,9 @@ class SimMember:
     assignor_busy_until: int = 0
     #: its (deferred) leave is a static member's park: it keeps its seat (Member.park)
     parks: bool = False
+    #: per position, the offset of the reset record it descends from (-1: none), see
+    #: "Offset resets" in the module docstring
+    lineage: dict[TopicPartition, int] = field(default_factory=dict)
 
     @property
     def member(self) -> Member:
@@ -249,6 +260,12 @@ class GroupSim:
         self.processed: dict[TopicPartition, int] = {}
         #: (member, partition, hint, committed offset then) of every start at a hint
         self.hint_starts: list[tuple[str, TopicPartition, int, int]] = []
+        #: per partition, the reset its committed offset descends from (-1: none)
+        self.lineage: dict[TopicPartition, int] = {}
+        #: every commit: (tick, member, partition, offset, lineage)
+        self.commits: list[tuple[int, str, TopicPartition, int, int]] = []
+        #: the resets written: (offset of the record, new offsets)
+        self.resets: list[tuple[int, dict[TopicPartition, int]]] = []
         self._ticks = 0
 
     # ------------------------------------------------------------------ schedule
@@ -404,7 +421,7 @@ class GroupSim:
             if pos > self.processed.get(p, 0):
                 self.processed[p] = pos
             if commit:
-                self.committed[p] = pos
+                self._set_committed(sm, p, pos)
 
     def _commit(
         self, sm: SimMember, parts: Iterable[TopicPartition], owned: bool = True
@@ -413,9 +430,12 @@ class GroupSim:
         committed."""
         out: dict[TopicPartition, int] = {}
         for p in parts:
-            pos = sm.positions.pop(p, None)
+            pos = sm.positions.get(p)
             if pos is not None and (not owned or p in sm.member.owned):
-                self.committed[p] = out[p] = pos
+                self._set_committed(sm, p, pos)
+                out[p] = pos
+            sm.positions.pop(p, None)
+            sm.lineage.pop(p, None)
         return out
 
     def _take(self, sm: SimMember, acts: Actions) -> None:
@@ -424,6 +444,11 @@ class GroupSim:
             committed = self.committed.get(p, 0)
             hint = acts.offsets.get(p)
             start = committed if hint is None else hint
+            sm.lineage[p] = self.lineage.get(p, -1)
+            if p in acts.reset:  # a reset's offset, not a hint (_apply_reset checks it)
+                sm.positions[p] = start
+                sm.stopped.discard(p)
+                continue
             if hint is not None:
                 self.hint_starts.append((sm.member_id, p, hint, committed))
                 if hint > committed:
@@ -515,8 +540,55 @@ class GroupSim:
             self._commit(sm, acts.revoke, owned=False)  # (no longer in member.owned)
             sm.stopped -= acts.revoke
         self._take(sm, acts)
+        if acts.reset:
+            self._apply_reset(sm, acts)
         for w in acts.writes:
             self._produce(w.raw_key, w.raw_value)
+
+    # ------------------------------------------------------------------ offset resets
+
+    def reset(self, offsets: Mapping[TopicPartition, int], signer: Signer | None = None) -> int:
+        """An operator's ``reset-offsets --execute``: append a reset record now (signed with
+        the group's key unless ``signer`` says otherwise); its offset."""
+        key, value = reset_record(self.group, f"r{len(self.resets)}", offsets,
+                                  based_on=len(self.log.records) - 1)  # fmt: skip
+        rk, rv = encode(key, value, self.signer if signer is None else signer)
+        off = self.log.append(rk, rv)
+        self.resets.append((off, dict(offsets)))
+        return off
+
+    def _apply_reset(self, sm: SimMember, acts: Actions) -> None:
+        """As the runtime does: each partition of ``acts.reset`` it still processes starts at
+        the new offset, which is committed at once; one under revocation is left to its release
+        (its next owner carries the reset out). Then reported done, as the runtime reports."""
+        done = []
+        for p, o in acts.reset.items():
+            if p in sm.stopped or p not in sm.member.owned:
+                continue
+            if p not in acts.assign and p not in sm.positions:
+                continue
+            sm.positions[p] = o
+            sm.lineage[p] = acts.reset_at
+            self._set_committed(sm, p, o)
+            done.append(p)
+        if sm.member.defer_revocations:
+            sm.node.member.reset_applied(acts.reset_at, done)
+
+    def _set_committed(self, sm: SimMember, p: TopicPartition, pos: int) -> None:
+        """The broker stores a commit: checked against the resets (module docstring)."""
+        lineage = sm.lineage.get(p, -1)
+        before = self.lineage.get(p, -1)
+        if lineage < before:
+            self.errors.append(f"{sm.member_id} committed {p} at {pos}, descending from reset "
+                               f"{lineage}, after a commit of reset {before}")  # fmt: skip
+        elif lineage > before:
+            want = next((o[p] for at, o in self.resets if at == lineage and p in o), None)
+            if want != pos:
+                self.errors.append(f"{sm.member_id}: first commit of {p} after reset {lineage} "
+                                   f"is {pos}, not {want}")  # fmt: skip
+        self.committed[p] = pos
+        self.lineage[p] = max(lineage, before)
+        self.commits.append((self._ticks, sm.member_id, p, pos, lineage))
 
     def _release(self, sm: SimMember) -> None:
         """Deferred revocations whose commit is done: released, and a poll at once."""

@@ -174,6 +174,40 @@ release (a hint is taken only from a record that continues a membership whose cl
 knows): a hint a reader does not have only means a look-up. Hints are no part of what members
 must agree on (``fingerprint``): each member uses its own only for what it takes itself.
 
+Offset resets (issue 16, ``groupkit reset-offsets``). An operator's reset is a record of its
+own (``ResetKey``, one per group: compaction keeps the newest), signed like the others, naming
+the new committed offset of each partition. Its identity is its offset ``R`` in the log, which
+every reader agrees on. The replay keeps the newest one (:attr:`GroupState.reset`):
+
+- It is refused (``stale_reset``) unless it is based on (``ResetRecord.based_on``: the offset
+  its issuer had read up to) a log no older than the newest reset accepted before, so a copy of
+  an old reset replayed into the log cannot reset the group again; and refused
+  (``reset_of_empty_group``) when no member is live: nobody would carry it out, so the operator
+  commits an empty group's offsets directly. A newer reset supersedes an older one.
+- The members live at ``R`` must acknowledge it (:meth:`GroupState.reset_waiting`): a record of
+  the same membership (one the record continues, as for hints) with ``reset_at == R``. One that
+  expires, leaves or restarts its membership needs not: it has fenced itself and commits nothing
+  more. Every live member acknowledges once it has read ``R`` and is healthy (member.py).
+- A partition is *settled* once a member's record names it in ``reset_done``: that member
+  started it at the new offset and committed it. Until then its next owner must do so: a member
+  that takes an unsettled partition starts it at the new offset, whatever hint it has, and
+  commits it (``Actions.reset``). Hints for the reset's partitions from before ``R`` are dropped
+  at ``R``, and hints given since for a partition still unsettled come from an owner that let it
+  go before carrying the reset out (it was slow to read ``R``, or was releasing it): dropped too.
+
+Why nothing from before ``R`` is committed once a partition's new offset is: that commit is
+made by the partition's one owner (the safety invariant), after everything it committed
+before (in order, on one connection); its later commits follow on from the new offset. An
+earlier owner committed before its release record, which precedes the grant to the next owner.
+So the committed offset of each partition steps once from its old lineage to the new offset and
+never back (``tests/test_protocol_reset.py`` checks this on every commit of random schedules, in
+the simulator, which tags each position with the reset it descends from). The reset is in snapshots
+(a newcomer that catches up from one resets what it takes, as a full reader would), but not in
+what members must agree on; a reader that started from the compacted topic may
+miss the record that settled a partition whose owner has since let it go, and its member would
+then reset that partition again if it took it: duplicates, never a loss. The state forgets the
+reset when the group empties, as it forgets hints.
+
 Where agreement cannot be had: if the newest record of a key below the cleaner's point is one
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
@@ -205,10 +239,13 @@ from groupkit.protocol.records import (
     MemberRecord,
     Partitions,
     RecordKey,
+    ResetKey,
+    ResetRecord,
     Signer,
     SnapshotHold,
     SnapshotMember,
     SnapshotRecord,
+    SnapshotReset,
     decode,
     decode_key,
     other_group_key,
@@ -301,12 +338,32 @@ class OffsetHint:
     receiver: tuple[str, str] | None = None
 
 
+@dataclass(slots=True)
+class ResetState:
+    """The group's newest offset reset, as replayed (module docstring, "Offset resets")."""
+
+    #: offset of the reset record: what members acknowledge (``MemberRecord.reset_at``)
+    at: int
+    reset_id: str
+    #: the new committed offset of each partition
+    offsets: dict[TopicPartition, int]
+    #: partitions whose new offset a member committed itself (``MemberRecord.reset_done``)
+    settled: set[TopicPartition] = field(default_factory=set)
+    #: member id -> incarnation of the members live at the reset record, until each of them
+    #: acknowledges it (:meth:`GroupState.reset_waiting` leaves out those no longer live)
+    waiting: dict[str, str] = field(default_factory=dict)
+
+    def unsettled(self) -> dict[TopicPartition, int]:
+        """The partitions whose next owner must still start at, and commit, the new offset."""
+        return {p: o for p, o in self.offsets.items() if p not in self.settled}
+
+
 @dataclass(frozen=True, slots=True)
 class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
 
     offset: int
-    kind: str  # member | leave | assignment | reassert | snapshot | other_group | rejected
+    kind: str  # member | leave | assignment | reassert | snapshot | reset | other_group | rejected
     key: RecordKey | None = None
     reason: str | None = None
     detail: str = ""
@@ -360,6 +417,12 @@ class GroupState:
     #: log time of the newest record this reader replayed after a gap in offsets (compaction
     #: dropped records it would have needed): see :meth:`knows_holds`
     _gap_ts: int | None = None
+    #: the newest offset reset, while the group has live members ("Offset resets"); not part
+    #: of snapshots nor of what members must agree on
+    reset: ResetState | None = None
+    #: offset of the newest reset record accepted (kept when the group empties): a reset
+    #: based on an older log is a copy of an old one ("Offset resets")
+    _reset_floor: int = -1
 
     # ------------------------------------------------------------------ queries
 
@@ -730,6 +793,9 @@ class GroupState:
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 return self._apply_member(offset, k, v, timestamp_ms)
+            if isinstance(k, ResetKey):
+                assert isinstance(v, ResetRecord)
+                return self._apply_reset(offset, k, v)
             assert isinstance(k, AssignmentKey) and isinstance(v, AssignmentRecord)
             return self._apply_assignment(offset, k, v, timestamp_ms)
         except RecordRejected as e:
@@ -758,6 +824,7 @@ class GroupState:
             self._elect()
             if self.leader is None:
                 self.offset_hints.clear()  # an empty group (see "Offset hints")
+                self.reset = None  # (and "Offset resets")
         if self.holds and any(h.until <= self.log_time for h in self.holds):
             self.holds = [h for h in self.holds if h.until > self.log_time]
 
@@ -866,6 +933,8 @@ class GroupState:
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
+        if self.reset is not None:
+            self._reset_heard(mid, v, continues)
         self.members[mid] = m
         for p in m.claims:
             self._claimers.setdefault(p, set()).add(mid)
@@ -942,6 +1011,7 @@ class GroupState:
                 self._elect()
                 if self.leader is None:
                     self.offset_hints.clear()  # an empty group (see "Offset hints")
+                    self.reset = None  # (and "Offset resets")
         return Replayed(offset, "leave", k)
 
     def _apply_assignment(
@@ -1020,6 +1090,62 @@ class GroupState:
         for g in sorted(self._history):
             yield self._history[g]
 
+    # ------------------------------------------------------------------ offset resets
+
+    def _apply_reset(self, offset: int, k: ResetKey, v: ResetRecord) -> Replayed:
+        """A new reset supersedes any earlier one; hints from before it are void for its
+        partitions ("Offset resets")."""
+        if v.based_on < self._reset_floor:
+            raise RecordRejected("stale_reset", f"based on {v.based_on} < {self._reset_floor}")
+        if v.based_on >= offset:
+            raise RecordRejected("stale_reset", f"based on {v.based_on} >= its own offset")
+        live = self.live_members()
+        if not live:
+            # Nobody would carry it out, and the state forgets it when the group empties:
+            # the operator's tool commits an empty group's offsets itself.
+            raise RecordRejected("reset_of_empty_group", v.reset_id)
+        offsets = dict(v.offsets)
+        self._reset_floor = offset
+        self.reset = ResetState(offset, v.reset_id, offsets,
+                                waiting={i: m.incarnation for i, m in live.items()})  # fmt: skip
+        for p in offsets.keys() & self.offset_hints.keys():
+            del self.offset_hints[p]
+            self.hints_ignored["reset"] += 1
+        return Replayed(offset, "reset", k)
+
+    def _reset_heard(self, mid: str, v: MemberRecord, continues: bool) -> None:
+        """A member record acknowledges the current reset (``reset_at``) and names the
+        partitions whose new offset it committed (``reset_done``): only from a membership the
+        record continues, as hints are. Hints this record (or any since the reset) gave for a
+        partition still unsettled predate its reset: dropped."""
+        rs = self.reset
+        assert rs is not None
+        if continues and v.reset_at == rs.at:
+            if rs.waiting.get(mid) == v.incarnation:
+                del rs.waiting[mid]
+            rs.settled |= v.reset_done & rs.offsets.keys()
+        elif not continues and mid in rs.waiting:
+            # a new membership (a restart, or a return after a lapse) owns nothing from
+            # before: the process fenced itself, committing nothing since
+            del rs.waiting[mid]
+        if self.offset_hints:
+            for p in [p for p in self.offset_hints if p in rs.offsets and p not in rs.settled]:
+                del self.offset_hints[p]
+                self.hints_ignored["reset_pending"] += 1
+
+    def reset_waiting(self) -> dict[str, str]:
+        """The members (id -> incarnation) live at the current reset that have not yet
+        acknowledged it and are still live with that incarnation; empty once every one has
+        (or when there is no reset)."""
+        rs = self.reset
+        if rs is None:
+            return {}
+        return {
+            mid: inc
+            for mid, inc in rs.waiting.items()
+            if self.is_live(mid) and self.members[mid].incarnation == inc
+        }
+
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self, writer_id: str, writer_incarnation: str) -> SnapshotRecord:
@@ -1040,6 +1166,8 @@ class GroupState:
             history=tuple((self._gen_time[g], self._history[g]) for g in sorted(self._history)),
             holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in self.holds),
             assignment_clobbered=self.assignment_clobbered,
+            reset=None if self.reset is None else _reset_to_snapshot(self.reset),
+            reset_floor=self._reset_floor,
         )
 
     @classmethod
@@ -1069,10 +1197,20 @@ class GroupState:
         st._pending_gens = {
             g for g, a in st._history.items() if any(c.pending for c in a.members.values())
         }
+        st._reset_floor = record.reset_floor
+        if record.reset is not None:
+            r = record.reset
+            st.reset = ResetState(r.at, r.reset_id, dict(r.offsets), set(r.settled),
+                                  dict(r.waiting))  # fmt: skip
         # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
         # snapshot carries them: a gap from here on is the reader's own (replay sets it).
         st._gap_ts = None
         return st
+
+
+def _reset_to_snapshot(r: ResetState) -> SnapshotReset:
+    return SnapshotReset(r.at, r.reset_id, tuple(sorted(r.offsets.items())),
+                         frozenset(r.settled), tuple(sorted(r.waiting.items())))  # fmt: skip
 
 
 def _is_assignment(key: bytes | None) -> bool:

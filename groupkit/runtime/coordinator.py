@@ -111,6 +111,10 @@ class Handoff:
     #: where to start some of ``assign``: the offsets their previous owner committed and named
     #: in its release (``Actions.offsets``); the others look their committed offset up
     offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    #: an offset reset to carry out after ``assign`` (``Actions.reset``): start these at these
+    #: offsets, commit them, then report :meth:`Coordinator.reset_applied` with ``reset_at``
+    reset: Mapping[TopicPartition, int] = field(default_factory=dict)
+    reset_at: int = -1
 
 
 class Fence(NamedTuple):
@@ -438,11 +442,19 @@ class Coordinator:
         """Queue the hand-offs of the member's ``acts`` and produce its records (under lock)."""
         self._check_clock(self.member.skew_seen_ms, "own_records")
         new_revoke = acts.revoke - self._revoking
-        if acts.lost or new_revoke or acts.assign:
+        if acts.lost or new_revoke or acts.assign or acts.reset:
             self._revoking |= new_revoke
             self._revoking -= acts.lost
             self._handoffs.append(
-                Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets)
+                Handoff(
+                    acts.lost,
+                    new_revoke,
+                    acts.assign,
+                    acts.generation,
+                    acts.offsets,
+                    acts.reset,
+                    acts.reset_at,
+                )
             )
             self.needs_service = True
             for e in acts.events:
@@ -577,6 +589,20 @@ class Coordinator:
             if self.member.state == "left":
                 return
             # Delivery callbacks stay on the control thread (its next writer.service).
+            acts = self._act(monotonic_ms(), service=False)
+        if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
+            self._on_handoff()
+
+    def reset_applied(self, at: int, partitions: Iterable[TopicPartition]) -> None:
+        """Called by the ``poll`` thread once it started ``partitions`` at the offsets of the
+        reset record at offset ``at`` and committed them (``Handoff.reset``): the record that
+        acknowledges the reset is produced at once (the operator's command waits for it)."""
+        with self.lock:
+            if self.member.state == "left":
+                return
+            self.member.reset_applied(at, partitions)
+            _log.info("offsets.reset_applied", group=self.cfg.group_id, member=self.member_id,
+                      reset_at=at)  # fmt: skip
             acts = self._act(monotonic_ms(), service=False)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()

@@ -18,6 +18,9 @@ thread that calls ``GroupConsumer.poll`` (confluent-kafka admits one thread at a
   (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for partitions that
   were dropped after a fetch.
 - Its asynchronous commits (:class:`AsyncCommits`): auto-commit keeps at most one in flight.
+- An offset reset (:meth:`DataConsumer.restart_at`): the partitions are unassigned and assigned
+  again at their new offsets, so nothing fetched or stored before is handed out or committed;
+  answers of async commits sent before it are not taken by the keep-alive as committed.
 - Keep-alive of committed offsets (:class:`OffsetKeepAlive`). The broker never sees this
   handle in its group, so it keeps a committed offset only ``offsets.retention.minutes`` after
   its commit, however alive the group is (a native member's group keeps them all while it is
@@ -192,10 +195,18 @@ class AsyncCommits:
         self._user_cb = user_cb
         self._keepalive = keepalive
         self.sent: deque[float] = deque()  # monotonic send times, oldest first
+        #: answers received so far; with ``sent``, the ordinal of each async commit
+        self.answered = 0
+        #: partition -> how many async commits had been sent when it was reset: their answers
+        #: name offsets from before the reset, which the keep-alive must not take as committed
+        self.reset_barrier: dict[TopicPartition, int] = {}
 
     def done(self, err: Any, partitions: Any) -> None:
         if self.sent:
             self.sent.popleft()
+        self.answered += 1
+        if self.reset_barrier and partitions:
+            partitions = self._after_reset(partitions)
         if err is None and partitions and self._keepalive is not None:
             self._keepalive.committed(partitions, time.monotonic())
         if self._user_cb is not None:
@@ -203,6 +214,22 @@ class AsyncCommits:
 
     def waiting_since(self) -> float | None:
         return self.sent[0] if self.sent else None
+
+    def reset(self, parts: Iterable[TopicPartition]) -> None:
+        """``parts`` were reset (``DataConsumer.restart_at``): answers of the async commits
+        sent so far are from before it. (Their commits reach the coordinator before the
+        reset's own synchronous commit: one connection, in order.)"""
+        issued = self.answered + len(self.sent)
+        for p in parts:
+            self.reset_barrier[p] = issued
+
+    def _after_reset(self, partitions: list[KTopicPartition]) -> list[KTopicPartition]:
+        n = self.answered
+        out = [p for p in partitions
+               if self.reset_barrier.get(TopicPartition(p.topic, p.partition), 0) < n]  # fmt: skip
+        for tp in [tp for tp, b in self.reset_barrier.items() if b < n]:
+            del self.reset_barrier[tp]
+        return out
 
 
 class DataConsumer:
@@ -290,6 +317,29 @@ class DataConsumer:
             self.unassign_failed = True
             self._on_unassign_failed()
             raise
+
+    def restart_at(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """Start owned partitions again at ``offsets`` (an offset reset): unassigned, so that
+        librdkafka drops what it fetched and what it stored for them (nothing fetched before
+        is handed out, nothing stored before is committed after), then assigned at the new
+        offsets, which the keep-alive takes as their committed ones from now on. (Not
+        ``seek``: it keeps the stored offset, from before the reset, which auto-commit would
+        then commit, and with ``enable.auto.offset.store`` it cannot be stored over.)"""
+        parts = frozenset(offsets)
+        if self._cfg.protocol == "cooperative":
+            self.unassign(parts)
+            self.assign(parts, offsets)
+        else:
+            # Eager assigns the whole set at once: the partitions that stay go on from their
+            # positions (without them they would start over from their committed offsets).
+            rest = self.handle.position(ktps(sorted(self.owned - parts)))
+            start = {TopicPartition(k.topic, k.partition): k.offset for k in rest
+                     if k.offset is not None and k.offset >= 0}  # fmt: skip
+            self.unassigns += 1
+            self.keepalive.unassigned(parts)
+            self.handle.assign(ktps(self.owned, {**start, **offsets}))
+            self.keepalive.assigned(parts, offsets, time.monotonic())
+        self.commits.reset(parts)
 
     # ------------------------------------------------------------------ commits
 

@@ -29,6 +29,13 @@ A hand-off is done in the order of its fields: lose, revoke, assign.
   did (``Handoff.offsets``; protocol/state.py, "Offset hints"): no look-up for those. Only
   partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
   or whose previous owner did not release them (a crash) are looked up. Then ``on_assign``.
+- **Reset** (an operator's ``groupkit reset-offsets``; protocol/state.py, "Offset resets"),
+  last: each partition of it still owned starts again at its new offset
+  (:meth:`~groupkit.runtime.data_consumer.DataConsumer.restart_at`: nothing fetched or stored
+  before it is handed out or committed after it), the new offsets are committed synchronously,
+  and the coordinator is told (``Coordinator.reset_applied``), whose record acknowledges the
+  reset. A partition under revocation is left out: its release commits its old position, and
+  its next owner carries the reset out instead (the log ignores that release's hint).
 """
 
 from __future__ import annotations
@@ -107,11 +114,43 @@ class HandoffExecutor:
                            partitions=len(add), at_hint=len(hinted))  # fmt: skip
                 if self.on_assign is not None:
                     self.on_assign(self._consumer, ktps(add))
+        if h.reset:
+            self.reset(h)
         # (losses are reported by lose, wherever they happen: poll's own fence may be first)
         c = self._coordinator()
         assert c is not None
         self._observers.handoff(c.member_id, h.generation, h.assign, h.revoke, EMPTY,
                                 time.monotonic() - t0)  # fmt: skip
+
+    def reset(self, h: Handoff, timeout: float = 10.0) -> None:
+        """Carry out ``h.reset`` (module docstring): restart, commit, report what was done."""
+        c = self._coordinator()
+        assert c is not None
+        data = self._data
+        mine = {p: o for p, o in h.reset.items() if p in data.owned}
+        # What this hand-off just assigned starts at the reset's offsets already.
+        again = {p: o for p, o in mine.items() if p not in h.assign}
+        if again:
+            data.restart_at(again)
+        done: list[TopicPartition] = []
+        deadline = time.monotonic() + timeout
+        while mine:
+            try:
+                c.check_commit(mine)
+                got = data.commit_sync(ktps(mine, mine))
+                done = [p for p, o in mine.items() if got.get(p) == o]
+                break
+            except FencedError as e:  # lost meanwhile: their next owner resets them
+                _log.warning("reset.commit_refused", member=c.member_id, error=str(e))
+                break
+            except KafkaException as e:
+                if time.monotonic() >= deadline:
+                    # Not acknowledged: the operator's command reports the timeout. Their
+                    # positions are reset; the next commits carry on from there.
+                    _log.warning("reset.commit_failed", member=c.member_id, error=str(e))
+                    return
+                time.sleep(0.2)  # the coordinator is moving; try again shortly
+        c.reset_applied(h.reset_at, done)
 
     def lose(self, parts: Partitions, why: str) -> None:
         """Stop ``parts`` without a commit, run ``on_lost`` and tell the coordinator, if the
