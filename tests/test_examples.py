@@ -1,0 +1,135 @@
+"""The examples/ scripts, each run as its own process against the session's broker.
+
+Each test produces records, runs an example as a user would (``python examples/X.py ...``) and
+checks what it promises: every record handled exactly once and committed, the custom assignor's
+placement, the metrics endpoint, and a clean exit (status 0) on its own or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KTP
+
+from groupkit.dev.harness import wait_for
+from tests.conftest import unique_name
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Example:
+    """One example process; its output (stdout and stderr) is collected line by line."""
+
+    def __init__(self, script: str, *args: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "examples" / script), *args],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def starting(self, prefix: str) -> list[str]:
+        """The lines that start with ``prefix``, without it."""
+        return [line[len(prefix) :] for line in list(self.lines) if line.startswith(prefix)]
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        """Wait for the process to end (and its output to be read); its exit status."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout}s:\n{self.output()}") from None
+        self._reader.join(5)
+        return code
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, as a service manager stops it; the exit status."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def run_example() -> Iterator[Callable[..., Example]]:
+    """``run_example("basic.py", "--topic", t, ...)``; whatever is still running is killed."""
+    started: list[Example] = []
+
+    def run(script: str, *args: str) -> Example:
+        started.append(Example(script, *args))
+        return started[-1]
+
+    yield run
+    for e in started:
+        e.kill()
+
+
+def produce(bootstrap: str, topic: str, partitions: int, n: int) -> set[str]:
+    """``n`` records ``v0``, ``v1``... spread over every partition; their values."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    values = [f"v{i}" for i in range(n)]
+    for i, v in enumerate(values):
+        producer.produce(topic, v.encode(), partition=i % partitions)
+    assert producer.flush(30) == 0
+    return set(values)
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offset of each partition (-1001: none)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = c.committed([KTP(topic, p) for p in range(partitions)], timeout=10)
+        return [tp.offset for tp in tps]
+    finally:
+        c.close()
+
+
+def records(example: Example) -> list[str]:
+    """The values of the ``record <tp>@<offset> <value>`` lines, in order."""
+    return [line.split(" ", 1)[1] for line in example.starting("record ")]
+
+
+def common(bootstrap: str, group: str, topic: str) -> list[str]:
+    return ["--bootstrap-servers", bootstrap, "--group", group, "--topic", topic]
+
+
+@pytest.mark.parametrize("script", ["basic.py", "asyncio_worker.py"])
+def test_worker_handles_every_record_once_and_commits(
+    script: str,
+    bootstrap: str,
+    topic_factory: Callable[..., str],
+    run_example: Callable[..., Example],
+) -> None:
+    topic, group = topic_factory(partitions=3), unique_name("g")
+    values = produce(bootstrap, topic, 3, 30)
+    worker = run_example(script, *common(bootstrap, group, topic), "--max-records", "30")
+    assert worker.wait_exit() == 0, worker.output()
+    assert sorted(records(worker)) == sorted(values), worker.output()
+    assert sorted(p for line in worker.starting("assigned: ") for p in line.split()) == [
+        f"{topic}-{p}" for p in range(3)
+    ]
+    assert worker.starting("done: ") == ["30 records"]
+    # Closing revoked everything, and the revoke committed: a restart would start at the end.
+    assert committed(bootstrap, group, topic, 3) == [10, 10, 10]
