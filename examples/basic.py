@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import signal
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from groupkit import GroupConsumer
 
@@ -31,7 +31,11 @@ def on_assign(consumer: GroupConsumer, partitions: list[TopicPartition]) -> None
 
 def on_revoke(consumer: GroupConsumer, partitions: list[TopicPartition]) -> None:
     # Runs before the partitions are released: commit what was handled so far.
-    consumer.commit(asynchronous=False)
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError._NO_OFFSET:  # _NO_OFFSET: all committed already
+            raise
     print(f"revoked: {names(partitions)}", flush=True)
 
 

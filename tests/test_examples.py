@@ -115,21 +115,31 @@ def common(bootstrap: str, group: str, topic: str) -> list[str]:
     return ["--bootstrap-servers", bootstrap, "--group", group, "--topic", topic]
 
 
+@pytest.mark.parametrize("stop", ["max-records", "sigterm"])
 @pytest.mark.parametrize("script", ["basic.py", "asyncio_worker.py"])
 def test_worker_handles_every_record_once_and_commits(
     script: str,
+    stop: str,
     bootstrap: str,
     topic_factory: Callable[..., str],
     run_example: Callable[..., Example],
 ) -> None:
     topic, group = topic_factory(partitions=3), unique_name("g")
     values = produce(bootstrap, topic, 3, 30)
-    worker = run_example(script, *common(bootstrap, group, topic), "--max-records", "30")
-    assert worker.wait_exit() == 0, worker.output()
+    limit = ["--max-records", "30"] if stop == "max-records" else []
+    worker = run_example(script, *common(bootstrap, group, topic), *limit)
+    if stop == "sigterm":
+        wait_for(lambda: len(records(worker)) >= 30, 30, f"30 records:\n{worker.output()}")
+        assert worker.stop() == 0, worker.output()
+    else:
+        assert worker.wait_exit() == 0, worker.output()
     assert sorted(records(worker)) == sorted(values), worker.output()
     assert sorted(p for line in worker.starting("assigned: ") for p in line.split()) == [
         f"{topic}-{p}" for p in range(3)
     ]
+    # Closing revoked everything (on_revoke ran and committed): a restart would start at the end.
+    assert sorted(p for line in worker.starting("revoked: ") for p in line.split()) == [
+        f"{topic}-{p}" for p in range(3)
+    ]
     assert worker.starting("done: ") == ["30 records"]
-    # Closing revoked everything, and the revoke committed: a restart would start at the end.
     assert committed(bootstrap, group, topic, 3) == [10, 10, 10]
