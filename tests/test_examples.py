@@ -7,6 +7,7 @@ placement, the metrics endpoint, and a clean exit (status 0) on its own or on SI
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -14,11 +15,14 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
+from groupkit import MemberSubscription, TopicPartition
+from groupkit.assignors import unregister_assignor
 from groupkit.dev.harness import wait_for
 from tests.conftest import unique_name
 
@@ -143,3 +147,63 @@ def test_worker_handles_every_record_once_and_commits(
     ]
     assert worker.starting("done: ") == ["30 records"]
     assert committed(bootstrap, group, topic, 3) == [10, 10, 10]
+
+
+def owned(example: Example) -> set[str]:
+    """What the example owns now, from its ``assigned:`` / ``revoked:`` lines."""
+    mine: set[str] = set()
+    for line in list(example.lines):
+        kind, _, parts = line.partition(": ")
+        if kind == "assigned":
+            mine |= set(parts.split())
+        elif kind in ("revoked", "lost"):
+            mine -= set(parts.split())
+    return mine
+
+
+def load_example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"example_{name}", ROOT / "examples" / name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_capacity_assignor_is_proportional() -> None:
+    try:
+        assignor = load_example("custom_assignor.py").CapacityAssignor()
+    finally:  # importing it registered it: the registry test lists the built-in ones only
+        unregister_assignor("capacity")
+    members = {
+        "b": MemberSubscription(["t", "u"], capacity=3),
+        "a": MemberSubscription(["t"], capacity=1),
+    }
+    assert assignor.assign({"t": 8, "u": 2}, members) == {
+        "a": [TopicPartition("t", p) for p in (0, 1)],
+        "b": [TopicPartition("t", p) for p in range(2, 8)]
+        + [TopicPartition("u", 0), TopicPartition("u", 1)],
+    }
+    # 7 by 1:1:1 -> 2.33 each; the one left over goes to the first member by id.
+    three = {m: MemberSubscription(["t"]) for m in "xyz"}
+    assert [len(v) for v in assignor.assign({"t": 7}, three).values()] == [3, 2, 2]
+
+
+def test_custom_assignor_places_by_capacity_in_a_group_of_two(
+    bootstrap: str, topic_factory: Callable[..., str], run_example: Callable[..., Example]
+) -> None:
+    topic, group = topic_factory(partitions=8), unique_name("g")
+    every = {f"{topic}-{p}" for p in range(8)}
+    small = run_example("custom_assignor.py", *common(bootstrap, group, topic), "--capacity", "1")
+    wait_for(lambda: owned(small) == every, 30, f"one member owning all:\n{small.output()}")
+    big = run_example("custom_assignor.py", *common(bootstrap, group, topic), "--capacity", "3")
+
+    def placed() -> bool:
+        mine, theirs = owned(small), owned(big)
+        return len(mine) == 2 and len(theirs) == 6 and mine | theirs == every
+
+    wait_for(placed, 30, f"2 + 6 partitions:\n{small.output()}\n---\n{big.output()}")
+    # The ranges are contiguous: whichever member id sorts first has the low partitions.
+    assert sorted(owned(small)) in ([f"{topic}-0", f"{topic}-1"], [f"{topic}-6", f"{topic}-7"])
+    big.proc.send_signal(signal.SIGTERM)
+    assert small.stop() == 0, small.output()
+    assert big.wait_exit() == 0, big.output()
