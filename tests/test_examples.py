@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,6 +21,7 @@ from types import ModuleType
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
+from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import MemberSubscription, TopicPartition
 from groupkit.assignors import unregister_assignor
@@ -207,3 +209,57 @@ def test_custom_assignor_places_by_capacity_in_a_group_of_two(
     big.proc.send_signal(signal.SIGTERM)
     assert small.stop() == 0, small.output()
     assert big.wait_exit() == 0, big.output()
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """``{(sample name, labels): value}`` of groupkit's series at ``url``."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("groupkit_")
+    }
+
+
+def test_metrics_endpoint_serves_groupkit_metrics(
+    bootstrap: str, topic_factory: Callable[..., str], run_example: Callable[..., Example]
+) -> None:
+    topic, group = topic_factory(partitions=2), unique_name("g")
+    produce(bootstrap, topic, 2, 20)
+    worker = run_example("metrics.py", *common(bootstrap, group, topic), "--metrics-port", "0")
+    wait_for(lambda: len(worker.starting("record ")) == 20, 30, f"20 records:\n{worker.output()}")
+    [url] = worker.starting("metrics: ")
+    member = {("group", group)}
+    last: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+
+    def value(name: str, **labels: str) -> float | None:
+        return last.get((name, frozenset(member | set(labels.items()))))
+
+    def settled() -> bool:
+        # Lag falls to 0 once auto-commit (every 5 s by default) has committed the 20 records.
+        nonlocal last
+        last = {k: v for k, v in scrape(url).items() if ("group", group) in k[1]}
+        if not last:
+            return False
+        member_id = dict(next(iter(last))[1])["member"]
+        member.add(("member", member_id))
+        return (
+            value("groupkit_records_consumed_total", topic=topic) == 20
+            and value("groupkit_consumergroup_assigned_partitions") == 2
+            and value("groupkit_consumergroup_is_leader") == 1
+            and value("groupkit_consumergroup_lag_sum") == 0
+            and all(
+                value("groupkit_consumergroup_committed_offset", topic=topic, partition=str(p))
+                == 10
+                for p in range(2)
+            )
+        )
+
+    wait_for(settled, 30, "the metrics of 20 records consumed and committed")
+    assert value("groupkit_partitions_assigned_total") == 2, last
+    assert worker.stop() == 0, worker.output()
+    # The library started no server of its own: the example's was the only one, now shut.
+    with pytest.raises(OSError):
+        scrape(url)
