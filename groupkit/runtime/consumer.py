@@ -82,7 +82,7 @@ from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.handoff import Callback, HandoffExecutor
+from groupkit.runtime.handoff import Callback, HandoffExecutor, OwnershipHook
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.probe import MemberProbe
 
@@ -563,6 +563,40 @@ class GroupConsumer:
 
     def assignment(self) -> list[KTopicPartition]:
         return ktps(self._data.owned)
+
+    # ------------------------------------------------------------------ exactly-once (eos)
+    # Added by the exactly-once branch (issue 17, part 4). The parity branch (part 1) adds its
+    # own consumer_group_metadata(); keep that one if they differ: this is the smallest version.
+
+    def consumer_group_metadata(self) -> Any:
+        """The data consumer's group metadata, for ``Producer.send_offsets_to_transaction``:
+        ``group.id`` with no broker generation (the data consumer never joins the broker's
+        group), so the broker does not fence by generation; see groupkit/eos.py for the
+        fencing that replaces it."""
+        self._ensure_open()
+        return self._data.handle.consumer_group_metadata()
+
+    def add_ownership_hook(self, hook: OwnershipHook) -> None:
+        """Tell ``hook`` of every assignment, revocation and loss, where it must act (see
+        runtime/handoff.py, "Ownership hooks"); ``groupkit.eos`` installs one.
+
+        A hook that owns the offsets must be their only committer: groupkit's own commits of
+        them (auto-commit, its commit on revoke, the offset keep-alive) must be off."""
+        cfg = self._cfg
+        if hook.owns_offsets and (cfg.enable_auto_commit or cfg.offsets_keepalive_ms):
+            raise ConfigError(
+                "offsets committed in transactions need groupkit's own commits off: set "
+                "'enable.auto.commit': False and 'groupkit.offsets.keepalive.interval.ms': 0 "
+                "(a commit outside the transaction could move an offset the broker's fencing "
+                "does not guard)"
+            )
+        self._handoffs.hooks.append(hook)
+
+    def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` (owned) again from ``offset`` (after an aborted transaction). The parity
+        branch's ``seek`` does the same for users; either may serve groupkit.eos."""
+        if tp in self._data.owned:
+            self._data.handle.seek(KTopicPartition(tp.topic, tp.partition, offset))
 
     # ------------------------------------------------------------------ closing
 
