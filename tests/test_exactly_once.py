@@ -16,6 +16,8 @@ holds that batch twice. That is the failure the per-partition ``transactional.id
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit.dev.harness import TP, AuditLog, Group, LoadProducer, MemberProcess, wait_for
@@ -71,12 +73,17 @@ def count(m: MemberProcess, e: str) -> int:
     return sum(1 for f in m.facts() if f["e"] == e)
 
 
+def next_transaction(m: MemberProcess) -> None:
+    """Wait until ``m`` opens a transaction after now (its next ``txn`` fact)."""
+    n = count(m, "txn")
+    wait_for(lambda: count(m, "txn") > n, 60, f"a new transaction of {m.name}", step=0.01)
+
+
 def freeze_in_transaction(m: MemberProcess, tries: int = 5) -> dict[str, Any]:
     """SIGSTOP ``m`` while a transaction of its is open (its last fact is a ``txn``: it has
     produced a batch and holds it uncommitted); return that fact."""
     for _ in range(tries):
-        n = count(m, "txn")
-        wait_for(lambda: count(m, "txn") > n, 60, f"a new transaction of {m.name}", step=0.01)
+        next_transaction(m)
         m.pause()
         last = m.facts()[-1]
         if last["e"] == "txn":
@@ -86,8 +93,7 @@ def freeze_in_transaction(m: MemberProcess, tries: int = 5) -> dict[str, Any]:
 
 
 def kill_in_transaction(m: MemberProcess) -> None:
-    n = count(m, "txn")
-    wait_for(lambda: count(m, "txn") > n, 60, f"a new transaction of {m.name}", step=0.01)
+    next_transaction(m)
     m.kill()
 
 
@@ -149,9 +155,7 @@ def wait_all_committed(g: EosGroup, ends: dict[TP, int], timeout: float = 120) -
 
 
 @pytest.fixture
-def eos_group(
-    bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path
-) -> Any:
+def eos_group(bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path) -> Any:
     src = topic_factory(partitions=PARTITIONS, prefix="in")
     dst = topic_factory(partitions=PARTITIONS, prefix="out")
     g = EosGroup(bootstrap, unique_name("g"), src, dst, tmp_path)
@@ -234,3 +238,55 @@ def test_without_the_partition_fencing_a_zombie_duplicates(eos_group: EosGroup) 
     _missing, dups = check_exactly_once(out, dict(load.acked))
     batch = {(tp[0], tp[1], o) for o in range(frozen["first"], frozen["first"] + frozen["n"])}
     assert batch <= dups.keys(), "without the fencing, the zombie's batch is in the output twice"
+
+
+def test_the_example_copies_every_record_once(
+    bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path
+) -> None:
+    """examples/exactly_once.py, run as a user would, until it has been idle for a while."""
+    src = topic_factory(partitions=PARTITIONS, prefix="in")
+    dst = topic_factory(partitions=PARTITIONS, prefix="out")
+    p = Producer({"bootstrap.servers": bootstrap})
+    words = [f"word-{i}" for i in range(300)]
+    for i, w in enumerate(words):
+        p.produce(src, key=f"k{i % 17}".encode(), value=w.encode())
+    assert p.flush(30) == 0
+    group = unique_name("g")
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "exactly_once.py"), "--bootstrap", bootstrap,
+         "--group", group, "--input", src, "--output", dst, "--stop-after-idle", "5"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader"),
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    got: list[str] = []
+    try:
+        c.assign([KTP(dst, i, 0) for i in range(PARTITIONS)])
+        at_end: set[int] = set()
+        wait_for(lambda: _read_some(c, got, at_end), 60, "the output read to its end", step=0)
+    finally:
+        c.close()
+    assert sorted(got) == sorted(w.upper() for w in words)
+    assert committed_offsets(bootstrap, group, src) == _ends(bootstrap, src)
+
+
+def _read_some(c: Consumer, got: list[str], at_end: set[int]) -> bool:
+    for m in c.consume(500, 0.5):
+        err = m.error()
+        if err is not None and err.code() == KafkaError._PARTITION_EOF:
+            at_end.add(m.partition() or 0)
+        elif err is None:
+            got.append((m.value() or b"").decode())
+    return len(at_end) == PARTITIONS
+
+
+def _ends(bootstrap: str, topic: str) -> dict[TP, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("ends")})
+    try:
+        return {
+            (topic, i): c.get_watermark_offsets(KTP(topic, i), timeout=10)[1]
+            for i in range(PARTITIONS)
+        }
+    finally:
+        c.close()
