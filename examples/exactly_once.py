@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import defaultdict
-
-from confluent_kafka import Message
 
 from groupkit import GroupConsumer
-from groupkit.eos import TransactionalProcessor
+from groupkit.eos import TransactionalProcessor, by_partition
 from groupkit.errors import FencedError
 
 
@@ -54,13 +51,10 @@ def main() -> None:
     last_record = time.monotonic()
     try:
         while args.stop_after_idle is None or time.monotonic() - last_record < args.stop_after_idle:
-            batches: dict[tuple[str | None, int | None], list[Message]] = defaultdict(list)
-            for msg in consumer.consume(500, timeout=1.0):
-                if msg.error() is None:
-                    batches[(msg.topic(), msg.partition())].append(msg)
+            batches = by_partition(consumer.consume(500, timeout=1.0))
             if batches or not consumer.assignment():
                 last_record = time.monotonic()
-            for batch in batches.values():  # one transaction per partition's batch
+            for batch in batches:  # one transaction per partition's batch
                 try:
                     with eos.transaction(batch) as producer:
                         for msg in batch:

@@ -72,7 +72,7 @@ from groupkit.protocol.records import Partitions
 from groupkit.runtime.consumer import GroupConsumer
 from groupkit.types import TopicPartition
 
-__all__ = ["TransactionalProcessor", "transactional_id"]
+__all__ = ["TransactionalProcessor", "by_partition", "transactional_id"]
 
 _log = get_logger("groupkit.eos")
 
@@ -83,6 +83,16 @@ _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 def transactional_id(prefix: str, group: str, tp: TopicPartition) -> str:
     """The ``transactional.id`` of input partition ``tp``: the same on every member."""
     return f"{prefix}-{group}-{tp.topic}-{tp.partition}"
+
+
+def by_partition(msgs: Sequence[Message]) -> list[list[Message]]:
+    """The records of ``msgs`` (a ``consume`` batch) split by partition, each in offset order:
+    one :meth:`TransactionalProcessor.transaction` each. Error events are left out."""
+    out: dict[tuple[str | None, int | None], list[Message]] = {}
+    for m in msgs:
+        if m.error() is None:
+            out.setdefault((m.topic(), m.partition()), []).append(m)
+    return list(out.values())
 
 
 def _is_fenced(e: KafkaException) -> bool:

@@ -24,14 +24,12 @@ import json
 import sys
 import threading
 import time
-from collections import defaultdict
 
-from confluent_kafka import KafkaException, Message
-from confluent_kafka import TopicPartition as KTP
+from confluent_kafka import KafkaException
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import Audit
-from groupkit.eos import TransactionalProcessor
+from groupkit.eos import TransactionalProcessor, by_partition
 from groupkit.errors import FencedError, GroupkitError
 
 
@@ -79,12 +77,8 @@ def main() -> None:
         except GroupkitError as e:
             audit.write("failed", error=str(e))
             sys.exit(3)
-        batches: dict[KTP, list[Message]] = defaultdict(list)
-        for m in msgs:
-            if m.error() is None:
-                batches[KTP(m.topic(), m.partition())].append(m)
-        for ktp, batch in batches.items():
-            tp = [ktp.topic, ktp.partition]
+        for batch in by_partition(msgs):
+            tp = [batch[0].topic(), batch[0].partition()]
             try:
                 with eos.transaction(batch) as producer:
                     for m in batch:
