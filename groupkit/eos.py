@@ -15,9 +15,10 @@ member. Whoever owns a partition produces its results and commits its offsets on
    epoch: an open one is aborted, one whose commit had begun is committed. From then on every
    produce, ``TxnOffsetCommit`` and ``EndTxn`` of an older epoch is refused (``PRODUCER_FENCED``
    / ``INVALID_PRODUCER_EPOCH``), whatever that process believes about its ownership.
-2. Then the committed offset is looked up with ``require_stable`` (librdkafka does so under its
-   default ``isolation.level=read_committed``; do not set ``read_uncommitted`` on the
-   consumer): it is exactly what the last committed transaction of any earlier owner wrote.
+2. Then the committed offset is looked up: ``init_transactions()`` returned only once every
+   older epoch's transaction was settled, markers written, so it is exactly what the last
+   committed transaction of any earlier owner wrote (librdkafka also asks for stable offsets,
+   ``require_stable``, under its default ``isolation.level=read_committed``).
 3. The owner processes from there; each batch of one partition is one transaction holding its
    output and the offset after its last record. An aborted batch is fetched again from its first
    record (``GroupConsumer._rewind``); a fenced producer is dropped and the partition's records

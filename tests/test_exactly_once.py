@@ -29,7 +29,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KTP
 
+from groupkit import GroupConsumer
 from groupkit.dev.harness import TP, AuditLog, Group, LoadProducer, MemberProcess, wait_for
+from groupkit.eos import TransactionalProcessor, by_partition
+from groupkit.errors import ConfigError
 from tests.conftest import unique_name
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -271,14 +274,14 @@ def test_the_example_copies_every_record_once(
     assert committed_offsets(bootstrap, group, src) == _ends(bootstrap, src)
 
 
-def _read_some(c: Consumer, got: list[str], at_end: set[int]) -> bool:
+def _read_some(c: Consumer, got: list[str], at_end: set[int], parts: int = PARTITIONS) -> bool:
     for m in c.consume(500, 0.5):
         err = m.error()
         if err is not None and err.code() == KafkaError._PARTITION_EOF:
             at_end.add(m.partition() or 0)
         elif err is None:
             got.append((m.value() or b"").decode())
-    return len(at_end) == PARTITIONS
+    return len(at_end) == parts
 
 
 def _ends(bootstrap: str, topic: str) -> dict[TP, int]:
@@ -290,3 +293,64 @@ def _ends(bootstrap: str, topic: str) -> dict[TP, int]:
         }
     finally:
         c.close()
+
+
+def test_an_aborted_batch_is_fetched_again_and_committed_once(
+    bootstrap: str, topic_factory: Callable[..., str]
+) -> None:
+    """A transaction whose body raises is aborted, and its records come back from the next
+    ``consume``: processed again, they are in the output once."""
+    src = topic_factory(partitions=1, prefix="in")
+    dst = topic_factory(partitions=1, prefix="out")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(20):
+        p.produce(src, value=str(i).encode())
+    assert p.flush(30) == 0
+    consumer = GroupConsumer({
+        "bootstrap.servers": bootstrap, "group.id": unique_name("g"),
+        "auto.offset.reset": "earliest", "session.timeout.ms": 3000,
+        "groupkit.control.topic": unique_name("ctl"), "enable.auto.commit": False,
+        "groupkit.offsets.keepalive.interval.ms": 0,
+    })  # fmt: skip
+    eos = TransactionalProcessor(consumer, {"bootstrap.servers": bootstrap})
+    done: list[int] = []
+    failed_once = False
+    try:
+        consumer.subscribe([src])
+        deadline = time.monotonic() + 60
+        while len(done) < 20 and time.monotonic() < deadline:
+            for batch in by_partition(consumer.consume(5, 0.2)):
+                try:
+                    with eos.transaction(batch) as producer:
+                        for m in batch:
+                            producer.produce(dst, value=m.value())
+                        if not failed_once and batch[-1].offset() >= 7:
+                            failed_once = True
+                            raise RuntimeError("the processing failed")
+                    done.extend(m.offset() or 0 for m in batch)
+                except RuntimeError:
+                    pass
+    finally:
+        consumer.close()
+        eos.close()
+    assert failed_once
+    assert done == list(range(20)), "the aborted batch was fetched again, from its first record"
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader"),
+                  "isolation.level": "read_committed", "enable.partition.eof": True})  # fmt: skip
+    got: list[str] = []
+    try:
+        c.assign([KTP(dst, 0, 0)])
+        at_end: set[int] = set()
+        wait_for(lambda: _read_some(c, got, at_end, 1), 60, "the output read to its end", step=0)
+    finally:
+        c.close()
+    assert sorted(got, key=int) == [str(i) for i in range(20)]
+
+
+def test_offsets_committed_outside_the_transactions_are_refused(conf: dict[str, Any]) -> None:
+    consumer = GroupConsumer(conf)  # auto-commit and the offset keep-alive on
+    try:
+        with pytest.raises(ConfigError, match=r"enable\.auto\.commit"):
+            TransactionalProcessor(consumer, {"bootstrap.servers": conf["bootstrap.servers"]})
+    finally:
+        consumer.close()
