@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--session-timeout-ms", type=int, default=3000)
     ap.add_argument("--hold-ms", type=int, default=100)
     ap.add_argument("--prefix", default="groupkit")
+    ap.add_argument("--protocol", default="cooperative")
     args = ap.parse_args()
     audit = Audit(args.audit)
     consumer = GroupConsumer({
@@ -53,6 +54,7 @@ def main() -> None:
         "session.timeout.ms": args.session_timeout_ms,
         "heartbeat.interval.ms": max(100, args.session_timeout_ms // 10),
         "groupkit.control.topic": args.control_topic,
+        "groupkit.rebalance.protocol": args.protocol,
         "enable.auto.commit": False,
         "groupkit.offsets.keepalive.interval.ms": 0,
     })  # fmt: skip

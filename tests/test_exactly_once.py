@@ -49,6 +49,7 @@ class EosGroup(Group[MemberProcess]):
         super().__init__(workdir)
         self.bootstrap, self.group, self.src, self.dst = bootstrap, group, src, dst
         self.control_topic = unique_name("ctl")
+        self.protocol = "cooperative"
 
     def spawn(self, name: str, prefix: str = "groupkit", hold_ms: int = 150) -> MemberProcess:
         audit = self.workdir / f"{name}.jsonl"
@@ -57,7 +58,7 @@ class EosGroup(Group[MemberProcess]):
             "--group", self.group, "--input", self.src, "--output", self.dst,
             "--audit", str(audit), "--control-topic", self.control_topic,
             "--session-timeout-ms", str(SESSION_MS), "--hold-ms", str(hold_ms),
-            "--prefix", prefix,
+            "--prefix", prefix, "--protocol", self.protocol,
         ]  # fmt: skip
         proc, out = self.popen(name, cmd, ROOT)
         return self.add(MemberProcess(name, proc, AuditLog(audit), out))
@@ -166,10 +167,12 @@ def eos_group(bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path)
     g.stop_all()
 
 
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
 def test_every_record_exactly_once_through_zombies_crashes_and_rebalances(
-    eos_group: EosGroup,
+    eos_group: EosGroup, protocol: str
 ) -> None:
     g = eos_group
+    g.protocol = protocol
     w0, w1, w2 = (g.spawn(f"w{i}") for i in range(3))
     g.wait_stable("three members")
     load = LoadProducer.keyed(g.bootstrap, g.src, rate_per_s=100).start()
