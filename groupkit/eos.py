@@ -67,7 +67,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from groupkit.errors import FencedError
+from groupkit.errors import ConfigError, FencedError
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
 from groupkit.runtime.consumer import GroupConsumer
@@ -131,7 +131,10 @@ class TransactionalProcessor:
         timeout: float = 30.0,
     ) -> None:
         if "transactional.id" in producer_config:
-            raise ValueError("transactional.id is set per partition by TransactionalProcessor")
+            raise ConfigError("transactional.id is set per partition by TransactionalProcessor")
+        if consumer.assignment():
+            # Their producers would come after their offsets were looked up (see step 1).
+            raise ConfigError("create the TransactionalProcessor before subscribe()")
         self._consumer = consumer
         self._config = dict(producer_config)
         self._prefix = transactional_id_prefix
