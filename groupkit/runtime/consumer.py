@@ -86,7 +86,7 @@ from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.handoff import Callback, HandoffExecutor
+from groupkit.runtime.handoff import Callback, HandoffExecutor, OwnershipHook
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.probe import MemberProbe
@@ -719,7 +719,8 @@ class GroupConsumer:
         Limitation: the broker does not know groupkit's group, so this names ``group.id`` with
         no generation and no member id, and the broker cannot fence a zombie member's
         transactional offset commit by generation (KIP-447) with it. Offsets sent with it are
-        committed, but exactly-once across rebalances needs a fencing of its own.
+        committed, but exactly-once across rebalances needs a fencing of its own:
+        ``groupkit.eos`` fences by ``transactional.id``, one per input partition.
         """
         self._ensure_open()
         return self._data.handle.consumer_group_metadata()
@@ -764,6 +765,30 @@ class GroupConsumer:
     def incremental_unassign(self, partitions: Sequence[KTopicPartition]) -> None:
         """Refused: groupkit owns the assignment."""
         raise _owned("incremental_unassign")
+
+    # ------------------------------------------------------------------ exactly-once
+
+    def add_ownership_hook(self, hook: OwnershipHook) -> None:
+        """Tell ``hook`` of every assignment, revocation and loss, where it must act (see
+        runtime/handoff.py, "Ownership hooks"); ``groupkit.eos`` installs one.
+
+        A hook that owns the offsets must be their only committer: groupkit's own commits of
+        them (auto-commit, its commit on revoke, the offset keep-alive) must be off."""
+        cfg = self._cfg
+        if hook.owns_offsets and (cfg.enable_auto_commit or cfg.offsets_keepalive_ms):
+            raise ConfigError(
+                "offsets committed in transactions need groupkit's own commits off: set "
+                "'enable.auto.commit': False and 'groupkit.offsets.keepalive.interval.ms': 0 "
+                "(a commit outside the transaction could move an offset the broker's fencing "
+                "does not guard)"
+            )
+        self._handoffs.hooks.append(hook)
+
+    def _rewind(self, tp: TopicPartition, offset: int) -> None:
+        """Fetch ``tp`` again from ``offset`` if still owned (groupkit.eos, after an aborted
+        transaction): :meth:`seek` without its error for a partition given up meanwhile."""
+        if tp in self._data.owned:
+            self._data.seek(KTopicPartition(tp.topic, tp.partition, offset))
 
     # ------------------------------------------------------------------ closing
 

@@ -36,6 +36,13 @@ A hand-off is done in the order of its fields: lose, revoke, assign.
   and the coordinator is told (``Coordinator.reset_applied``), whose record acknowledges the
   reset. A partition under revocation is left out: its release commits its old position, and
   its next owner carries the reset out instead (the log ignores that release's hint).
+
+**Ownership hooks** (:class:`OwnershipHook`; ``groupkit.eos`` is the one user) hear of each
+change at the point where it must act, before the user's callbacks can: ``assigning`` before the
+data consumer starts a partition (so before its committed offset is looked up), ``revoked``
+after ``on_revoke`` and the unassign but before the commit-then-release, ``lost`` after the
+unassign. A hook that owns the offsets (``owns_offsets``: they are committed in its
+transactions) also turns offset hints off: its look-up after ``assigning`` is the authority.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -64,6 +71,23 @@ _log = get_logger("groupkit.consumer")
 Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
 
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+class OwnershipHook(Protocol):
+    """Told of ownership changes on the ``poll`` thread (see the module docstring)."""
+
+    #: the hook commits the offsets itself (in transactions): no offset hints, and nothing
+    #: may commit them but the hook
+    owns_offsets: bool
+
+    def assigning(self, parts: Partitions) -> None:
+        """``parts`` are about to start: before their committed offsets are looked up."""
+
+    def revoked(self, parts: Partitions) -> None:
+        """``parts`` are given up (``on_revoke`` ran, unassigned), not yet released."""
+
+    def lost(self, parts: Partitions) -> None:
+        """``parts`` were lost (unassigned, no commit)."""
 
 
 class HandoffExecutor:
@@ -88,6 +112,7 @@ class HandoffExecutor:
         self.on_assign: Callback | None = None
         self.on_revoke: Callback | None = None
         self.on_lost: Callback | None = None
+        self.hooks: list[OwnershipHook] = []
 
     def apply(self, h: Handoff) -> None:
         """Carry out ``h``: lose, revoke (commit, then release), assign."""
@@ -109,6 +134,10 @@ class HandoffExecutor:
                 # At the offsets the previous owner committed and named in its release, where
                 # it did: no look-up for those (state.py, "Offset hints").
                 hinted = {p: o for p, o in h.offsets.items() if p in add}
+                for hook in self.hooks:
+                    hook.assigning(add)
+                    if hook.owns_offsets:
+                        hinted = {}
                 data.assign(add, hinted)
                 _log.debug("hop.assigned", member=c.member_id, generation=h.generation,
                            partitions=len(add), at_hint=len(hinted))  # fmt: skip
@@ -166,6 +195,8 @@ class HandoffExecutor:
         if not self._data.owned and not self._closed():
             self._data.renew()
         try:
+            for hook in self.hooks:
+                hook.lost(parts)
             if self.on_lost is not None:
                 self.on_lost(self._consumer, ktps(parts))
         finally:
@@ -188,6 +219,8 @@ class HandoffExecutor:
         if self.on_revoke is not None:
             self.on_revoke(self._consumer, ktps(parts))
         self._data.unassign(parts)
+        for hook in self.hooks:  # e.g. its transactions ended before the release
+            hook.revoked(parts)
         # Released (and so grantable to the next owner) only once committed.
         self.commit_then_release(parts, offsets, release, wait=wait, leave=leave)
 
