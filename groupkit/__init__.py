@@ -22,6 +22,7 @@ from groupkit.errors import (
     PipelineError,
     ProtocolError,
     RecordRejected,
+    ResetFailed,
     UnknownAssignorError,
 )
 from groupkit.runtime.consumer import GroupConsumer
@@ -49,6 +50,7 @@ __all__ = [
     "PipelineError",
     "ProtocolError",
     "RecordRejected",
+    "ResetFailed",
     "TopicPartition",
     "UnknownAssignorError",
     "__version__",

@@ -361,6 +361,7 @@ class AIOGroupConsumer:
     committed = _delegate("committed")
     assignment = _delegate("assignment")
     pause = _delegate("pause")
+    add_ownership_hook = _delegate("add_ownership_hook")
     resume = _delegate("resume")
     seek = _delegate("seek")
     get_watermark_offsets = _delegate("get_watermark_offsets")

@@ -16,6 +16,7 @@
     ├── RecordRejected               a control record that must not be applied
     ├── MalformedTelemetry(ValueError)  a telemetry record that does not follow the schema
     ├── PipelineError                the replay job cannot run (no Spark, unreadable input)
+    ├── ResetFailed                  an offset reset was not carried out by the group in time
     └── DevBrokerError               the local development broker could not start or stop
 
 Each class says two things a caller needs to decide what to do: whether the same call may
@@ -43,6 +44,7 @@ __all__ = [
     "PipelineError",
     "ProtocolError",
     "RecordRejected",
+    "ResetFailed",
     "UnknownAssignorError",
 ]
 
@@ -110,6 +112,17 @@ class BrokerError(GroupkitError):
 
     Retriable: the cause is outside the process (a broker down, a partition moving). The
     object stays usable; retry the call, or let the control loop retry it on its next turn.
+    """
+
+
+class ResetFailed(GroupkitError):
+    """``groupkit reset-offsets --execute`` wrote its reset, but the group did not carry it out
+    in time (the command's exit code 1): the message says who did not acknowledge, or that a
+    newer reset superseded it.
+
+    Retriable: the reset record stays in the control log, and the members still carry it out
+    as they catch up; ``groupkit describe`` and the committed offsets show when they have. Not
+    raised by an object: there is nothing left to be usable (the command has ended).
     """
 
 

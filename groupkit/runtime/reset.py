@@ -45,7 +45,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from groupkit.errors import BrokerError, ControlTopicError, GroupkitError, InputError
+from groupkit.errors import BrokerError, ControlTopicError, InputError, ResetFailed
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, encode, reset_record
 from groupkit.runtime.admin import connect_admin
@@ -62,10 +62,6 @@ from groupkit.types import TopicPartition
 RESET_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
 
 SCENARIOS = ("to_earliest", "to_latest", "to_offset", "to_datetime", "by_duration", "shift_by")
-
-
-class ResetFailed(GroupkitError):
-    """The reset was written but not carried out in time (exit 1): who did not acknowledge."""
 
 
 @dataclass(frozen=True)
