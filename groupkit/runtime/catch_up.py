@@ -10,7 +10,6 @@ watermark, and read again from the snapshot's ``as_of`` if the window began afte
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from groupkit.protocol.records import Signer
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState
+from groupkit.runtime.background import Background
 from groupkit.runtime.control_log import ControlReader
 
 
@@ -41,22 +41,10 @@ def log_ends(
     once: two ListOffsets round trips in flight together instead of one after the other (they
     are the first two hops of every join)."""
     since = CatchUp.window_start_ms(now_ms, session_timeout_ms)
-    window: list[int | None] = []
-    failed: list[BaseException] = []
-
-    def ask_window() -> None:
-        try:
-            window.append(reader.offset_for_time(since, timeout))
-        except BaseException as e:  # re-raised by the caller's thread
-            failed.append(e)
-
-    t = threading.Thread(target=ask_window, name="groupkit-catch-up-window", daemon=True)
-    t.start()
+    window = Background(lambda: reader.offset_for_time(since, timeout), "groupkit-catch-up-window")
     end = reader.high_watermark(timeout)
-    t.join()
-    if failed:
-        raise failed[0]
-    return end, window[0] if end > 0 else None
+    start = window.result()
+    return end, start if end > 0 else None
 
 
 def bounded_catch_up(
@@ -89,3 +77,28 @@ def bounded_catch_up(
         reader.rewind()
         return CaughtUp(None, cu.read, 0, end)
     return CaughtUp(state, cu.read, cu.replayed, end)
+
+
+def read_to_end(
+    reader: ControlReader,
+    group: str,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    verifier: Signer | None,
+    timeout: float,
+) -> tuple[GroupState, bool]:
+    """A group's state at the log end, for a one-shot tool (``describe``, ``reset-offsets``):
+    caught up as a newcomer is (:func:`bounded_catch_up`), then replayed on to the high
+    watermark it was asked at. Gives up after ``timeout`` seconds; the flag says whether the
+    state reached that end (a caller that must act on a complete state refuses one that did
+    not)."""
+    deadline = time.monotonic() + timeout
+    got = bounded_catch_up(reader, group, session_timeout_ms, rebalance_timeout_ms, verifier,
+                           lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
+    state = got.state
+    if state is None:
+        state = GroupState(group, session_timeout_ms, rebalance_timeout_ms, verifier=verifier)
+    while reader.position < got.end and time.monotonic() < deadline:
+        for r in reader.poll(0.2):
+            state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+    return state, reader.position >= got.end

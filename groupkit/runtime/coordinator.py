@@ -64,6 +64,7 @@ from groupkit.protocol.records import (
     Partitions,
     Signer,
 )
+from groupkit.runtime.background import Background
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
@@ -78,26 +79,6 @@ _log = get_logger("groupkit.runtime")
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-class _Background:
-    """Run ``fn`` on a daemon thread; :meth:`result` waits for it and re-raises its error."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except BaseException as e:  # handed to result()
-            self._error = e
-
-    def result(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
 
 
 @dataclass(frozen=True)
@@ -296,7 +277,7 @@ class Coordinator:
         try:
             # The writer's warm-up (~60 ms) runs while we read the history, not after it.
             started = monotonic_ms()
-            warm = _Background(self.writer.warm)
+            warm = Background(self.writer.warm, "groupkit-warm")
             hw = self._catch_up()
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))

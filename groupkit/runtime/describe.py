@@ -31,7 +31,7 @@ from groupkit.errors import BrokerError, ControlTopicError, InputError, RecordRe
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.catch_up import bounded_catch_up
+from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
@@ -107,20 +107,11 @@ def describe_group(
     partition = partition_for_group(cfg.group_id, _control_partitions(admin, cfg, timeout))
     reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
-    state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
-                       verifier=signer)  # fmt: skip
     try:
-        deadline = time.monotonic() + timeout
-        # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py)
-        got = bounded_catch_up(reader, cfg.group_id, cfg.session_timeout_ms,
-                               cfg.rebalance_timeout_ms, signer,
-                               lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
-        log_end = got.end
-        if got.state is not None:
-            state = got.state
-        while reader.position < log_end and time.monotonic() < deadline:
-            for r in reader.poll(0.2):
-                state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+        # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py); what
+        # was read by the timeout is shown
+        state, _ = read_to_end(reader, cfg.group_id, cfg.session_timeout_ms,
+                               cfg.rebalance_timeout_ms, signer, timeout)  # fmt: skip
     finally:
         reader.close()
     if not state.members and state.assignment is None:

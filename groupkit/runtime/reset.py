@@ -49,7 +49,7 @@ from groupkit.errors import BrokerError, ControlTopicError, InputError, ResetFai
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, encode, reset_record
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.catch_up import bounded_catch_up
+from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader, ControlWriter
 from groupkit.runtime.control_topic import partition_for_group
@@ -170,23 +170,13 @@ def _read_group(cfg: GroupConfig, admin: Any, timeout: float) -> tuple[GroupStat
                           verifier=signer), -1  # fmt: skip
     partition = partition_for_group(cfg.group_id, n)
     reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
-    state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
-                       verifier=signer)  # fmt: skip
     try:
-        deadline = time.monotonic() + timeout
-        got = bounded_catch_up(reader, cfg.group_id, cfg.session_timeout_ms,
-                               cfg.rebalance_timeout_ms, signer,
-                               lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
-        end = got.end
-        if got.state is not None:
-            state = got.state
-        while reader.position < end:
-            if time.monotonic() >= deadline:
-                raise BrokerError(f"timed out reading control topic {cfg.control_topic!r}")
-            for r in reader.poll(0.2):
-                state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+        state, complete = read_to_end(reader, cfg.group_id, cfg.session_timeout_ms,
+                                      cfg.rebalance_timeout_ms, signer, timeout)  # fmt: skip
     finally:
         reader.close()
+    if not complete:
+        raise BrokerError(f"timed out reading control topic {cfg.control_topic!r}")
     return state, partition
 
 
