@@ -21,22 +21,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import write_results
-from groupkit.assignors import Assignor, get_assignor
+from groupkit.assignors import Assignor, RangeAssignor, get_assignor
 from groupkit.protocol.assign import AssignRequest, basis_of
 from groupkit.protocol.records import encode, member_record
 from groupkit.runtime.planning import PlanRunner
-from groupkit.types import MemberSubscription, TopicPartition
+from groupkit.types import Assignment, MemberSubscription, TopicPartition
 
 TURN_S = 0.02  # the coordinator's poll wait while a plan is under way
 
 
-class BusyAssignor(Assignor):
+class BusyAssignor(RangeAssignor):
     """Range after ``seconds`` of pure-Python CPU (holds the GIL as a slow assignor does)."""
 
     name = "busy"
@@ -44,18 +44,13 @@ class BusyAssignor(Assignor):
     def __init__(self, seconds: float = 3.0) -> None:
         self.seconds = seconds
 
-    def _assign(
-        self,
-        partitions_per_topic: dict[str, int],
-        members: dict[str, MemberSubscription],
-        lags: dict[TopicPartition, int],
-    ) -> Mapping[str, list[TopicPartition]]:
+    def assign(self, *args: Any, **kwargs: Any) -> Assignment:
         end = time.perf_counter() + self.seconds
         x = 0
         while time.perf_counter() < end:
             for i in range(1000):
                 x += i * i
-        return get_assignor("range")._assign(partitions_per_topic, members, lags)
+        return super().assign(*args, **kwargs)
 
 
 def request(assignor: str, partitions: int, members: int, topics: int = 10) -> AssignRequest:
