@@ -28,6 +28,19 @@ def gen(sim: GroupSim) -> int:
     return sim.members["a"].state.generation
 
 
+#: ``b`` gone from ``a`` and ``b`` (left or expired): ``a`` takes all four
+B_GONE = pytest.mark.parametrize(
+    ("protocol", "expected"),
+    [
+        ("cooperative", [(4, "complete", {"a": (ALL4, "", "")})]),
+        (
+            "eager",
+            [(4, "revoke", {"a": ("", "t0-0 t0-1", "")}), (5, "complete", {"a": (ALL4, "", "")})],
+        ),
+    ],
+)
+
+
 @pytest.mark.parametrize("protocol", ["eager", "cooperative"])
 def test_first_member_joins_an_empty_group(protocol: str) -> None:
     sim = GroupSim({"t0": 4}, protocol=protocol)
@@ -66,16 +79,7 @@ def test_second_member_joins_eager() -> None:
     assert [parts(x.assign) for x in acts if x.assign] == [ALL4, "t0-0 t0-1"]
 
 
-@pytest.mark.parametrize(
-    ("protocol", "expected"),
-    [
-        ("cooperative", [(4, "complete", {"a": (ALL4, "", "")})]),
-        (
-            "eager",
-            [(4, "revoke", {"a": ("", "t0-0 t0-1", "")}), (5, "complete", {"a": (ALL4, "", "")})],
-        ),
-    ],
-)
+@B_GONE
 def test_member_leaves_cleanly(protocol: str, expected: list[object]) -> None:
     sim = group(protocol)
     g = gen(sim)
@@ -89,16 +93,7 @@ def test_member_leaves_cleanly(protocol: str, expected: list[object]) -> None:
     assert not any(x.lost for x in b.actions)
 
 
-@pytest.mark.parametrize(
-    ("protocol", "expected"),
-    [
-        ("cooperative", [(4, "complete", {"a": (ALL4, "", "")})]),
-        (
-            "eager",
-            [(4, "revoke", {"a": ("", "t0-0 t0-1", "")}), (5, "complete", {"a": (ALL4, "", "")})],
-        ),
-    ],
-)
+@B_GONE
 def test_member_crashes_and_expires(protocol: str, expected: list[object]) -> None:
     sim = group(protocol)
     g = gen(sim)
