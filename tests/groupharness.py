@@ -10,14 +10,26 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
-from groupkit.dev.harness import TP, AuditLog, Group, MemberProcess, wait_for
+from groupkit import GroupConsumer
+from groupkit.dev.harness import (
+    TP,
+    AuditLog,
+    Group,
+    LoadProducer,
+    MemberProcess,
+    missing,
+    wait_for,
+)
 from groupkit.runtime.control_topic import partition_for_group
+from groupkit.runtime.hooks import GroupObserver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,3 +150,134 @@ def control_partition(admin: AdminClient, group: WorkerGroup) -> tuple[str, int]
     wait_for(lambda: ctl in admin.list_topics(timeout=10).topics, 30, f"topic {ctl}")
     count = len(admin.list_topics(ctl, timeout=10).topics[ctl].partitions)
     return ctl, partition_for_group(group.group, count)
+
+
+def partitions(topic: str, n: int) -> set[TP]:
+    """Partitions 0..n-1 of ``topic``."""
+    return {(topic, p) for p in range(n)}
+
+
+def churn(g: WorkerGroup, parts: set[TP], producer: LoadProducer) -> tuple[MemberProcess, set[TP]]:
+    """Under ``producer``'s load (stopped at the end): two members join, a third joins, one
+    leaves cleanly, one is killed (-9), a fourth joins; the group is stable over ``parts`` after
+    each step. The first member (still running), and what the killed one owned."""
+    try:
+        w0, w1 = g.spawn(), g.spawn()
+        g.wait_stable(parts)
+        w2 = g.spawn()
+        g.wait_stable(parts)
+        w1.close()
+        g.wait_stable(parts)
+        crashed_owned = w2.owned()
+        w2.kill()
+        g.wait_stable(parts, timeout=60)
+        g.spawn()
+        g.wait_stable(parts)
+    finally:
+        producer.stop()
+    return w0, crashed_owned
+
+
+def check_at_least_once(g: WorkerGroup, ends: dict[TP, int], crashed_owned: set[TP]) -> None:
+    """Every record up to ``ends`` processed, twice only on a partition a crashed member owned
+    (the commits at each revoke were honoured), and no partition owned by two at once."""
+    assert sum(ends.values()) >= 100
+    wait_for(lambda: not missing(ends, g.processed()), 60, "every produced record processed")
+    done = g.processed()
+    assert missing(ends, done) == {}
+    for tp in ends:
+        dups = {o for o, n in done[tp].items() if n > 1}
+        if dups:
+            assert tp in crashed_owned, (
+                f"{tp} processed {sorted(dups)[:10]} twice, owner did not crash"
+            )
+    assert g.overlaps() == []
+
+
+class Frozen(NamedTuple):
+    """A member frozen past its session and woken again (:func:`freeze_and_wake`)."""
+
+    zombie: MemberProcess
+    #: what it owned when frozen
+    owned: set[TP]
+    paused_at: float
+    resumed_at: float
+
+
+def freeze_and_wake(g: WorkerGroup, parts: set[TP], producer: LoadProducer) -> Frozen:
+    """Under ``producer``'s load (stopped at the end): two members share ``parts``; one is
+    frozen (SIGSTOP) until the other owns them all (the group expired it), then woken
+    (SIGCONT) and waited for until it reports them lost."""
+    try:
+        a, z = g.spawn(), g.spawn()
+        g.wait_stable(parts)
+        frozen = z.owned()
+        paused_at = z.pause()
+        # The group reassigns the zombie's partitions once the log expires it.
+        wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
+        resumed_at = z.resume()
+        wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
+    finally:
+        producer.stop()
+    return Frozen(z, frozen, paused_at, resumed_at)
+
+
+# --------------------------------------------------------------------------- in-process apps
+
+
+def produce(bootstrap: str, topic: str, per_partition: Mapping[int, int]) -> None:
+    """``n`` records ``b"0"``, ``b"1"``... into each ``partition: n`` of ``per_partition``, all
+    delivered on return."""
+    p = Producer({"bootstrap.servers": bootstrap})
+    for partition, n in per_partition.items():
+        for i in range(n):
+            p.produce(topic, value=b"%d" % i, partition=partition)
+    assert p.flush(30) == 0
+
+
+class Polls(Protocol):
+    """A consumer, or a test's app around one, that the test thread polls."""
+
+    def poll(self, timeout: float) -> object: ...
+
+
+def pump(apps: Iterable[Polls], cond: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll every app in turn (10 ms each) until ``cond()``: one thread plays all the apps.
+    The seconds it took."""
+    apps = list(apps)
+
+    def step() -> bool:
+        for a in apps:
+            a.poll(0.01)
+        return cond()
+
+    return wait_for(step, timeout, what, step=0)
+
+
+def subscribed(
+    consumers: list[GroupConsumer],
+    conf: dict[str, Any],
+    topics: list[str],
+    observers: Sequence[GroupObserver] = (),
+    **callbacks: Any,
+) -> GroupConsumer:
+    """A member on ``conf`` subscribed to ``topics`` (``callbacks``: ``on_assign=``...), put in
+    ``consumers`` (conftest's fixture, which closes them after the test)."""
+    c = GroupConsumer(conf, observers=list(observers))
+    consumers.append(c)
+    c.subscribe(topics, **callbacks)
+    return c
+
+
+def committed_offsets(
+    bootstrap: str, group: str, topic: str, partitions: int, **conf: Any
+) -> dict[TP, int]:
+    """The group's committed offset of each of ``topic``'s partitions ``0..partitions-1``
+    (-1001: none), as a consumer with the group's id that joins nothing reads them (``conf``:
+    more of its configuration, e.g. ``**{"isolation.level": "read_committed"}``)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **conf})
+    try:
+        got = c.committed([KTP(topic, p) for p in range(partitions)], timeout=10)
+        return {(p.topic, p.partition): p.offset for p in got}
+    finally:
+        c.close()

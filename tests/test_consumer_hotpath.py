@@ -28,6 +28,7 @@ from groupkit.dev.harness import LoadProducer, wait_for
 from groupkit.errors import FencedError
 from groupkit.runtime.hooks import GroupObserver
 from tests.conftest import unique_name
+from tests.groupharness import subscribed
 
 pytestmark = pytest.mark.broker
 
@@ -156,15 +157,11 @@ def test_records_only_of_owned_partitions_and_no_gap_across_a_rebalance(
     n = 3000
     produce(bootstrap, topic, 4, n)
     cfg = {**conf, "groupkit.rebalance.protocol": protocol}
-    a = GroupConsumer(cfg)
-    consumers.append(a)
-    a.subscribe([topic])
+    a = subscribed(consumers, cfg, [topic])
     ra = Reader(a, read)
     # a owns and fetches all four: each has records queued when b joins.
     wait_for(lambda: ra.step() >= 0 and len(ra.got) == 4, 60, "a to read every partition", 0)
-    b = GroupConsumer(cfg)
-    consumers.append(b)
-    b.subscribe([topic])
+    b = subscribed(consumers, cfg, [topic])
     rb = Reader(b, read)
 
     def shared() -> bool:
@@ -203,9 +200,7 @@ def test_stored_offsets_stop_at_the_records_handed_out(
 ) -> None:
     topic = topic_factory(partitions=2)
     produce(bootstrap, topic, 2, 1000)
-    c = GroupConsumer({**conf, "enable.auto.commit": False})
-    consumers.append(c)
-    c.subscribe([topic])
+    c = subscribed(consumers, {**conf, "enable.auto.commit": False}, [topic])
     r = Reader(c, read)
     wait_for(lambda: r.step() >= 0 and sum(map(len, r.got.values())) >= 300, 60, "300 records", 0)
     c.commit(asynchronous=False)  # what librdkafka stored: exactly what was handed out
@@ -223,9 +218,8 @@ def test_with_auto_offset_store_off_only_the_user_stores(
 ) -> None:
     topic = topic_factory(partitions=1)
     produce(bootstrap, topic, 1, 100)
-    c = GroupConsumer({**conf, "enable.auto.commit": False, "enable.auto.offset.store": "false"})
-    consumers.append(c)
-    c.subscribe([topic])
+    cfg = {**conf, "enable.auto.commit": False, "enable.auto.offset.store": "false"}
+    c = subscribed(consumers, cfg, [topic])
     got: list[Message] = []
 
     def read() -> bool:
@@ -252,10 +246,9 @@ def test_a_fenced_member_hands_out_nothing(
     produce(bootstrap, topic, 2, 20_000)
     session_s = 2.0
     lost: list[KTP] = []
-    c = GroupConsumer({**conf, "session.timeout.ms": int(session_s * 1000),
-                       "heartbeat.interval.ms": 200, "auto.commit.interval.ms": 100})  # fmt: skip
-    consumers.append(c)
-    c.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
+    cfg = {**conf, "session.timeout.ms": int(session_s * 1000), "heartbeat.interval.ms": 200,
+           "auto.commit.interval.ms": 100}  # fmt: skip
+    c = subscribed(consumers, cfg, [topic], on_lost=lambda _c, ps: lost.extend(ps))
     handed: dict[TP, int] = {}
 
     def step() -> list[Message]:
@@ -312,9 +305,7 @@ def test_observers_count_exactly_the_records_handed_out(
     topic = topic_factory(partitions=3)
     produce(bootstrap, topic, 3, 500)
     obs = Counting()
-    c = GroupConsumer(conf, observers=[obs])
-    consumers.append(c)
-    c.subscribe([topic])
+    c = subscribed(consumers, conf, [topic], observers=[obs])
     handed: dict[TP, int] = {}
 
     def read() -> bool:
@@ -353,11 +344,9 @@ def test_a_member_frozen_inside_a_fetch_hands_out_nothing_fetched_after(
             freeze["fired"] = True
 
     lost: list[KTP] = []
-    c = GroupConsumer({**conf, "session.timeout.ms": int(session_s * 1000),
-                       "heartbeat.interval.ms": 200, "statistics.interval.ms": 20,
-                       "stats_cb": stats_cb})  # fmt: skip
-    consumers.append(c)
-    c.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
+    cfg = {**conf, "session.timeout.ms": int(session_s * 1000), "heartbeat.interval.ms": 200,
+           "statistics.interval.ms": 20, "stats_cb": stats_cb}  # fmt: skip
+    c = subscribed(consumers, cfg, [topic], on_lost=lambda _c, ps: lost.extend(ps))
     r = Reader(c, read)
     wait_for(lambda: r.step() >= 0 and len(r.got) == 2, 60, "records of both partitions", 0)
     for _ in range(100):  # warm: the cached fence deadline is in use

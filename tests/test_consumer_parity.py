@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import AssignmentOwnedError, GroupConsumer
 from groupkit.dev.harness import wait_for
+from tests.groupharness import produce, pump
 
 _SIGNATURE = re.compile(r"\.\. py:function:: (\w+)\((.*)\)")
 #: "wait for ever", as confluent-kafka spells it in one method or another
@@ -87,14 +88,6 @@ def test_assign_and_unassign_are_refused_without_a_broker() -> None:
 # ------------------------------------------------------------------ on the broker
 
 
-def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for partition, n in per_partition.items():
-        for i in range(n):
-            p.produce(topic, value=b"%d" % i, partition=partition)
-    assert p.flush(30) == 0
-
-
 def _code(call: Callable[[], Any]) -> int | None:
     try:
         call()
@@ -114,7 +107,7 @@ def test_same_arguments_same_answers_as_consumer(
     partition it has not assigned."""
     topic = topic_factory(partitions=2)
     other = topic_factory(partitions=1)
-    _produce(bootstrap, topic, {0: 4, 1: 2})
+    produce(bootstrap, topic, {0: 4, 1: 2})
     g = GroupConsumer(conf)
     consumers.append(g)
     g.subscribe([topic])
@@ -174,8 +167,8 @@ class _App:
 
         self.c.subscribe(topics, on_revoke=on_revoke)
 
-    def poll(self) -> None:
-        m = self.c.poll(0.01)
+    def poll(self, timeout: float = 0.01) -> None:
+        m = self.c.poll(timeout)
         if m is not None and m.error() is None:
             self.got.append((m.topic(), m.partition(), m.offset()))
 
@@ -184,15 +177,6 @@ class _App:
 
     def of(self, parts: set[int], since: int = 0) -> list[tuple[str, int, int]]:
         return [r for r in self.got[since:] if r[1] in parts]
-
-
-def _pump(apps: list[_App], cond: Callable[[], bool], timeout: float, what: str) -> None:
-    def step() -> bool:
-        for a in apps:
-            a.poll()
-        return cond()
-
-    wait_for(step, timeout, what, step=0)
 
 
 def _idle(apps: list[_App], seconds: float) -> None:
@@ -213,27 +197,27 @@ def test_pause_holds_across_a_rebalance_of_other_partitions(
 ) -> None:
     topic = topic_factory(partitions=4)
     a = _App(conf, [topic], consumers)
-    _pump([a], lambda: a.owned() == {0, 1, 2, 3}, 30, "a owns all four")
+    pump([a], lambda: a.owned() == {0, 1, 2, 3}, 30, "a owns all four")
     a.c.pause([KTP(topic, p) for p in range(4)])
     b = _App(conf, [topic], consumers)
-    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 2, 30, "two partitions move to b")
+    pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 2, 30, "two partitions move to b")
     kept, moved = a.owned(), b.owned()
     assert a.revoked and {p for _, p in a.revoked} == moved  # only what moved was revoked
-    _produce(bootstrap, topic, {p: 5 for p in range(4)})
-    _pump([a, b], lambda: len(b.of(moved)) == 10, 30, "b's 10 records of the moved partitions")
+    produce(bootstrap, topic, {p: 5 for p in range(4)})
+    pump([a, b], lambda: len(b.of(moved)) == 10, 30, "b's 10 records of the moved partitions")
     _idle([a, b], 1.0)
     assert a.got == [], "a paused partition that stayed was fetched"
     assert a.c._data.paused == {(topic, p) for p in kept}
 
     # b leaves: its partitions come back to a, resumed (as in Kafka); a's kept ones stay paused
     b.c.close()
-    _pump([a], lambda: a.owned() == {0, 1, 2, 3}, 30, "a owns all four again")
-    _produce(bootstrap, topic, {p: 3 for p in range(4)})
-    _pump([a], lambda: len(a.of(moved)) == 6, 30, "the records of the partitions that came back")
+    pump([a], lambda: a.owned() == {0, 1, 2, 3}, 30, "a owns all four again")
+    produce(bootstrap, topic, {p: 3 for p in range(4)})
+    pump([a], lambda: len(a.of(moved)) == 6, 30, "the records of the partitions that came back")
     _idle([a], 1.0)
     assert a.of(kept) == [], "a paused partition was fetched across a rebalance"
     a.c.resume([KTP(topic, p) for p in kept])
-    _pump([a], lambda: len(a.of(kept)) == 16, 30, "the kept partitions' records after resume")
+    pump([a], lambda: len(a.of(kept)) == 16, 30, "the kept partitions' records after resume")
     assert sorted(o for _, p, o in a.of(kept)) == sorted(list(range(8)) * 2)
 
 
@@ -244,18 +228,18 @@ def test_seek_is_honoured_by_the_next_poll(
     consumers: list[GroupConsumer],
 ) -> None:
     topic = topic_factory(partitions=1)
-    _produce(bootstrap, topic, {0: 10})
+    produce(bootstrap, topic, {0: 10})
     a = _App(conf, [topic], consumers)
-    _pump([a], lambda: len(a.got) == 10, 30, "ten records")
+    pump([a], lambda: len(a.got) == 10, 30, "ten records")
     a.c.seek(KTP(topic, 0, 3))
-    _pump([a], lambda: len(a.got) > 10, 10, "the record after the seek")
+    pump([a], lambda: len(a.got) > 10, 10, "the record after the seek")
     assert a.got[10] == (topic, 0, 3)
-    _pump([a], lambda: len(a.got) == 17, 10, "the rest after the seek")
+    pump([a], lambda: len(a.got) == 17, 10, "the rest after the seek")
     assert [o for _, _, o in a.got[10:]] == list(range(3, 10))
     from confluent_kafka import OFFSET_BEGINNING
 
     a.c.seek(KTP(topic, 0, OFFSET_BEGINNING))  # a logical offset
-    _pump([a], lambda: len(a.got) == 27, 10, "all ten again from the beginning")
+    pump([a], lambda: len(a.got) == 27, 10, "all ten again from the beginning")
     assert [o for _, _, o in a.got[17:]] == list(range(10))
 
 
@@ -272,27 +256,27 @@ def test_seek_is_honoured_by_the_revoke_commit(
     offset its release carries, is 5, not 20 (the position from before the seek), so ``b``
     starts at 5."""
     topic = topic_factory(partitions=2)
-    _produce(bootstrap, topic, {0: 20, 1: 20})
+    produce(bootstrap, topic, {0: 20, 1: 20})
     conf = {**conf, "groupkit.rebalance.protocol": protocol, "auto.commit.interval.ms": 100}
     a = _App(conf, [topic], consumers)
-    _pump([a], lambda: len(a.got) == 40, 30, "a's forty records")
+    pump([a], lambda: len(a.got) == 40, 30, "a's forty records")
     a.c.pause([KTP(topic, 0), KTP(topic, 1)])
     for p in (0, 1):
         a.c.seek(KTP(topic, p, 5))
     _idle([a], 0.3)  # (auto-commit runs meanwhile: it commits what was sought)
     handed = len(a.got)
     b = _App(conf, [topic], consumers)
-    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 1, 30, "one partition moves to b")
+    pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 1, 30, "one partition moves to b")
     if protocol == "cooperative":  # (eager: a's partition was revoked and came back resumed)
         assert len(a.got) == handed, "a paused partition was fetched"
     (moved,) = b.owned()
-    _pump([a, b], lambda: len(b.of({moved})) == 15, 30, "b's records of the moved partition")
+    pump([a, b], lambda: len(b.of({moved})) == 15, 30, "b's records of the moved partition")
     assert [o for _, _, o in b.of({moved})] == list(range(5, 20))
     (committed,) = b.c.committed([KTP(topic, moved)])
     assert committed.offset >= 5
     if protocol == "eager":  # a's own partition was revoked too, and came back at 5, resumed
         (kept,) = a.owned()
-        _pump([a, b], lambda: len(a.of({kept}, handed)) == 15, 30, "a's records from 5 again")
+        pump([a, b], lambda: len(a.of({kept}, handed)) == 15, 30, "a's records from 5 again")
         assert [o for _, _, o in a.of({kept}, handed)] == list(range(5, 20))
 
 
@@ -306,7 +290,7 @@ def test_seek_in_on_assign_starts_the_partition_there(
     starts, although librdkafka is still looking its committed offset up then (it refuses
     such a seek with ``_STATE``; the partition is assigned again at the offset)."""
     topic = topic_factory(partitions=2)
-    _produce(bootstrap, topic, {0: 10, 1: 10})
+    produce(bootstrap, topic, {0: 10, 1: 10})
     got: list[tuple[int, int]] = []
     c = GroupConsumer(conf)
     consumers.append(c)

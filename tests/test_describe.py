@@ -21,15 +21,7 @@ from groupkit.cli import main
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.describe import PARTITION_COLUMNS, describe_group
 from tests.conftest import unique_name
-
-
-def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str) -> None:
-    def step() -> bool:
-        for c in cs:
-            c.poll(0.01)
-        return cond()
-
-    wait_for(step, timeout, what, step=0)
+from tests.groupharness import pump
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -59,7 +51,7 @@ def running(
     consumers.extend(members)
     for c in members:
         c.subscribe([topic])
-    _pump(members, lambda: all(len(c.assignment()) == 1 for c in members), 30, "one each")
+    pump(members, lambda: all(len(c.assignment()) == 1 for c in members), 30, "one each")
     for c in members:
         (tp,) = c.assignment()
         c.commit(offsets=[KTP(topic, tp.partition, 5)], asynchronous=False)
@@ -67,7 +59,7 @@ def running(
     gone_group = unique_name("gone")
     gone = GroupConsumer({**conf, "group.id": gone_group})
     gone.subscribe([topic])
-    _pump([gone, *members], lambda: bool(gone.assignment()), 30, "the other group's member")
+    pump([gone, *members], lambda: bool(gone.assignment()), 30, "the other group's member")
     gone.close()
     return topic, members, gone_group
 

@@ -27,17 +27,7 @@ from groupkit.errors import (
 )
 from groupkit.runtime.describe import describe_group
 from tests.conftest import unique_name
-
-
-def _pump(cs: list[GroupConsumer], cond: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll every consumer in turn until ``cond()``: one thread plays all the apps."""
-
-    def step() -> bool:
-        for c in cs:
-            c.poll(0.01)
-        return cond()
-
-    wait_for(step, timeout, what, step=0)
+from tests.groupharness import pump
 
 
 def test_wrong_bootstrap_address_is_a_clear_error() -> None:
@@ -117,7 +107,7 @@ def test_subscribe_joins_with_the_clients_the_constructor_warmed(
     assert c.coordinator is not None
     assert (c.coordinator.reader, c.coordinator.writer) == (ctl.reader, ctl.writer)
     assert c._control is None  # handed over: the coordinator owns and closes them
-    _pump([c], lambda: len(c.assignment()) == 3, 30, "the lone member to own everything")
+    pump([c], lambda: len(c.assignment()) == 3, 30, "the lone member to own everything")
     joined = time.monotonic() - t0
     print(f"subscribe() {subscribed * 1000:.0f} ms, first assignment {joined * 1000:.0f} ms")
     # Generous for a shared 2-core machine; a cold control writer alone took 0.5-1 s.
@@ -126,7 +116,7 @@ def test_subscribe_joins_with_the_clients_the_constructor_warmed(
     assert ctl.reader._closed and ctl.writer._closed
     c.subscribe([topic])  # a new member: new clients
     assert c.coordinator is not None and c.coordinator.reader is not ctl.reader
-    _pump([c], lambda: len(c.assignment()) == 3, 30, "the member to own everything again")
+    pump([c], lambda: len(c.assignment()) == 3, 30, "the member to own everything again")
     c.close()
     wait_for(lambda: _librdkafka_handles() <= before, 10, "every client of both members closed")
 
@@ -138,7 +128,7 @@ def test_commit_of_a_partition_not_owned_is_refused(
     c = GroupConsumer(conf)
     consumers.append(c)
     c.subscribe([topic])
-    _pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
+    pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
     with pytest.raises(FencedError, match="does not own"):
         c.commit(offsets=[KTP(unique_name("other"), 0, 1)], asynchronous=False)
     c.commit(offsets=[KTP(topic, 0, 0)], asynchronous=False)  # owned: accepted
@@ -154,7 +144,7 @@ def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
     a, b = GroupConsumer(conf), GroupConsumer(conf)
     consumers += [a, b]
     a.subscribe([topic])
-    _pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
+    pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
     ctl = conf["groupkit.control.topic"]
     assert a.coordinator is not None
     part = a.coordinator.control_partition  # the one the members read
@@ -170,8 +160,8 @@ def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
         p.produce(ctl, key=k, value=v, partition=part)
     assert p.flush(10) == 0
     b.subscribe([topic])
-    _pump([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30,
-          "a and b to share the topic")  # fmt: skip
+    pump([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30,
+         "a and b to share the topic")  # fmt: skip
     for c in (a, b):
         assert c.coordinator is not None
         rejected = c.coordinator.state.rejections
@@ -195,7 +185,7 @@ def test_describe_shows_members_leader_and_lag(
     c = GroupConsumer({**conf, "auto.offset.reset": "latest"})  # nothing read: all lag stays
     consumers.append(c)
     c.subscribe([topic])
-    _pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
+    pump([c], lambda: len(c.assignment()) == 2, 30, "the assignment")
     c.commit(offsets=[KTP(topic, 0, 5), KTP(topic, 1, 5)], asynchronous=False)
     res = subprocess.run(
         [sys.executable, "-m", "groupkit.cli", "describe", "--bootstrap-servers", bootstrap,
@@ -242,7 +232,7 @@ def test_lag_assignor_balances_skewed_lag_on_a_real_topic(
                 return False
         return True
 
-    _pump([c0, c1], settled, 30, "a complete assignment covering both")
+    pump([c0, c1], settled, 30, "a complete assignment covering both")
     assert c0.coordinator is not None
     a = c0.coordinator.state.assignment
     assert a is not None and a.assignor == "lag"
@@ -261,18 +251,18 @@ def test_not_polling_within_max_poll_interval_leaves_and_rejoins(
     slow = GroupConsumer({**conf, "max.poll.interval.ms": 1500})
     consumers.append(slow)
     slow.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
-    _pump([slow], lambda: len(slow.assignment()) == 2, 30, "the assignment")
+    pump([slow], lambda: len(slow.assignment()) == 2, 30, "the assignment")
     first_id = slow.member_id
     other = GroupConsumer(conf)
     consumers.append(other)
     other.subscribe([topic])
     # Only `other` polls now: `slow` overruns max.poll.interval.ms and leaves the group.
-    _pump([other], lambda: len(other.assignment()) == 2, 30, "other to take everything")
+    pump([other], lambda: len(other.assignment()) == 2, 30, "other to take everything")
     with pytest.raises(FencedError, match=r"max\.poll\.interval\.ms"):
         slow.commit(asynchronous=False)
     # Its next poll reports the partitions lost and rejoins as a new member.
     slow.poll(0.1)
     assert sorted((p.topic, p.partition) for p in lost) == [(topic, 0), (topic, 1)]
     assert slow.member_id != first_id
-    _pump([slow, other], lambda: len(slow.assignment()) == 1 == len(other.assignment()), 30,
-          "the two to share again")  # fmt: skip
+    pump([slow, other], lambda: len(slow.assignment()) == 1 == len(other.assignment()), 30,
+         "the two to share again")  # fmt: skip

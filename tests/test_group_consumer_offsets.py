@@ -17,20 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
 from groupkit.log import capture
-
-
-def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for partition, n in per_partition.items():
-        for i in range(n):
-            p.produce(topic, value=b"%d" % i, partition=partition)
-    assert p.flush(30) == 0
+from tests.groupharness import produce
 
 
 @pytest.mark.parametrize("protocol", ["cooperative", "eager"])
@@ -42,7 +35,7 @@ def test_a_failed_offset_lookup_reassigns_only_what_has_not_started(
     protocol: str,
 ) -> None:
     topic = topic_factory(partitions=2)
-    _produce(bootstrap, topic, {0: 5})
+    produce(bootstrap, topic, {0: 5})
     c = GroupConsumer({**conf, "groupkit.rebalance.protocol": protocol})
     consumers.append(c)
     c.subscribe([topic])
@@ -71,7 +64,7 @@ def test_a_failed_offset_lookup_reassigns_only_what_has_not_started(
     assert [e["partitions"] for e in refetch] == [1], logs
     assert sorted(tp.partition for tp in c.assignment()) == [0, 1]
 
-    _produce(bootstrap, topic, {0: 5, 1: 5})
+    produce(bootstrap, topic, {0: 5, 1: 5})
     wait_for(pump(lambda: len(got) == 15), 30, "5 more records of each partition", step=0)
     assert sorted(got) == [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
     assert set(got.values()) == {1}, "a record was handed out twice"
@@ -86,7 +79,7 @@ def test_the_users_on_commit_hears_each_auto_commit(
     """``on_commit`` is the user's, as on a ``Consumer`` (groupkit also counts the commits in
     flight through it, to keep auto-commit at one at a time)."""
     topic = topic_factory(partitions=2)
-    _produce(bootstrap, topic, {0: 3, 1: 4})
+    produce(bootstrap, topic, {0: 3, 1: 4})
     heard: list[tuple[Any, list[tuple[int, int]]]] = []
 
     def on_commit(err: Any, partitions: list[Any]) -> None:
@@ -111,8 +104,9 @@ def test_the_users_on_commit_hears_each_auto_commit(
         wait_for(step, 30, "a commit of all 7 records reported to on_commit", step=0)
     except AssertionError as e:
         ok = [parts for err, parts in heard if err is None]
-        raise AssertionError(f"{e}: got {got}, reported {ok}, "
-                             f"in flight {list(c._data.commits.sent)}") from None
+        raise AssertionError(
+            f"{e}: got {got}, reported {ok}, in flight {list(c._data.commits.sent)}"
+        ) from None
     # (before the first records, librdkafka answers an auto-commit with _NO_OFFSET)
     assert all(e is None or e.code() == KafkaError._NO_OFFSET for e, _ in heard), heard
     assert len(c._data.commits.sent) <= 1  # never more than one auto-commit waiting
@@ -136,8 +130,8 @@ class _Member:
         self.offset_fetches = sum(b.get("req", {}).get("OffsetFetch", 0) for b in brokers)
         self.stats_seen += 1
 
-    def poll(self) -> None:
-        m = self.c.poll(0.01)
+    def poll(self, timeout: float = 0.01) -> None:
+        m = self.c.poll(timeout)
         if m is not None and m.error() is None:
             self.got.setdefault(m.partition() or 0, []).append(m.offset() or 0)
             if not self.c._cfg.enable_auto_commit:
@@ -153,7 +147,7 @@ def _move_one_partition(
     """``a`` consumes part of both partitions of ``topic``, then ``b`` joins and one partition
     moves to it; returns ``(a, b, the partition that moved)`` once ``b`` had its first record
     of it (and a statistics report after that)."""
-    _produce(bootstrap, topic, {0: 30, 1: 30})
+    produce(bootstrap, topic, {0: 30, 1: 30})
     a = _Member(conf, topic, consumers)
     wait_for(lambda: a.poll() or all(len(a.got.get(p, [])) >= 5 for p in (0, 1)), 30,
              "a's first records of both partitions", step=0)  # fmt: skip
@@ -169,7 +163,7 @@ def _move_one_partition(
 
     wait_for(pump(lambda: len(a.partitions()) == len(b.partitions()) == 1), 30,
              "a partition moved from a to b", step=0)  # fmt: skip
-    _produce(bootstrap, topic, {0: 10, 1: 10})  # (a may have had every record before)
+    produce(bootstrap, topic, {0: 10, 1: 10})  # (a may have had every record before)
     wait_for(pump(lambda: bool(b.got)), 30, "b's first record", step=0)
     (p,) = b.got
     seen = b.stats_seen

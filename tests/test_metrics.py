@@ -25,6 +25,7 @@ from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
 from groupkit.metrics import METRICS, _Rate, serve
 from tests.conftest import unique_name
+from tests.groupharness import produce
 
 pytestmark = pytest.mark.broker
 
@@ -102,14 +103,6 @@ def driver() -> Iterator[Driver]:
         c.close()
 
 
-def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for partition, n in per_partition.items():
-        for i in range(n):
-            p.produce(topic, f"{i}".encode(), partition=partition)
-    assert p.flush(10) == 0
-
-
 def test_every_metric_moves_with_the_group(
     bootstrap: str, topic_factory: Callable[..., str], driver: Driver
 ) -> None:
@@ -126,7 +119,7 @@ def test_every_metric_moves_with_the_group(
         "groupkit.control.topic": control,
     }
     produced = {0: 40, 1: 20, 2: 10, 3: 5}
-    _produce(bootstrap, topic, produced)
+    produce(bootstrap, topic, produced)
 
     # -- join: one member owns everything, reads everything, commits ----------------------
     r1 = CollectorRegistry()
@@ -174,7 +167,7 @@ def test_every_metric_moves_with_the_group(
     # -- lag change: new records, not yet polled, then consumed --------------------------
     driver.paused.set()
     time.sleep(0.2)  # let the poll loop finish its current call
-    _produce(bootstrap, topic, {0: 25})
+    produce(bootstrap, topic, {0: 25})
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag", partition="0") == 25, 15,
              "partition 0's lag to show the 25 new records")  # fmt: skip
     assert value(r1, "groupkit_consumergroup_lag_sum") == 25

@@ -15,13 +15,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import ConfigError, GroupConsumer
-from groupkit.dev.harness import wait_for
 from groupkit.runtime.patterns import Subscription, TopicWatcher, is_pattern
 from tests.conftest import delete_topics, unique_name
+from tests.groupharness import partitions, produce, pump
 
 # ------------------------------------------------------------------ resolving (no broker)
 
@@ -69,14 +68,6 @@ def test_the_watcher_tells_only_changes() -> None:
 _REFRESH_MS = 500
 
 
-def _produce(bootstrap: str, topic: str, per_partition: dict[int, int]) -> None:
-    p = Producer({"bootstrap.servers": bootstrap})
-    for partition, n in per_partition.items():
-        for i in range(n):
-            p.produce(topic, value=b"%d" % i, partition=partition)
-    assert p.flush(30) == 0
-
-
 class _App:
     def __init__(self, conf: dict[str, Any], topics: list[str],
                  consumers: list[GroupConsumer]) -> None:  # fmt: skip
@@ -94,8 +85,8 @@ class _App:
 
         self.c.subscribe(topics, on_revoke=on_revoke, on_lost=on_lost)
 
-    def poll(self) -> None:
-        m = self.c.poll(0.01)
+    def poll(self, timeout: float = 0.01) -> None:
+        m = self.c.poll(timeout)
         if m is not None and m.error() is None:
             self.got.append((m.topic(), m.partition(), m.offset()))
 
@@ -108,25 +99,12 @@ class _App:
         return c.member.topics  # what its member record in the control log says
 
 
-def _pump(apps: list[_App], cond: Callable[[], bool], timeout: float, what: str) -> float:
-    def step() -> bool:
-        for a in apps:
-            a.poll()
-        return cond()
-
-    return wait_for(step, timeout, what, step=0)
-
-
 def _claimed(app: _App) -> set[tuple[str, int]]:
     """What the member's record in the control log claims."""
     c = app.c.coordinator
     assert c is not None
     with c.lock:
         return set(c.member.owned)
-
-
-def _parts(topic: str, n: int) -> set[tuple[str, int]]:
-    return {(topic, p) for p in range(n)}
 
 
 def test_topics_matching_a_pattern_join_and_leave_and_only_they_move(
@@ -163,31 +141,31 @@ def test_topics_matching_a_pattern_join_and_leave_and_only_they_move(
         return lambda: (set(owners()) == want and a.topics() == b.topics() == tuple(sorted(topics))
                         and abs(len(a.owned()) - len(b.owned())) <= 1)  # fmt: skip
 
-    def pump(cond: Callable[[], bool], timeout: float, what: str) -> float:
-        return _pump(list(apps.values()), cond, timeout, what)
+    def pump_both(cond: Callable[[], bool], timeout: float, what: str) -> float:
+        return pump(list(apps.values()), cond, timeout, what)
 
     def revoked_since(mark: dict[str, int]) -> set[tuple[str, int]]:
         return {tp for n, x in apps.items() for tp in x.revoked[mark[n] :]}
 
-    want = _parts(first, 2) | _parts(named, 2)
-    pump(settled(want, [first, named]), 30, "the pattern's topic and the named one shared")
+    want = partitions(first, 2) | partitions(named, 2)
+    pump_both(settled(want, [first, named]), 30, "the pattern's topic and the named one shared")
     before = owners()
     mark = {n: len(x.revoked) for n, x in apps.items()}
 
     # a topic created later joins within the refresh interval (plus a rebalance)
     second = topic_factory(partitions=1, prefix=prefix)
     t0 = time.monotonic()
-    want |= _parts(second, 1)
-    pump(lambda: set(owners()) == want, 30, "the new topic's partition owned")
+    want |= partitions(second, 1)
+    pump_both(lambda: set(owners()) == want, 30, "the new topic's partition owned")
     joined_s = time.monotonic() - t0
     assert joined_s < _REFRESH_MS / 1000 + 10, joined_s
-    pump(settled(want, [first, second, named]), 30, "both members subscribed to it")
+    pump_both(settled(want, [first, second, named]), 30, "both members subscribed to it")
     # what was owned before kept its owner and was never revoked (nor paused)
-    assert revoked_since(mark) <= _parts(second, 1), revoked_since(mark)
+    assert revoked_since(mark) <= partitions(second, 1), revoked_since(mark)
     assert {tp: o for tp, o in owners().items() if tp in before} == before
-    _produce(bootstrap, second, {0: 7})
-    pump(lambda: sum(1 for x in apps.values() for r in x.got if r[0] == second) == 7, 30,
-         "the new topic's records")  # fmt: skip
+    produce(bootstrap, second, {0: 7})
+    pump_both(lambda: sum(1 for x in apps.values() for r in x.got if r[0] == second) == 7, 30,
+              "the new topic's records")  # fmt: skip
 
     # a deleted topic leaves; the others keep their owners. (Of the two matching topics, the
     # one whose going leaves the group within one partition of even: see the docstring.)
@@ -199,16 +177,16 @@ def test_topics_matching_a_pattern_join_and_leave_and_only_they_move(
     losses = {n: len(x.lost) for n, x in apps.items()}
     delete_topics(admin, [gone])
     want = {tp for tp in want if tp[0] != gone}
-    pump(settled(want, [*rest, named]), 60, "the deleted topic gone from the group")
+    pump_both(settled(want, [*rest, named]), 60, "the deleted topic gone from the group")
     # and released in the log, though its offsets cannot be committed any more
-    pump(lambda: all(tp[0] != gone for x in apps.values() for tp in _claimed(x)), 30,
-         "no member record claims the deleted topic")  # fmt: skip
+    pump_both(lambda: all(tp[0] != gone for x in apps.values() for tp in _claimed(x)), 30,
+              "no member record claims the deleted topic")  # fmt: skip
     assert owners() == {tp: o for tp, o in before.items() if tp[0] != gone}
     gave_up = revoked_since(mark) | {tp for n, x in apps.items() for tp in x.lost[losses[n] :]}
     assert {tp[0] for tp in gave_up} <= {gone}, gave_up
-    _produce(bootstrap, named, {0: 2, 1: 2})
-    pump(lambda: sum(1 for x in apps.values() for r in x.got if r[0] == named) == 4, 30,
-         "the named topic's records")  # fmt: skip
+    produce(bootstrap, named, {0: 2, 1: 2})
+    pump_both(lambda: sum(1 for x in apps.values() for r in x.got if r[0] == named) == 4, 30,
+              "the named topic's records")  # fmt: skip
 
 
 def test_a_pattern_that_matches_nothing_yet(
@@ -226,12 +204,12 @@ def test_a_pattern_that_matches_nothing_yet(
     consumers.append(other)
     with pytest.raises(ConfigError, match="do not exist"):
         other.subscribe([f"^{prefix}-", unique_name("absent")])
-    _pump([a], lambda: a.c.coordinator is not None and a.c.generation >= 0, 30, "a joined")
+    pump([a], lambda: a.c.coordinator is not None and a.c.generation >= 0, 30, "a joined")
     assert a.owned() == set() and a.topics() == ()
     topic = topic_factory(partitions=3, prefix=prefix)
-    _produce(bootstrap, topic, {0: 1, 1: 1, 2: 1})
-    _pump([a], lambda: len(a.got) == 3, 30, "the records of the topic created later")
-    assert a.owned() == _parts(topic, 3)
+    produce(bootstrap, topic, {0: 1, 1: 1, 2: 1})
+    pump([a], lambda: len(a.got) == 3, 30, "the records of the topic created later")
+    assert a.owned() == partitions(topic, 3)
 
 
 def test_a_member_follows_a_peer_that_found_a_topic_first(
@@ -247,10 +225,10 @@ def test_a_member_follows_a_peer_that_found_a_topic_first(
     a = _App({**conf, "topic.metadata.refresh.interval.ms": _REFRESH_MS}, [f"^{prefix}-"],
              consumers)  # fmt: skip
     b = _App({**conf, "topic.metadata.refresh.interval.ms": 60_000}, [f"^{prefix}-"], consumers)
-    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 1, 30, "one partition each")
+    pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 1, 30, "one partition each")
     second = topic_factory(partitions=2, prefix=prefix)
     t0 = time.monotonic()
-    _pump([a, b], lambda: a.topics() == b.topics() == tuple(sorted([first, second])), 20,
-          "b subscribed to the new topic too")  # fmt: skip
+    pump([a, b], lambda: a.topics() == b.topics() == tuple(sorted([first, second])), 20,
+         "b subscribed to the new topic too")  # fmt: skip
     assert time.monotonic() - t0 < 10
-    _pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 2, 30, "two partitions each")
+    pump([a, b], lambda: len(a.owned()) == len(b.owned()) == 2, 30, "two partitions each")
