@@ -13,6 +13,7 @@ within a bounded number of generations.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -38,16 +39,24 @@ QUIET_GENERATIONS_PER_MEMBER = 4
 QUIET_GENERATIONS_BASE = 4
 
 
-class GroupSchedule(RuleBasedStateMachine):
-    sim: GroupSim
-
-    @initialize(
+def schedule_start(
+    releases: list[int | None],
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The ``@initialize`` of a schedule's start: protocol, assignor, the partitions of two
+    topics, and the release delay (deferred revocation) drawn from ``releases``."""
+    return initialize(
         protocol=st.sampled_from(["eager", "cooperative"]),
         assignor=st.sampled_from(assignor_names()),
         t0=st.integers(1, 8),
         t1=st.integers(0, 4),
-        release=st.sampled_from([None, None, 0, 100, 700]),
+        release=st.sampled_from(releases),
     )
+
+
+class GroupSchedule(RuleBasedStateMachine):
+    sim: GroupSim
+
+    @schedule_start([None, None, 0, 100, 700])
     def start(self, protocol: str, assignor: str, t0: int, t1: int, release: int | None) -> None:
         # release: deferred revocation as the runtime runs it (GroupSim.release_delay_ms): a
         # revoked partition stays owned, and claimed, until its commit is done that much later

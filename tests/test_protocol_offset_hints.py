@@ -20,10 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import strategies as st
-from hypothesis.stateful import initialize
 
-from groupkit.assignors import assignor_names
 from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
     HmacSigner,
@@ -36,20 +33,19 @@ from groupkit.protocol.records import (
 from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
 from groupkit.types import TopicPartition as TP
-from tests.test_protocol_hypothesis import EXAMPLES, GroupSchedule, schedule_settings
+from tests.test_protocol_hypothesis import (
+    EXAMPLES,
+    GroupSchedule,
+    schedule_settings,
+    schedule_start,
+)
 
 
 class HintSchedule(GroupSchedule):
     #: a crash, pause or forged record happened: hints may lag the committed offset
     disturbed: bool
 
-    @initialize(
-        protocol=st.sampled_from(["eager", "cooperative"]),
-        assignor=st.sampled_from(assignor_names()),
-        t0=st.integers(1, 8),
-        t1=st.integers(0, 4),
-        release=st.sampled_from([0, 100, 700]),
-    )
+    @schedule_start([0, 100, 700])
     def start(self, protocol: str, assignor: str, t0: int, t1: int, release: int | None) -> None:
         self.sim = GroupSim(
             {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor,
