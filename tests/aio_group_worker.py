@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
 import threading
 from typing import Any
@@ -27,23 +26,11 @@ from groupkit.aio import AIOGroupConsumer
 from groupkit.dev.harness import Audit
 from groupkit.errors import FencedError, GroupkitError
 from groupkit.log import configure as configure_logs
+from tests.group_worker import audit_records, consumer_config, parser
 
 
 async def run(args: argparse.Namespace, audit: Audit) -> None:
-    conf = {
-        "bootstrap.servers": args.bootstrap,
-        "group.id": args.group,
-        "auto.offset.reset": args.reset,
-        "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": args.heartbeat_ms,
-        "auto.commit.interval.ms": 200,
-        "groupkit.rebalance.protocol": args.protocol,
-        "groupkit.assignor": args.assignor,
-        "groupkit.control.topic": args.control_topic,
-        **json.loads(args.extra),
-    }
-    if args.client_id:
-        conf["client.id"] = args.client_id
+    conf = consumer_config(args)
     loop_thread = threading.get_ident()
     seen_kinds: set[str] = set()
 
@@ -112,13 +99,7 @@ async def run(args: argparse.Namespace, audit: Audit) -> None:
                 with contextlib.suppress(GroupkitError):
                     await consumer.close()
                 sys.exit(3)
-            for msg in batch:
-                if msg.error() is not None:
-                    audit.write("error", error=str(msg.error()))
-                    continue
-                audit.write("msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
-                            ts=msg.timestamp()[1])  # fmt: skip
-                last_offset[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+            audit_records(audit, batch, last_offset)
             state = (consumer.member_id, await consumer.generation(), await consumer.is_leader())
             if state != last_state:
                 last_state = state
@@ -126,20 +107,7 @@ async def run(args: argparse.Namespace, audit: Audit) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--bootstrap", required=True)
-    ap.add_argument("--group", required=True)
-    ap.add_argument("--topics", required=True)
-    ap.add_argument("--audit", required=True)
-    ap.add_argument("--protocol", default="cooperative")
-    ap.add_argument("--assignor", default="range")
-    ap.add_argument("--session-timeout-ms", type=int, default=3000)
-    ap.add_argument("--heartbeat-ms", type=int, default=300)
-    ap.add_argument("--control-topic", default="__groupkit")
-    ap.add_argument("--reset", default="earliest")
-    ap.add_argument("--extra", default="{}", help="JSON of extra config")
-    ap.add_argument("--client-id", default=None)
-    ap.add_argument("--slow-control-ms", type=int, default=0, help="(not supported; must be 0)")
+    ap = parser()
     args = ap.parse_args()
     if args.slow_control_ms:
         ap.error("--slow-control-ms is only supported by tests.group_worker")

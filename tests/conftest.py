@@ -53,7 +53,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         if backend.outlived:
             terminalreporter.write_line(
                 f"groupkit: {backend.outlived} librdkafka client(s) were still alive when the "
-                f"{backend.kind} broker stopped: a test or fixture leaks a client", red=True
+                f"{backend.kind} broker stopped: a test or fixture leaks a client",
+                red=True,
             )
 
 
@@ -269,3 +270,21 @@ def consumers() -> Iterator[list[GroupConsumer]]:
     yield made
     for c in made:
         c.close()
+
+
+@pytest.fixture
+def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make_group(topics, **kw)``: a ``tests.groupharness.WorkerGroup`` of worker processes
+    (``kw`` as for it) with a unique group id; every member is stopped after the test."""
+    from tests.groupharness import WorkerGroup
+
+    groups: list[WorkerGroup] = []
+
+    def make(topics: list[str], **kw: Any) -> WorkerGroup:
+        g = WorkerGroup(bootstrap, unique_name("g"), topics, tmp_path, **kw)
+        groups.append(g)
+        return g
+
+    yield make
+    for g in groups:
+        g.stop_all()

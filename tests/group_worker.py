@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Message
 from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
@@ -58,7 +58,9 @@ class SlowControl(GroupObserver):
         time.sleep(self.seconds)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The arguments the multi-process tests pass (``tests.groupharness.WorkerGroup``); the
+    asyncio worker takes the same."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--group", required=True)
@@ -78,13 +80,12 @@ def main() -> None:
         default=0,
         help="delay every control-loop turn: a member that reads its log slowly",
     )
-    args = ap.parse_args()
-    # groupkit's own events (JSON lines with UTC timestamps) go to the worker's .out file.
-    configure_logs(json=True, level="info", stream=sys.stdout)
-    audit = Audit(args.audit)
-    # GK_TRACE_BATCHES=1: audit each batch with the member's session age (diagnosis).
-    trace_batches = os.environ.get("GK_TRACE_BATCHES") == "1"
-    conf = {
+    return ap
+
+
+def consumer_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The member's configuration from its arguments (both workers)."""
+    conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "auto.offset.reset": args.reset,
@@ -98,6 +99,31 @@ def main() -> None:
     }
     if args.client_id:
         conf["client.id"] = args.client_id
+    return conf
+
+
+def audit_records(
+    audit: Audit, batch: list[Message], last_offset: dict[tuple[str, int], int]
+) -> None:
+    """Audit each record of ``batch`` (or its error) and note the last offset processed of
+    each partition (what the ``commit`` command commits)."""
+    for msg in batch:
+        if msg.error() is not None:
+            audit.write("error", error=str(msg.error()))
+            continue
+        audit.write("msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
+                    ts=msg.timestamp()[1])  # fmt: skip
+        last_offset[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+
+
+def main() -> None:
+    args = parser().parse_args()
+    # groupkit's own events (JSON lines with UTC timestamps) go to the worker's .out file.
+    configure_logs(json=True, level="info", stream=sys.stdout)
+    audit = Audit(args.audit)
+    # GK_TRACE_BATCHES=1: audit each batch with the member's session age (diagnosis).
+    trace_batches = os.environ.get("GK_TRACE_BATCHES") == "1"
+    conf = consumer_config(args)
     if os.environ.get("GK_DATA_DEBUG"):  # e.g. "cgrp,fetch": librdkafka debug of the data consumer
         conf["debug"] = os.environ["GK_DATA_DEBUG"]
 
@@ -160,13 +186,7 @@ def main() -> None:
                     age = c.member.session_age_ms(time.monotonic_ns() // 1_000_000)
             audit.write("batch", n=len(batch), age_ms=age,
                         fence_until=consumer._fence_until)  # fmt: skip
-        for msg in batch:
-            if msg.error() is not None:
-                audit.write("error", error=str(msg.error()))
-                continue
-            audit.write("msg", tp=[msg.topic(), msg.partition()], o=msg.offset(),
-                        ts=msg.timestamp()[1])  # fmt: skip
-            last_offset[(msg.topic() or "", msg.partition() or 0)] = msg.offset() or 0
+        audit_records(audit, batch, last_offset)
         state = (consumer.member_id, consumer.generation, consumer.is_leader)
         if state != last_state:
             last_state = state

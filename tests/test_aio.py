@@ -11,11 +11,11 @@ frozen past its session, audited like the synchronous consumer's group
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,17 +25,17 @@ from confluent_kafka.aio import AIOConsumer
 
 from groupkit import GroupConsumer
 from groupkit.aio import AIOGroupConsumer
-from groupkit.dev.harness import TP, LoadProducer, missing, wait_for
+from groupkit.dev.harness import TP, LoadProducer, wait_for
 from groupkit.errors import ConfigError, ConsumerClosedError
 from tests.chaos import late_records
-from tests.conftest import unique_name
-from tests.groupharness import WorkerGroup
+from tests.groupharness import WorkerGroup, check_at_least_once, churn, freeze_and_wake
 
 
 def test_every_method_of_group_consumer_is_awaitable_here() -> None:
     """What ``GroupConsumer`` can do, ``AIOGroupConsumer`` can await; and of confluent's
     ``AIOConsumer`` methods, those ``GroupConsumer`` has. A method added to ``GroupConsumer``
     fails this until its one line (``name = _delegate("name")``) is added."""
+
     def awaitable(name: str) -> bool:
         return inspect.iscoroutinefunction(getattr(AIOGroupConsumer, name, None))
 
@@ -360,18 +360,9 @@ def test_a_cancelled_poll_loses_no_record(
 
 
 @pytest.fixture
-def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., WorkerGroup]]:
-    groups: list[WorkerGroup] = []
-
-    def make(topics: list[str], **kw: Any) -> WorkerGroup:
-        g = WorkerGroup(bootstrap, unique_name("g"), topics, tmp_path,
-                        worker="tests.aio_group_worker", **kw)  # fmt: skip
-        groups.append(g)
-        return g
-
-    yield make
-    for g in groups:
-        g.stop_all()
+def make_group(make_group: Callable[..., WorkerGroup]) -> Callable[..., WorkerGroup]:
+    """conftest's, with asyncio members (tests.aio_group_worker)."""
+    return functools.partial(make_group, worker="tests.aio_group_worker")
 
 
 def test_aio_group_owns_once_and_consumes_everything(
@@ -385,30 +376,8 @@ def test_aio_group_owns_once_and_consumes_everything(
     parts: set[TP] = {(topic, p) for p in range(6)}
     g = make_group([topic], session_timeout_ms=3000)
     producer = LoadProducer.keyed(bootstrap, topic, 300).start()
-    try:
-        w0, w1 = g.spawn(), g.spawn()
-        g.wait_stable(parts)
-        w2 = g.spawn()
-        g.wait_stable(parts)
-        w1.close()
-        g.wait_stable(parts)
-        crashed_owned = w2.owned()
-        w2.kill()
-        g.wait_stable(parts, timeout=60)
-        g.spawn()
-        g.wait_stable(parts)
-    finally:
-        producer.stop()
-    ends = producer.end_offsets()
-    assert sum(ends.values()) >= 100
-    wait_for(lambda: not missing(ends, g.processed()), 60, "every produced record processed")
-    done = g.processed()
-    assert missing(ends, done) == {}
-    for tp in ends:
-        dups = {o for o, n in done[tp].items() if n > 1}
-        if dups:
-            assert tp in crashed_owned, f"{tp} processed {sorted(dups)[:10]} twice, no crash"
-    assert g.overlaps() == []
+    w0, crashed_owned = churn(g, parts, producer)
+    check_at_least_once(g, producer.end_offsets(), crashed_owned)
     # Every callback ran on the event loop's thread.
     wheres = [f for m in g.members.values() for f in m.facts() if f["e"] == "cb_thread"]
     assert {f["kind"] for f in wheres} >= {"assign", "revoke"}
@@ -443,16 +412,7 @@ def test_an_aio_zombie_fences_itself_when_it_wakes(
     parts: set[TP] = {(topic, p) for p in range(4)}
     g = make_group([topic], session_timeout_ms=2000)
     producer = LoadProducer.keyed(bootstrap, topic, 100).start()
-    try:
-        a, z = g.spawn(), g.spawn()
-        g.wait_stable(parts)
-        frozen = z.owned()
-        paused_at = z.pause()
-        wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
-        resumed_at = z.resume()
-        wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
-    finally:
-        producer.stop()
+    z, frozen, paused_at, resumed_at = freeze_and_wake(g, parts, producer)
     lost_at = min(f["t"] for f in z.facts() if f["e"] == "lost")
     assert lost_at >= resumed_at
     assert late_records(z, frozen, paused_at) == []

@@ -19,14 +19,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as KTP
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import MemberSubscription, TopicPartition
 from groupkit.assignors import unregister_assignor
 from groupkit.dev.harness import wait_for
 from tests.conftest import unique_name
+from tests.groupharness import committed_offsets
 
 pytestmark = pytest.mark.broker
 
@@ -104,12 +104,7 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int) -> set[str]:
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
     """The group's committed offset of each partition (-1001: none)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = c.committed([KTP(topic, p) for p in range(partitions)], timeout=10)
-        return [tp.offset for tp in tps]
-    finally:
-        c.close()
+    return list(committed_offsets(bootstrap, group, topic, partitions).values())
 
 
 def records(example: Example) -> list[str]:

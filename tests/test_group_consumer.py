@@ -6,33 +6,13 @@ Every test audits ownership: no two workers' ownership intervals of a partition 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
-from groupkit.dev.harness import TP, LoadProducer, missing, wait_for
+from groupkit.dev.harness import LoadProducer, wait_for
 from tests.chaos import late_records
-from tests.conftest import unique_name
-from tests.groupharness import WorkerGroup
-
-
-@pytest.fixture
-def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., WorkerGroup]]:
-    groups: list[WorkerGroup] = []
-
-    def make(topics: list[str], **kw: object) -> WorkerGroup:
-        g = WorkerGroup(bootstrap, unique_name("g"), topics, tmp_path, **kw)  # type: ignore[arg-type]
-        groups.append(g)
-        return g
-
-    yield make
-    for g in groups:
-        g.stop_all()
-
-
-def _parts(topic: str, n: int) -> set[TP]:
-    return {(topic, p) for p in range(n)}
+from tests.groupharness import WorkerGroup, check_at_least_once, churn, freeze_and_wake, partitions
 
 
 @pytest.mark.parametrize("protocol", ["cooperative", "eager"])
@@ -43,7 +23,7 @@ def test_members_join_and_share_every_partition_once(
     bootstrap: str,
 ) -> None:
     topic = topic_factory(partitions=12)
-    parts = _parts(topic, 12)
+    parts = partitions(topic, 12)
     producer = LoadProducer.keyed(bootstrap, topic).start()
     g = make_group([topic], protocol=protocol)
     try:
@@ -75,7 +55,7 @@ def test_kill_follower_then_leader_reassigns_after_session_timeout(
     make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=6)
-    parts = _parts(topic, 6)
+    parts = partitions(topic, 6)
     g = make_group([topic], session_timeout_ms=3000)
     for _ in range(3):
         g.spawn()
@@ -100,7 +80,7 @@ def test_clean_close_rebalances_at_once(
     make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=6)
-    parts = _parts(topic, 6)
+    parts = partitions(topic, 6)
     g = make_group([topic], session_timeout_ms=30_000)
     a, b = g.spawn(), g.spawn()
     g.wait_stable(parts)
@@ -123,14 +103,14 @@ def test_subscription_change_and_new_partitions_rebalance(
     t2 = topic_factory(partitions=2)
     g = make_group([t1])
     a, _b = g.spawn(), g.spawn()
-    g.wait_stable(_parts(t1, 4))
+    g.wait_stable(partitions(t1, 4))
     a.send(f"subscribe {t1},{t2}")
     # Only a subscribes to t2 now: a owns all of t2.
-    g.wait_stable(_parts(t1, 4) | _parts(t2, 2))
-    wait_for(lambda: _parts(t2, 2) <= a.owned(), 30, f"a to own {t2}: {g.describe()}")
+    g.wait_stable(partitions(t1, 4) | partitions(t2, 2))
+    wait_for(lambda: partitions(t2, 2) <= a.owned(), 30, f"a to own {t2}: {g.describe()}")
     fut = admin.create_partitions([NewPartitions(t1, 6)])  # type: ignore[attr-defined]
     fut[t1].result(timeout=30)
-    g.wait_stable(_parts(t1, 6) | _parts(t2, 2), timeout=60)
+    g.wait_stable(partitions(t1, 6) | partitions(t2, 2), timeout=60)
     assert g.overlaps() == []
 
 
@@ -138,36 +118,11 @@ def test_at_least_once_across_joins_leaves_and_crashes(
     make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
     topic = topic_factory(partitions=8)
-    parts = _parts(topic, 8)
+    parts = partitions(topic, 8)
     g = make_group([topic], session_timeout_ms=3000)
     producer = LoadProducer.keyed(bootstrap, topic, 300).start()
-    try:
-        _w0, w1 = g.spawn(), g.spawn()
-        g.wait_stable(parts)
-        w2 = g.spawn()
-        g.wait_stable(parts)
-        w1.close()
-        g.wait_stable(parts)
-        crashed_owned = w2.owned()
-        w2.kill()
-        g.wait_stable(parts, timeout=60)
-        g.spawn()
-        g.wait_stable(parts)
-    finally:
-        producer.stop()
-    ends = producer.end_offsets()
-    assert sum(ends.values()) >= 100
-
-    wait_for(lambda: not missing(ends, g.processed()), 60, "every produced record processed")
-    done = g.processed()
-    assert missing(ends, done) == {}
-    for tp in ends:
-        dups = {o for o, n in done[tp].items() if n > 1}
-        if dups:
-            assert tp in crashed_owned, (
-                f"{tp} processed {sorted(dups)[:10]} twice, owner did not crash"
-            )
-    assert g.overlaps() == []
+    _w0, crashed_owned = churn(g, parts, producer)
+    check_at_least_once(g, producer.end_offsets(), crashed_owned)
 
 
 def test_zombie_fences_itself_when_it_wakes(
@@ -176,20 +131,10 @@ def test_zombie_fences_itself_when_it_wakes(
     """A member frozen past its session timeout finds its partitions lost the moment it runs
     again, before it processes or commits anything more of them."""
     topic = topic_factory(partitions=4)
-    parts = _parts(topic, 4)
+    parts = partitions(topic, 4)
     g = make_group([topic], session_timeout_ms=2000)
     producer = LoadProducer.keyed(bootstrap, topic, 100).start()
-    try:
-        a, z = g.spawn(), g.spawn()
-        g.wait_stable(parts)
-        frozen = z.owned()
-        paused_at = z.pause()
-        # The group reassigns the zombie's partitions once the log expires it.
-        wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
-        resumed_at = z.resume()
-        wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
-    finally:
-        producer.stop()
+    z, frozen, paused_at, resumed_at = freeze_and_wake(g, parts, producer)
     facts = z.facts()
     lost_at = min(f["t"] for f in facts if f["e"] == "lost")
     assert lost_at >= resumed_at

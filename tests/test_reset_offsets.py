@@ -32,6 +32,7 @@ from groupkit.cli import main
 from groupkit.dev.harness import wait_for
 from groupkit.types import TopicPartition as TP
 from tests.conftest import unique_name
+from tests.groupharness import committed_offsets
 
 RECORDS = 3000  # per partition: a backlog the members cannot drain within a test
 BEFORE = 150  # committed on every partition before the reset
@@ -134,13 +135,9 @@ def _start(g: dict[str, Any], n: int) -> list[Worker]:
 
 
 def _committed(g: dict[str, Any]) -> dict[TP, int]:
-    c = Consumer({"bootstrap.servers": g["bootstrap"], "group.id": g["conf"]["group.id"],
-                  "enable.auto.commit": False})  # fmt: skip
-    try:
-        got = c.committed([KTP(g["topic"], p) for p in range(PARTITIONS)], timeout=10)
-        return {TP(p.topic, p.partition): p.offset for p in got if p.offset >= 0}
-    finally:
-        c.close()
+    got = committed_offsets(g["bootstrap"], g["conf"]["group.id"], g["topic"], PARTITIONS,
+                            **{"enable.auto.commit": False})  # fmt: skip
+    return {TP(*tp): o for tp, o in got.items() if o >= 0}
 
 
 def _cli(g: dict[str, Any], *argv: str) -> int:

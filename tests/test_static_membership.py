@@ -15,34 +15,14 @@ The protocol's side is proven over random schedules in ``test_protocol_static.py
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from groupkit.dev.harness import TP, LoadProducer, MemberProcess, wait_for
 from groupkit.runtime.describe import describe_group
-from tests.conftest import unique_name
-from tests.groupharness import WorkerGroup
-
-
-@pytest.fixture
-def make_group(bootstrap: str, tmp_path: Path) -> Iterator[Callable[..., WorkerGroup]]:
-    groups: list[WorkerGroup] = []
-
-    def make(topics: list[str], **kw: object) -> WorkerGroup:
-        g = WorkerGroup(bootstrap, unique_name("g"), topics, tmp_path, **kw)  # type: ignore[arg-type]
-        groups.append(g)
-        return g
-
-    yield make
-    for g in groups:
-        g.stop_all()
-
-
-def _parts(topic: str, n: int) -> set[TP]:
-    return {(topic, p) for p in range(n)}
+from tests.groupharness import WorkerGroup, partitions
 
 
 def _static(g: WorkerGroup, instance: str, name: str | None = None) -> MemberProcess:
@@ -83,7 +63,7 @@ def test_static_member_restarted_within_its_session_gets_back_its_partitions(
     topic_factory: Callable[..., str], bootstrap: str,
 ) -> None:  # fmt: skip
     topic = topic_factory(partitions=9)
-    parts = _parts(topic, 9)
+    parts = partitions(topic, 9)
     session = 20_000 if how == "close" else 8_000
     producer = LoadProducer.every_partition(bootstrap, topic, 9, period=0.2).start()
     g, (a, b, c) = _static_group(make_group, topic, parts, protocol, session)
@@ -126,7 +106,7 @@ def test_two_processes_with_one_instance_id_newest_wins(
     bootstrap: str,
 ) -> None:  # fmt: skip
     topic = topic_factory(partitions=6)
-    parts = _parts(topic, 6)
+    parts = partitions(topic, 6)
     session = 6_000
     producer = LoadProducer.every_partition(bootstrap, topic, 6, period=0.2).start()
     g, (a, b, c) = _static_group(make_group, topic, parts, protocol, session)
@@ -156,7 +136,7 @@ def test_close_with_leave_moves_the_partitions_at_once(
     make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str], bootstrap: str
 ) -> None:
     topic = topic_factory(partitions=6)
-    parts = _parts(topic, 6)
+    parts = partitions(topic, 6)
     session = 60_000
     g, (a, b, c) = _static_group(make_group, topic, parts, "cooperative", session)
     desc = _describe(g)
@@ -180,7 +160,7 @@ def test_close_of_a_static_member_keeps_its_seat(
     """Nobody takes the closed member's partitions while its seat waits (a session), and
     they go to the others once it has run out."""
     topic = topic_factory(partitions=6)
-    parts = _parts(topic, 6)
+    parts = partitions(topic, 6)
     session = 5_000
     g, (a, b, c) = _static_group(make_group, topic, parts, "cooperative", session)
     mine = b.owned()
