@@ -24,6 +24,13 @@ from tests.conftest import unique_name
 from tests.groupharness import pump
 
 
+@pytest.fixture
+def describe(conf: dict[str, Any], bootstrap: str) -> list[str]:
+    """``groupkit describe``'s arguments for the group of ``conf``."""
+    return ["describe", "--bootstrap-servers", bootstrap, "--group", conf["group.id"],
+            "--control-topic", conf["groupkit.control.topic"]]  # fmt: skip
+
+
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
@@ -65,12 +72,11 @@ def running(
 
 
 def test_describe_shows_kafka_columns_then_groupkits(
-    conf: dict[str, Any], running: tuple[str, list[GroupConsumer], str], bootstrap: str,
+    conf: dict[str, Any], running: tuple[str, list[GroupConsumer], str], describe: list[str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     topic, members, _gone = running
-    base = ["describe", "--bootstrap-servers", bootstrap, "--group", conf["group.id"],
-            "--control-topic", conf["groupkit.control.topic"]]  # fmt: skip
+    base = describe
     code, out, _ = _cli(capsys, *base)
     assert code == 0
     header, *rows = out.splitlines()
@@ -103,12 +109,11 @@ def test_describe_shows_kafka_columns_then_groupkits(
 
 
 def test_describe_members_and_state_views(
-    conf: dict[str, Any], running: tuple[str, list[GroupConsumer], str], bootstrap: str,
+    conf: dict[str, Any], running: tuple[str, list[GroupConsumer], str], describe: list[str],
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     _topic, members, _gone = running
-    base = ["describe", "--bootstrap-servers", bootstrap, "--group", conf["group.id"],
-            "--control-topic", conf["groupkit.control.topic"]]  # fmt: skip
+    base = describe
     code, out, _ = _cli(capsys, *base, "--members")
     assert code == 0
     header, *rows = out.splitlines()

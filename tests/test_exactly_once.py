@@ -33,6 +33,7 @@ from groupkit import GroupConsumer
 from groupkit.dev.harness import TP, AuditLog, Group, LoadProducer, MemberProcess, wait_for
 from groupkit.eos import TransactionalProcessor, by_partition
 from groupkit.errors import ConfigError
+from tests import groupharness
 from tests.conftest import unique_name
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -104,13 +105,8 @@ def kill_in_transaction(m: MemberProcess) -> None:
 def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[TP, int]:
     """The group's committed offsets, stable ones only (``read_committed``: a pending
     transactional commit is waited for)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "isolation.level": "read_committed"})  # fmt: skip
-    try:
-        done = c.committed([KTP(topic, p) for p in range(PARTITIONS)], timeout=10)
-        return {(p.topic, p.partition): p.offset for p in done}
-    finally:
-        c.close()
+    read_committed = {"isolation.level": "read_committed"}
+    return groupharness.committed_offsets(bootstrap, group, topic, PARTITIONS, **read_committed)
 
 
 def read_output(bootstrap: str, topic: str) -> list[tuple[bytes | None, dict[str, Any]]]:
