@@ -30,7 +30,6 @@ from groupkit.protocol.records import (
     encode,
     member_record,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
 from groupkit.types import TopicPartition as TP
 from tests.test_protocol_hypothesis import (
@@ -47,11 +46,7 @@ class HintSchedule(GroupSchedule):
 
     @schedule_start([0, 100, 700])
     def start(self, protocol: str, assignor: str, t0: int, t1: int, release: int | None) -> None:
-        self.sim = GroupSim(
-            {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor,
-            release_delay_ms=release, **self.sim_options(),
-        )  # fmt: skip
-        self.sim.lags = {}
+        super().start(protocol, assignor, t0, t1, release)
         self.disturbed = False
         for name in ("crash", "pause", "inject"):
             setattr(self.sim, name, self._disturbing(getattr(self.sim, name)))
