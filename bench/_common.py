@@ -13,7 +13,9 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -44,6 +46,13 @@ def time_runs(fn: Callable[[], object], runs: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - t0)
     return out
+
+
+def timed_runs(fn: Callable[[], T], runs: int) -> tuple[list[float], T]:
+    """:func:`time_runs` (at least one), and what the last call returned."""
+    last: list[T] = []
+    times = time_runs(lambda: last.append(fn()), max(runs, 1))
+    return times, last[-1]
 
 
 def median(xs: Sequence[float]) -> float:

@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import median, write_results
+from bench._common import median, timed_runs, write_results
 
 HERE = Path(__file__).resolve().parent
 KAFKA_CLIENTS = "4.1.1"
@@ -161,11 +161,7 @@ def _worker_groupkit(name: str, shape: str, runs: int) -> None:
     lags = _lags(parts)
     given = lags if assignor.uses_lag else None
     subs = {m: MemberSubscription(ts) for m, ts in members.items()}
-    times, first = [], {}
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        first = assignor.assign(parts, subs, given)
-        times.append(time.perf_counter() - t0)
+    times, first = timed_runs(lambda: assignor.assign(parts, subs, given), runs)
     quality = {"largest_over_bound": _largest_over_bound(first, lags)}
     _emit(f"groupkit {name}", shape, "fresh", total, len(subs), 0, times, quality)
 
@@ -173,11 +169,7 @@ def _worker_groupkit(name: str, shape: str, runs: int) -> None:
     subs = {
         m: MemberSubscription(ts, owned=first.get(m, ()), generation=1) for m, ts in nxt.items()
     }
-    times, after = [], {}
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        after = assignor.assign(parts, subs, given)
-        times.append(time.perf_counter() - t0)
+    times, after = timed_runs(lambda: assignor.assign(parts, subs, given), runs)
     quality = {"largest_over_bound": _largest_over_bound(after, lags)}
     moved = _moved(first, after)
     _emit(f"groupkit {name}", shape, phase, total, len(subs), moved, times, quality)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -61,15 +60,13 @@ from bench._common import bar_chart, median, write_results
 from bench._harness import (
     Group,
     Member,
-    broker,
-    create_topic,
     load,
     measure,
     pct,
     versions,
 )
-from bench.rebalance import GK_DEFAULT, _wait_fact, broker_properties
-from groupkit.dev.harness import LoadProducer, wait_for
+from bench.rebalance import GK_DEFAULT, _wait_fact, paced_topic
+from groupkit.dev.harness import wait_for
 from groupkit.runtime.admin import create_topic as create_config_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, partition_for_group
 
@@ -238,25 +235,16 @@ def main() -> None:
     load_before = load()
     t_start = time.monotonic()
     runs: list[AgedGroup] = []
-    with tempfile.TemporaryDirectory(prefix="gk-bench-join-age-") as tmp:
-        work = Path(tmp)
-        props = broker_properties(args.session_ms, args.heartbeat_ms)
-        with broker(args.bootstrap, work / "broker", props) as boot:
-            topic = f"bench-join-age-{uuid.uuid4().hex[:6]}"
-            create_topic(boot, topic, args.partitions)
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
-            try:
-                wait_for(lambda: pacer.count > 0, 30, "the producer")
-                # One lane per setting, side by side, each offset by a young point's trials so
-                # that no start or trial of one lane meets one of another (at least at first).
-                stagger = args.young + args.trials * args.slot + 2.0
-                with ThreadPoolExecutor(len(settings)) as pool:
-                    lanes = [pool.submit(run_lane, boot, topic, work, s, i * stagger, args)
-                             for i, s in enumerate(settings)]  # fmt: skip
-                    for lane in lanes:
-                        runs += lane.result()
-            finally:
-                pacer.stop()
+    with paced_topic(args, "join-age") as (work, boot, topic, pacer):
+        wait_for(lambda: pacer.count > 0, 30, "the producer")
+        # One lane per setting, side by side, each offset by a young point's trials so
+        # that no start or trial of one lane meets one of another (at least at first).
+        stagger = args.young + args.trials * args.slot + 2.0
+        with ThreadPoolExecutor(len(settings)) as pool:
+            lanes = [pool.submit(run_lane, boot, topic, work, s, i * stagger, args)
+                     for i, s in enumerate(settings)]  # fmt: skip
+            for lane in lanes:
+                runs += lane.result()
     report(runs, args, load_before, time.monotonic() - t_start, pacer.dropped_rounds)
 
 

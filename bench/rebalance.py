@@ -32,11 +32,13 @@ as group configs). ``group.initial.rebalance.delay.ms=0``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,29 @@ def broker_properties(session_ms: int, heartbeat_ms: int) -> dict[str, str]:
         "group.consumer.min.session.timeout.ms": str(min(session_ms, 45000)),
         "group.consumer.min.heartbeat.interval.ms": str(min(heartbeat_ms, 5000)),
     }
+
+
+@contextlib.contextmanager
+def paced_topic(
+    args: argparse.Namespace, name: str
+) -> Iterator[tuple[Path, str, str, LoadProducer]]:
+    """The bench's broker (``args.bootstrap``, else a local one that allows the tuned
+    settings) with a new topic of ``args.partitions`` under a steady load on every partition:
+    ``(work dir, bootstrap, topic, producer)``; the producer stops on exit.
+    ``GK_BENCH_KEEP=<dir>``: keep the workers' output there (with GK_BENCH_LOGS, to trace
+    hops)."""
+    with tempfile.TemporaryDirectory(prefix=f"gk-bench-{name}-") as tmp:
+        work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        props = broker_properties(args.session_ms, args.heartbeat_ms)
+        with broker(args.bootstrap, work / "broker", props) as boot:
+            topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
+            create_topic(boot, topic, args.partitions)
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
+            try:
+                yield work, boot, topic, pacer
+            finally:
+                pacer.stop()
 
 
 def settings_for(
@@ -237,23 +262,12 @@ def main() -> None:
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     load_before = load()
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="gk-bench-rebalance-") as tmp:
-        # GK_BENCH_KEEP=<dir>: keep the workers' output there (with GK_BENCH_LOGS, to trace hops)
-        work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        props = broker_properties(args.session_ms, args.heartbeat_ms)
-        with broker(args.bootstrap, work / "broker", props) as boot:
-            topic = f"bench-rebalance-{uuid.uuid4().hex[:6]}"
-            create_topic(boot, topic, args.partitions)
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
-            runs = []
-            try:
-                for setting in settings:
-                    for name in contenders:
-                        print(f"{name} [{setting}] ...", flush=True)
-                        runs.append(run_contender(boot, topic, work, name, setting, args))
-            finally:
-                pacer.stop()
+    runs = []
+    with paced_topic(args, "rebalance") as (work, boot, topic, _pacer):
+        for setting in settings:
+            for name in contenders:
+                print(f"{name} [{setting}] ...", flush=True)
+                runs.append(run_contender(boot, topic, work, name, setting, args))
     report(runs, args, load_before, time.monotonic() - t_start)
 
 

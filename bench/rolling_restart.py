@@ -38,9 +38,7 @@ part of a restart, for every contender alike.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -49,9 +47,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bar_chart, median, write_results
-from bench._harness import Group, Member, broker, create_topic, load, pct, versions
-from bench.rebalance import _wait_fact, broker_properties, set_group_timeouts
-from groupkit.dev.harness import TP, LoadProducer
+from bench._harness import Group, Member, load, pct, versions
+from bench.rebalance import _wait_fact, paced_topic, set_group_timeouts
+from groupkit.dev.harness import TP
 
 # name -> (kind, protocol, static)
 CONTENDERS: dict[str, tuple[str, str, bool]] = {
@@ -190,24 +188,14 @@ def main() -> None:
     load_before = load()
     t_start = time.monotonic()
     runs = []
-    with tempfile.TemporaryDirectory(prefix="gk-bench-rolling-") as tmp:
-        work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        props = broker_properties(args.session_ms, args.heartbeat_ms)
-        with broker(args.bootstrap, work / "broker", props) as boot:
-            topic = f"bench-rolling-{uuid.uuid4().hex[:6]}"
-            create_topic(boot, topic, args.partitions)
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
+    with paced_topic(args, "rolling") as (work, boot, topic, _pacer):
+        for name in contenders:
+            print(f"{name} ...", flush=True)
             try:
-                for name in contenders:
-                    print(f"{name} ...", flush=True)
-                    try:
-                        runs.append(rolling_restart(boot, topic, work, name, args))
-                    except Exception as e:  # a contender that fails is reported, not fatal
-                        print(f"  {name} failed: {e}", flush=True)
-                        runs.append({"contender": name, "error": str(e)[:500], "trials": []})
-            finally:
-                pacer.stop()
+                runs.append(rolling_restart(boot, topic, work, name, args))
+            except Exception as e:  # a contender that fails is reported, not fatal
+                print(f"  {name} failed: {e}", flush=True)
+                runs.append({"contender": name, "error": str(e)[:500], "trials": []})
     report(runs, args, load_before, time.monotonic() - t_start)
 
 
