@@ -178,7 +178,9 @@ class GroupSchedule(RuleBasedStateMachine):
         sim = self.sim
         if not sim.running():
             return
-        for sm in sim.members.values():  # paused ones too: they run again in the quiet period
+        # paused ones too: they run again in the quiet period; and a static member's older
+        # process still running beside its newer one (GroupSim.displaced)
+        for sm in [*sim.members.values(), *sim.displaced]:
             if sm.read_rate == 1:  # too slow to ever keep up with the heartbeats (see
                 sm.read_rate = 4  # test_member_that_never_catches_up_is_left_out...)
         # quiet period: nothing changes any more; slow readers stay slow
