@@ -60,10 +60,10 @@ in records of dynamic members and of members that predate static membership; ins
 payload like every field. The replay's rules for them are in state.py ("Static membership").
 
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
-:data:`REJECT_REASONS`' decode labels (``bad_bytes``, ``unknown_version``, ``unknown_kind``,
-``missing_field``, ``wrong_type``, ``bad_value``, ``too_large``, ``unsigned``,
-``bad_signature``). ``too_large``: what one record may make a reader allocate is bounded
-(:data:`MAX_PAYLOAD`, :data:`MAX_CONTAINERS`, :data:`MAX_PARTITIONS`).
+the decoder's labels of :class:`~groupkit.protocol.vocab.RejectReason` (``bad_bytes``,
+``unknown_version``, ``unknown_kind``, ``missing_field``, ``wrong_type``, ``bad_value``,
+``too_large``, ``unsigned``, ``bad_signature``). ``too_large``: what one record may make a
+reader allocate is bounded (:data:`MAX_PAYLOAD`, :data:`MAX_CONTAINERS`, :data:`MAX_PARTITIONS`).
 
 Signing (optional): pass a :class:`Signer` (e.g. :class:`HmacSigner` with a shared group key) to
 :func:`encode` and :func:`decode_value`. The tag covers the key bytes and the payload. Tombstones
@@ -83,6 +83,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol.vocab import Phase, RebalanceProtocol, RejectReason
 from groupkit.types import TopicPartition
 
 KEY_VERSION = 1
@@ -98,15 +99,13 @@ FLAG_SIGNED = 0x02
 COMPRESS_ABOVE = 512
 
 Protocol_ = Literal["eager", "cooperative"]
-PROTOCOLS: tuple[str, ...] = ("eager", "cooperative")
+#: the plain strings (error messages show them as such); ``RebalanceProtocol`` members are equal
+PROTOCOLS: tuple[str, ...] = tuple(p.value for p in RebalanceProtocol)
 
-PHASE_REVOKE = "revoke"
-"""Eager phase 1: every covered member gives up everything it owns."""
-PHASE_PARTIAL = "partial"
-"""Some target partitions are still ``pending``: a follow-up generation will grant them."""
-PHASE_COMPLETE = "complete"
-"""The assignment is the whole target plan."""
-PHASES: tuple[str, ...] = (PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE)
+PHASE_REVOKE = Phase.REVOKE
+PHASE_PARTIAL = Phase.PARTIAL
+PHASE_COMPLETE = Phase.COMPLETE
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 
 Partitions = frozenset[TopicPartition]
 EMPTY: Partitions = frozenset()
@@ -665,8 +664,11 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                     "ready": m.ready,
                     # static seats only: absent keeps older snapshots' bytes and readers
                     **(
-                        {"proc": m.process, "instance": m.instance_id,
-                         "proc_since": m.process_since}
+                        {
+                            "proc": m.process,
+                            "instance": m.instance_id,
+                            "proc_since": m.process_since,
+                        }
                         if m.instance_id is not None
                         else {}
                     ),
@@ -789,34 +791,34 @@ def decode_key(raw: bytes | None) -> RecordKey:
 
 def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
     if not isinstance(raw, bytes | bytearray) or len(raw) < 4:
-        raise RecordRejected("bad_bytes", "key too short")
+        raise RecordRejected(RejectReason.BAD_BYTES, "key too short")
     version, kind, glen = struct.unpack_from(">BBH", raw)
     if version != KEY_VERSION:
-        raise RecordRejected("unknown_version", f"key version {version}")
+        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"key version {version}")
     if len(raw) < 4 + glen or glen == 0:
-        raise RecordRejected("bad_bytes", "key truncated")
+        raise RecordRejected(RejectReason.BAD_BYTES, "key truncated")
     try:
         group = bytes(raw[4 : 4 + glen]).decode()
         rest = bytes(raw[4 + glen :]).decode()
     except UnicodeDecodeError:
-        raise RecordRejected("bad_bytes", "key is not utf-8") from None
+        raise RecordRejected(RejectReason.BAD_BYTES, "key is not utf-8") from None
     if kind == KIND_MEMBER:
         if not rest:
-            raise RecordRejected("missing_field", "member key without member id")
+            raise RecordRejected(RejectReason.MISSING_FIELD, "member key without member id")
         return MemberKey(group, rest)
     if kind == KIND_ASSIGNMENT:
         if rest:
-            raise RecordRejected("bad_bytes", "trailing bytes in assignment key")
+            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in assignment key")
         return AssignmentKey(group)
     if kind == KIND_SNAPSHOT:
         if rest:
-            raise RecordRejected("bad_bytes", "trailing bytes in snapshot key")
+            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in snapshot key")
         return SnapshotKey(group)
     if kind == KIND_RESET:
         if rest:
-            raise RecordRejected("bad_bytes", "trailing bytes in reset key")
+            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in reset key")
         return ResetKey(group)
-    raise RecordRejected("unknown_kind", f"key kind {kind}")
+    raise RecordRejected(RejectReason.UNKNOWN_KIND, f"key kind {kind}")
 
 
 def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = None) -> RecordValue:
@@ -827,14 +829,14 @@ def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = No
     """
     if raw is None:
         if isinstance(key, AssignmentKey | SnapshotKey | ResetKey):
-            raise RecordRejected("bad_value", "assignment, snapshot or reset tombstone")
+            raise RecordRejected(RejectReason.BAD_VALUE, "assignment, snapshot or reset tombstone")
         return None
     try:
         return _decode_value(key, bytes(raw), verifier)
     except RecordRejected:
         raise
     except Exception as e:  # the decoder's contract: nothing but RecordRejected escapes
-        raise RecordRejected("bad_bytes", f"{type(e).__name__}: {e}") from None
+        raise RecordRejected(RejectReason.BAD_BYTES, f"{type(e).__name__}: {e}") from None
 
 
 def decode(
@@ -847,38 +849,38 @@ def decode(
 
 def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> RecordValue:
     if len(raw) < 2:
-        raise RecordRejected("bad_bytes", "value too short")
+        raise RecordRejected(RejectReason.BAD_BYTES, "value too short")
     version, flags = raw[0], raw[1]
     if version != SCHEMA_VERSION:
-        raise RecordRejected("unknown_version", f"schema version {version}")
+        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"schema version {version}")
     if flags & ~(FLAG_ZLIB | FLAG_SIGNED):
-        raise RecordRejected("bad_bytes", f"unknown flags {flags:#x}")
+        raise RecordRejected(RejectReason.BAD_BYTES, f"unknown flags {flags:#x}")
     pos = 2
     tag = b""
     if flags & FLAG_SIGNED:
         if len(raw) < 3 or len(raw) < 3 + raw[2]:
-            raise RecordRejected("bad_bytes", "signature truncated")
+            raise RecordRejected(RejectReason.BAD_BYTES, "signature truncated")
         tag = raw[3 : 3 + raw[2]]
         pos = 3 + raw[2]
     payload = raw[pos:]
     if verifier is not None:
         if not flags & FLAG_SIGNED:
-            raise RecordRejected("unsigned", "record is not signed")
+            raise RecordRejected(RejectReason.UNSIGNED, "record is not signed")
         if not verifier.verify(encode_key(key) + payload, tag):
-            raise RecordRejected("bad_signature", "signature does not verify")
+            raise RecordRejected(RejectReason.BAD_SIGNATURE, "signature does not verify")
     limit = MAX_SNAPSHOT_PAYLOAD if isinstance(key, SnapshotKey) else MAX_PAYLOAD
     if flags & FLAG_ZLIB:
         try:
             d = zlib.decompressobj()
             payload = d.decompress(payload, limit + 1)
             if d.unconsumed_tail:
-                raise RecordRejected("too_large", f"payload inflates to > {limit} bytes")
+                raise RecordRejected(RejectReason.TOO_LARGE, f"payload inflates to > {limit} bytes")
             if not d.eof:
-                raise RecordRejected("bad_bytes", "compressed payload truncated")
+                raise RecordRejected(RejectReason.BAD_BYTES, "compressed payload truncated")
         except zlib.error as e:
-            raise RecordRejected("bad_bytes", f"zlib: {e}") from None
+            raise RecordRejected(RejectReason.BAD_BYTES, f"zlib: {e}") from None
     if len(payload) > limit:
-        raise RecordRejected("too_large", f"payload of {len(payload)} bytes > {limit}")
+        raise RecordRejected(RejectReason.TOO_LARGE, f"payload of {len(payload)} bytes > {limit}")
     memo_key = None
     if isinstance(key, MemberKey):
         m = _SEQ.search(payload)
@@ -910,13 +912,15 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.instance_id, k.seat, k.seat_ts,
                                     k.reset_at, k.reset_done)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
-        raise RecordRejected("too_large", f"more than {MAX_CONTAINERS} JSON objects and arrays")
+        raise RecordRejected(
+            RejectReason.TOO_LARGE, f"more than {MAX_CONTAINERS} JSON objects and arrays"
+        )
     try:
         doc = json.loads(payload)
     except (UnicodeDecodeError, ValueError) as e:
-        raise RecordRejected("bad_bytes", f"json: {e}") from None
+        raise RecordRejected(RejectReason.BAD_BYTES, f"json: {e}") from None
     if not isinstance(doc, dict):
-        raise RecordRejected("wrong_type", "payload is not an object")
+        raise RecordRejected(RejectReason.WRONG_TYPE, "payload is not an object")
     if isinstance(key, MemberKey):
         record = _member_from(doc)
         if memo_key is not None:
@@ -937,7 +941,7 @@ def _check_prev_ts(prev: int | None, joined_at: int | None) -> None:
     control partition then, and a broker whose clock is behind the previous leader's stamps
     earlier times after later ones (``tests/test_protocol_skew.py``)."""
     if prev is not None and (prev < 0 or joined_at is None):
-        raise RecordRejected("bad_value", "prev_ts < 0, or without joined_at")
+        raise RecordRejected(RejectReason.BAD_VALUE, "prev_ts < 0, or without joined_at")
 
 
 def _once(payload: bytes, name: bytes, start: int, end: int) -> bool:
@@ -947,11 +951,11 @@ def _once(payload: bytes, name: bytes, start: int, end: int) -> bool:
 
 def _get(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
     if name not in doc:
-        raise RecordRejected("missing_field", name)
+        raise RecordRejected(RejectReason.MISSING_FIELD, name)
     v = doc[name]
     # bool is an int subclass; never accept it where a number is meant
     if not isinstance(v, typ) or (isinstance(v, bool) and bool not in _as_tuple(typ)):
-        raise RecordRejected("wrong_type", f"{name}: {type(v).__name__}")
+        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: {type(v).__name__}")
     return v
 
 
@@ -962,27 +966,27 @@ def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
 def _str(doc: Mapping[str, Any], name: str, allow_empty: bool = False) -> str:
     v: str = _get(doc, name, str)
     if not v and not allow_empty:
-        raise RecordRejected("bad_value", f"{name} is empty")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"{name} is empty")
     return v
 
 
 def _nat(doc: Mapping[str, Any], name: str) -> int:
     v: int = _get(doc, name, int)
     if v < 0:
-        raise RecordRejected("bad_value", f"{name} < 0")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"{name} < 0")
     return v
 
 
 def _opt(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
     if name not in doc:
-        raise RecordRejected("missing_field", name)
+        raise RecordRejected(RejectReason.MISSING_FIELD, name)
     return None if doc[name] is None else _get(doc, name, typ)
 
 
 def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
     v = _get(doc, name, list)
     if not all(isinstance(t, str) and t for t in v):
-        raise RecordRejected("wrong_type", f"{name}: topics must be non-empty strings")
+        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: topics must be non-empty strings")
     return tuple(sorted(set(v)))
 
 
@@ -1000,7 +1004,9 @@ class _Budget:
     def take(self, n: int, name: str) -> None:
         self.left -= n
         if self.left < 0:
-            raise RecordRejected("too_large", f"{name}: more than {MAX_PARTITIONS} partitions")
+            raise RecordRejected(
+                RejectReason.TOO_LARGE, f"{name}: more than {MAX_PARTITIONS} partitions"
+            )
 
 
 def decode_partitions(
@@ -1014,21 +1020,21 @@ def decode_partitions(
     """
     budget = budget if budget is not None else _Budget()
     if not isinstance(v, dict):
-        raise RecordRejected("wrong_type", f"{name}: not an object")
+        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: not an object")
     ranges: list[tuple[str, int, int]] = []
     n = 0
     for t, runs in v.items():
         if not t or not isinstance(runs, list):
-            raise RecordRejected("wrong_type", f"{name}: bad topic entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: bad topic entry")
         for r in runs:
             if _is_int(r):
                 lo = hi = r
             elif isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and _is_int(r[1]):
                 lo, hi = r
             else:
-                raise RecordRejected("wrong_type", f"{name}: bad range {r!r}")
+                raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: bad range {r!r}")
             if lo < 0 or hi < lo or hi >= MAX_RANGE:
-                raise RecordRejected("bad_value", f"{name}: bad range {r!r}")
+                raise RecordRejected(RejectReason.BAD_VALUE, f"{name}: bad range {r!r}")
             ranges.append((t, lo, hi))
             n += hi - lo + 1
             if n > budget.left:
@@ -1047,16 +1053,16 @@ def _is_int(x: Any) -> bool:
 def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     client = _get(doc, "client", dict)
     if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
-        raise RecordRejected("wrong_type", "client: values must be strings")
+        raise RecordRejected(RejectReason.WRONG_TYPE, "client: values must be strings")
     joined_at = _opt(doc, "joined_at", int)
     if joined_at is not None and joined_at < 0:
-        raise RecordRejected("bad_value", "joined_at < 0")
+        raise RecordRejected(RejectReason.BAD_VALUE, "joined_at < 0")
     capacity = _opt(doc, "capacity", (int, float))
     acked = _nat(doc, "acked_gen")
     # optional: records written before the field existed have seen what they acked
     seen = _nat(doc, "seen_gen") if "seen_gen" in doc else acked
     if seen < acked:
-        raise RecordRejected("bad_value", f"seen_gen {seen} < acked_gen {acked}")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"seen_gen {seen} < acked_gen {acked}")
     # optional: records of members that predate them have neither (see MemberRecord.legacy)
     legacy = "prev_ts" not in doc
     prev = None if legacy else _opt(doc, "prev_ts", int)
@@ -1068,10 +1074,12 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     instance = _str(doc, "instance") if "instance" in doc else None
     seat = _str(doc, "seat") if "seat" in doc else None
     if seat is not None and instance is None:
-        raise RecordRejected("bad_value", "seat without instance")
+        raise RecordRejected(RejectReason.BAD_VALUE, "seat without instance")
     seat_ts = _nat(doc, "seat_ts") if "seat_ts" in doc else None
     if seat_ts is not None and (seat is None or prev is not None or joined_at is None):
-        raise RecordRejected("bad_value", "seat_ts without seat and joined_at, or with prev_ts")
+        raise RecordRejected(
+            RejectReason.BAD_VALUE, "seat_ts without seat and joined_at, or with prev_ts"
+        )
     return MemberRecord(
         incarnation=_str(doc, "inc"),
         seq=_nat(doc, "seq"),
@@ -1105,16 +1113,16 @@ def _committed(
     out: dict[TopicPartition, int] = {}
     for t, pairs in v.items():
         if not t or not isinstance(pairs, list):
-            raise RecordRejected("wrong_type", "committed: bad topic entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "committed: bad topic entry")
         budget.take(len(pairs), "committed")
         for pair in pairs:
             if not (isinstance(pair, list) and len(pair) == 2
                     and _is_int(pair[0]) and _is_int(pair[1])):  # fmt: skip
-                raise RecordRejected("wrong_type", f"committed: bad entry {pair!r}")
+                raise RecordRejected(RejectReason.WRONG_TYPE, f"committed: bad entry {pair!r}")
             tp = TopicPartition(t, pair[0])
             bad = not (0 <= pair[0] < MAX_RANGE and 0 <= pair[1] < 1 << 63)
             if bad or tp in out or tp in owned:
-                raise RecordRejected("bad_value", f"committed: bad entry {t}-{pair!r}")
+                raise RecordRejected(RejectReason.BAD_VALUE, f"committed: bad entry {t}-{pair!r}")
             out[tp] = pair[1]
     return tuple(sorted(out.items()))
 
@@ -1122,18 +1130,18 @@ def _committed(
 def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> AssignmentRecord:
     protocol = _str(doc, "protocol")
     if protocol not in PROTOCOLS:
-        raise RecordRejected("bad_value", f"protocol {protocol!r}")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"protocol {protocol!r}")
     phase = _str(doc, "phase")
     if phase not in PHASES:
-        raise RecordRejected("bad_value", f"phase {phase!r}")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"phase {phase!r}")
     counts = _get(doc, "counts", dict)
     if not all(_is_int(n) and n >= 0 for n in counts.values()):
-        raise RecordRejected("wrong_type", "counts: values must be ints >= 0")
+        raise RecordRejected(RejectReason.WRONG_TYPE, "counts: values must be ints >= 0")
     members: dict[str, CoveredMember] = {}
     budget = budget if budget is not None else _Budget()
     for m, c in sorted(_get(doc, "members", dict).items()):
         if not m or not isinstance(c, dict):
-            raise RecordRejected("wrong_type", "members: bad entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "members: bad entry")
         members[m] = CoveredMember(
             incarnation=_str(c, "inc"),
             topics=_topics(c, "topics"),
@@ -1159,7 +1167,9 @@ def _fallback(doc: Mapping[str, Any]) -> AssignorFallback:
     f = _get(doc, "fallback", dict)
     detail = _str(f, "detail", allow_empty=True)
     if len(detail) > MAX_FALLBACK_DETAIL:
-        raise RecordRejected("bad_value", f"fallback detail longer than {MAX_FALLBACK_DETAIL}")
+        raise RecordRejected(
+            RejectReason.BAD_VALUE, f"fallback detail longer than {MAX_FALLBACK_DETAIL}"
+        )
     return AssignorFallback(_str(f, "reason"), detail, _str(f, "assignor"))
 
 
@@ -1167,51 +1177,53 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
     budget = _Budget(MAX_SNAPSHOT_PARTITIONS)
     group = _str(doc, "group")
     if group != key.group:
-        raise RecordRejected("bad_value", f"snapshot of group {group!r} under {key.group!r}")
+        raise RecordRejected(
+            RejectReason.BAD_VALUE, f"snapshot of group {group!r} under {key.group!r}"
+        )
     as_of = _nat(doc, "as_of")
     members: list[SnapshotMember] = []
     ids: set[str] = set()
     for entry in _get(doc, "members", list):
         if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)):
-            raise RecordRejected("wrong_type", "members: bad entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "members: bad entry")
         mid, m = entry
         if not isinstance(mid, str) or not mid or mid in ids:
-            raise RecordRejected("bad_value", f"members: bad or repeated id {mid!r}")
+            raise RecordRejected(RejectReason.BAD_VALUE, f"members: bad or repeated id {mid!r}")
         ids.add(mid)
         members.append(_snapshot_member_from(mid, m, budget))
     leader = _opt(doc, "leader", str)
     if leader is not None and leader not in ids:
-        raise RecordRejected("bad_value", f"leader {leader!r} is not a member")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"leader {leader!r} is not a member")
     cur_doc = _opt(doc, "assignment", dict)
     cur = _assignment_from(cur_doc, budget) if cur_doc is not None else None
     assignment_offset = _get(doc, "assignment_offset", int)
     if not -1 <= assignment_offset <= as_of or (cur is None) != (assignment_offset == -1):
-        raise RecordRejected("bad_value", f"assignment_offset {assignment_offset}")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"assignment_offset {assignment_offset}")
     history: list[tuple[int, AssignmentRecord]] = []
     for entry in _get(doc, "history", list):
         if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])):
-            raise RecordRejected("wrong_type", "history: bad entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "history: bad entry")
         t, a_doc = entry
         if t < 0:
-            raise RecordRejected("bad_value", "history: generation time < 0")
+            raise RecordRejected(RejectReason.BAD_VALUE, "history: generation time < 0")
         if a_doc is None:
             if cur is None:
-                raise RecordRejected("bad_value", "history names an absent assignment")
+                raise RecordRejected(RejectReason.BAD_VALUE, "history names an absent assignment")
             a = cur
         elif isinstance(a_doc, dict):
             a = _assignment_from(a_doc, budget)
         else:
-            raise RecordRejected("wrong_type", "history: bad assignment")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "history: bad assignment")
         if history and a.generation <= history[-1][1].generation:
-            raise RecordRejected("bad_value", "history: generations not increasing")
+            raise RecordRejected(RejectReason.BAD_VALUE, "history: generations not increasing")
         history.append((t, a))
     holds: list[SnapshotHold] = []
     for entry in _get(doc, "holds", list):
         if not (isinstance(entry, list) and len(entry) == 3):
-            raise RecordRejected("wrong_type", "holds: bad entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "holds: bad entry")
         holder, parts, until = entry
         if not isinstance(holder, str) or not holder or not _is_int(until) or until < 0:
-            raise RecordRejected("bad_value", "holds: bad holder or time")
+            raise RecordRejected(RejectReason.BAD_VALUE, "holds: bad holder or time")
         holds.append(SnapshotHold(holder, decode_partitions(parts, "holds", budget), until))
     return SnapshotRecord(
         group=group,
@@ -1233,11 +1245,11 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
 def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> SnapshotMember:
     client = _get(doc, "client", dict)
     if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
-        raise RecordRejected("wrong_type", "client: values must be strings")
+        raise RecordRejected(RejectReason.WRONG_TYPE, "client: values must be strings")
     acked = _nat(doc, "acked_gen")
     seen = _nat(doc, "seen_gen")
     if seen < acked:
-        raise RecordRejected("bad_value", f"seen_gen {seen} < acked_gen {acked}")
+        raise RecordRejected(RejectReason.BAD_VALUE, f"seen_gen {seen} < acked_gen {acked}")
     capacity = _opt(doc, "capacity", (int, float))
     return SnapshotMember(
         member_id=mid,
@@ -1301,13 +1313,15 @@ def _reset_from(doc: Mapping[str, Any]) -> ResetRecord:
     reset_id = _str(doc, "id")
     by = _str(doc, "by", allow_empty=True)
     if len(reset_id) > MAX_RESET_TEXT or len(by) > MAX_RESET_TEXT:
-        raise RecordRejected("bad_value", f"reset id or issuer longer than {MAX_RESET_TEXT}")
+        raise RecordRejected(
+            RejectReason.BAD_VALUE, f"reset id or issuer longer than {MAX_RESET_TEXT}"
+        )
     offsets = _committed({"committed": _get(doc, "offsets", dict)}, EMPTY, _Budget())
     if not offsets:
-        raise RecordRejected("bad_value", "a reset of no partition")
+        raise RecordRejected(RejectReason.BAD_VALUE, "a reset of no partition")
     base = _get(doc, "base", int)
     if base < -1:
-        raise RecordRejected("bad_value", "base < -1")
+        raise RecordRejected(RejectReason.BAD_VALUE, "base < -1")
     return ResetRecord(reset_id, offsets, by, base)
 
 
@@ -1343,7 +1357,7 @@ def _snapshot_reset_from(doc: Mapping[str, Any], budget: _Budget) -> dict[str, A
         waiting = _get(r, "waiting", list)
         if not all(isinstance(w, list) and len(w) == 2 and all(isinstance(x, str) and x for x in w)
                    for w in waiting):  # fmt: skip
-            raise RecordRejected("wrong_type", "reset waiting: bad entry")
+            raise RecordRejected(RejectReason.WRONG_TYPE, "reset waiting: bad entry")
         out["reset"] = SnapshotReset(
             at=_nat(r, "at"),
             reset_id=_str(r, "id"),
