@@ -278,9 +278,9 @@ ASSIGNMENT_TRANSITIONS: Mapping[tuple[str, str | None], frozenset[str]] = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class MemberState:
-    """One membership as the log knows it."""
+    """One membership as the log knows it. Built with keywords (:func:`_from_record`)."""
 
     member_id: str
     incarnation: str
@@ -897,10 +897,13 @@ class GroupState:
                 # A later echo means the member knows its membership restarted where this
                 # reader did not see it (a reader that started from a compacted topic): follow.
                 joined_at = v.joined_at
-            m = MemberState(
-                mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, v.seen_generation, joined_at, ts, since,
-                v.rack, v.capacity, v.client, v.legacy or v.prev_ts is not None,
+            m = _from_record(
+                mid, v, ts,
+                claims=v.owned,
+                owned_generation=v.owned_generation,
+                acked_generation=v.acked_generation,
+                joined_at=joined_at,
+                since_generation=since,
             )  # fmt: skip
             if v.instance_id is not None:
                 # the seat is known by the incarnation the record echoes (like joined_at)
@@ -922,11 +925,13 @@ class GroupState:
                 # First sight of a member whose earlier records were compacted away (see the
                 # module docstring): trust its claims and its echoed joined_at.
                 assert v.joined_at is not None
-                m = MemberState(
-                    mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                    v.acked_generation, v.seen_generation, v.joined_at, ts,
-                    0 if v.legacy else v.since_generation, v.rack, v.capacity, v.client,
-                    v.legacy or v.prev_ts is not None,
+                m = _from_record(
+                    mid, v, ts,
+                    claims=v.owned,
+                    owned_generation=v.owned_generation,
+                    acked_generation=v.acked_generation,
+                    joined_at=v.joined_at,
+                    since_generation=0 if v.legacy else v.since_generation,
                 )  # fmt: skip
                 if v.instance_id is not None:
                     m.incarnation = v.seat or v.incarnation
@@ -934,10 +939,13 @@ class GroupState:
             else:
                 # A new membership owns nothing: any claim in the record is void, because a
                 # process whose membership the log restarts has fenced itself (member.py).
-                m = MemberState(
-                    mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
-                    v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity,
-                    v.client, v.legacy or v.prev_ts is not None,
+                m = _from_record(
+                    mid, v, ts,
+                    claims=EMPTY,
+                    owned_generation=0,
+                    acked_generation=v.acked_generation,
+                    joined_at=ts,
+                    since_generation=self.generation + 1,
                 )  # fmt: skip
                 if v.instance_id is not None:  # a new seat: known by this process
                     m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
@@ -989,10 +997,18 @@ class GroupState:
         # the history the group keeps need not reach further back for it (a floor of 0 would
         # leave a hole where generations were pruned, and stop every handoff: _history_complete).
         acked = max(v.acked_generation, v.seen_generation - 1)
-        self.members[mid] = m = MemberState(
-            mid, v.seat, v.seq, v.topics, EMPTY, 0, acked, v.seen_generation,
-            v.joined_at, ts, v.since_generation, v.rack, v.capacity, v.client, False,
-            v.incarnation, v.instance_id, ts,
+        self.members[mid] = m = _from_record(
+            mid, v, ts,
+            claims=EMPTY,
+            owned_generation=0,
+            acked_generation=acked,
+            joined_at=v.joined_at,
+            since_generation=v.since_generation,
+            incarnation=v.seat,
+            ready=False,
+            process=v.incarnation,
+            instance_id=v.instance_id,
+            process_since=ts,
         )  # fmt: skip
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
@@ -1238,6 +1254,48 @@ def _reset_to_snapshot(r: ResetState) -> SnapshotReset:
 
 def _is_assignment(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
+
+
+def _from_record(
+    member_id: str,
+    v: MemberRecord,
+    ts: int,
+    *,
+    claims: Partitions,
+    owned_generation: int,
+    acked_generation: int,
+    joined_at: int,
+    since_generation: int,
+    incarnation: str | None = None,
+    ready: bool | None = None,
+    process: str | None = None,
+    instance_id: str | None = None,
+    process_since: int = 0,
+) -> MemberState:
+    """A membership as member record ``v``, appended at ``ts``, leaves it; the keywords are
+    what the replay decides rather than copies from the record. ``incarnation``: the record's
+    own unless given (a seat's); ``ready``: whether the record names ``prev_ts`` (or is legacy)
+    unless given."""
+    return MemberState(
+        member_id=member_id,
+        incarnation=v.incarnation if incarnation is None else incarnation,
+        seq=v.seq,
+        topics=v.topics,
+        claims=claims,
+        owned_generation=owned_generation,
+        acked_generation=acked_generation,
+        seen_generation=v.seen_generation,
+        joined_at=joined_at,
+        last_seen=ts,
+        since_generation=since_generation,
+        rack=v.rack,
+        capacity=v.capacity,
+        client=v.client,
+        ready=(v.legacy or v.prev_ts is not None) if ready is None else ready,
+        process=process,
+        instance_id=instance_id,
+        process_since=process_since,
+    )
 
 
 #: MemberState's fields, which a SnapshotMember carries under the same names
