@@ -1,9 +1,10 @@
-"""The vocabularies are StrEnums whose values are the wire and label strings they replaced."""
+"""The vocabularies are StrEnums whose values are the wire and label strings they replaced; the
+value types behave as the tuples they replaced."""
 
 import json
 
 from groupkit.metrics import KNOWN_REJECTIONS
-from groupkit.protocol.records import PHASES, PROTOCOLS
+from groupkit.protocol.records import PHASES, PROTOCOLS, MemberRef
 from groupkit.protocol.vocab import MemberPhase, Phase, RebalanceProtocol, RejectReason, ReplayKind
 
 
@@ -29,3 +30,11 @@ def test_metric_rejection_labels_come_from_the_one_enum() -> None:
         "fenced_instance",
     }  # fmt: skip
     assert before <= set(KNOWN_REJECTIONS)
+
+
+def test_a_member_ref_is_the_pair_it_replaced() -> None:
+    ref = MemberRef("m1", "i1")
+    assert ref == ("m1", "i1") and hash(ref) == hash(("m1", "i1"))
+    mid, inc = ref
+    assert (mid, inc) == (ref.member_id, ref.incarnation)
+    assert json.dumps(ref) == '["m1", "i1"]'

@@ -67,6 +67,7 @@ from groupkit.protocol.records import (
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
+    MemberRef,
     Partitions,
     Signer,
     assignment_record,
@@ -222,7 +223,7 @@ class Planner:
         cur = state.assignment
         if state.assignment_clobbered and cur is not None:
             lead = state.members[state.leader]
-            if (cur.leader_id, cur.leader_incarnation) == (lead.member_id, lead.incarnation):
+            if MemberRef(cur.leader_id, cur.leader_incarnation) == lead.ref:
                 return Decision(WRITE, DecisionReason.REASSERT, cur, AssignmentKey(state.group))
             # another leader wrote it: carry it over as a new generation of ours
             return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),

@@ -80,7 +80,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.vocab import Phase, RebalanceProtocol, RejectReason
@@ -112,6 +112,16 @@ EMPTY: Partitions = frozenset()
 
 
 # --------------------------------------------------------------------------- keys and values
+
+
+class MemberRef(NamedTuple):
+    """One process of a member, as assignments name it: member id and incarnation.
+
+    A ``NamedTuple`` so that it is the ``(member_id, incarnation)`` pair it replaces: it
+    compares, hashes and unpacks like one, and encodes as a JSON array."""
+
+    member_id: str
+    incarnation: str
 
 
 @dataclass(frozen=True, slots=True)

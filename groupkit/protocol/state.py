@@ -237,6 +237,7 @@ from groupkit.protocol.records import (
     AssignmentRecord,
     MemberKey,
     MemberRecord,
+    MemberRef,
     Partitions,
     RecordKey,
     ResetKey,
@@ -315,6 +316,11 @@ class MemberState:
     process_since: int = 0
 
     @property
+    def ref(self) -> MemberRef:
+        """The membership as assignments name it (its seat's incarnation, for a static one)."""
+        return MemberRef(self.member_id, self.incarnation)
+
+    @property
     def proc(self) -> str:
         """The incarnation of the process this membership is (or holds the seat) now."""
         return self.process if self.process is not None else self.incarnation
@@ -338,7 +344,7 @@ class OffsetHint:
     at: int
     #: (member id, incarnation) of the member the partition was pending for at its release
     #: (a handoff's target), or else of the first member granted it since, once one is
-    receiver: tuple[str, str] | None = None
+    receiver: MemberRef | None = None
 
 
 @dataclass(slots=True)
@@ -404,7 +410,7 @@ class GroupState:
                                                       compare=False)  # fmt: skip
     #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
     _receivers: dict[
-        int, tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]
+        int, tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]
     ] = field(default_factory=dict, repr=False, compare=False)
     #: :meth:`_history_complete`'s answer and the (offset, log time) it was computed at
     _complete_at: tuple[tuple[int, int], bool] | None = field(
@@ -611,18 +617,18 @@ class GroupState:
 
     def _receivers_of(
         self, g: int, a: AssignmentRecord
-    ) -> tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]:
+    ) -> tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]:
         """``({partition: (member, incarnation) assigned it}, {... it is pending for})`` in
         generation ``g``, built once per generation."""
         got = self._receivers.get(g)
         if got is None:
-            assigned: dict[TopicPartition, tuple[str, str]] = {}
-            pending: dict[TopicPartition, tuple[str, str]] = {}
+            assigned: dict[TopicPartition, MemberRef] = {}
+            pending: dict[TopicPartition, MemberRef] = {}
             for mid, c in a.members.items():
                 for q in c.assigned:
-                    assigned[q] = (mid, c.incarnation)
+                    assigned[q] = MemberRef(mid, c.incarnation)
                 for q in c.pending:
-                    pending[q] = (mid, c.incarnation)
+                    pending[q] = MemberRef(mid, c.incarnation)
             got = self._receivers[g] = (assigned, pending)
         return got
 
@@ -692,7 +698,7 @@ class GroupState:
         hints = self.offset_hints
         if not hints:
             return {}
-        me = (member_id, incarnation)
+        me = MemberRef(member_id, incarnation)
         since = self.log_time - self.session_timeout_ms
         out: dict[TopicPartition, int] = {}
         for p in partitions:
@@ -708,11 +714,11 @@ class GroupState:
         which may take it at this very record (:meth:`handoffs`) before any generation grants
         it. Were the target to die before its claim is in the log, the next member granted
         the partition is not the receiver and looks its offset up."""
-        pending_for: dict[TopicPartition, tuple[str, str]] = {}
+        pending_for: dict[TopicPartition, MemberRef] = {}
         if v.committed and self.assignment is not None:
             for mid, c in self.assignment.members.items():
                 for p in c.pending:
-                    pending_for[p] = (mid, c.incarnation)
+                    pending_for[p] = MemberRef(mid, c.incarnation)
         for p, o in v.committed:
             if not continues or old is None:
                 self.hints_ignored["not_continued"] += 1
@@ -725,10 +731,10 @@ class GroupState:
         """Name each hint's receiver at the first generation that assigns its partition; drop
         it when a later one does not assign it to that receiver."""
         hints = self.offset_hints
-        to: dict[TopicPartition, tuple[str, str]] = {}
+        to: dict[TopicPartition, MemberRef] = {}
         for mid, c in a.members.items():
             for p in c.assigned & hints.keys():
-                to[p] = (mid, c.incarnation)
+                to[p] = MemberRef(mid, c.incarnation)
         since = self.log_time - self.session_timeout_ms
         for p, h in list(hints.items()):
             r = to.get(p)
