@@ -48,6 +48,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.assign import FAILURES
 from groupkit.protocol.records import Partitions
+from groupkit.protocol.vocab import RejectReason
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
@@ -160,14 +161,9 @@ METRICS: Mapping[str, MetricSpec] = {
     )
 }  # fmt: skip
 
-#: Rejection reasons known today (decoder and replay); each starts at 0 so a dashboard has a
-#: series before the first rejection. A reason not listed here is still counted when it occurs.
-KNOWN_REJECTIONS = (
-    "bad_bytes", "unknown_version", "unknown_kind", "missing_field", "wrong_type", "bad_value",
-    "too_large", "unsigned", "bad_signature", "offset_regressed", "stale_member_record",
-    "acked_regressed", "future_generation", "unowned_claim", "stale_generation", "bad_phase",
-    "not_leader", "unsafe_grant", "inconsistent", "fenced_instance",
-)  # fmt: skip
+#: Rejection reasons (decoder and replay: the one list, ``RejectReason``); each starts at 0 so a
+#: dashboard has a series before the first rejection. A reason not listed is still counted.
+KNOWN_REJECTIONS: tuple[str, ...] = tuple(r.value for r in RejectReason)
 REBALANCE_OUTCOMES = ("completed", "superseded", "abandoned")
 RECORD_KINDS = ("member", "assignment")
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

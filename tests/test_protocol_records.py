@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import zlib
@@ -388,6 +389,46 @@ def test_a_heartbeat_decoded_from_the_memo_equals_a_full_decode(
     assert decode(*encode(*first)) == first  # a full decode, kept
     assert decode(*encode(*second)) == second  # from the memo when only seq differs
     records._member_memo.clear()
+    assert decode(*encode(*second)) == second
+
+
+#: MemberRecord's fields in order: the memo's fast path in ``_decode_value`` builds a record
+#: positionally (for speed), so a new or moved field must be added there too, then here
+MEMBER_RECORD_FIELDS = (
+    "incarnation", "seq", "topics", "owned", "owned_generation", "acked_generation",
+    "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
+    "since_generation", "legacy", "committed", "instance_id", "seat", "seat_ts", "reset_at",
+    "reset_done",
+)  # fmt: skip
+
+
+def test_member_record_fields_are_the_ones_the_memo_fast_path_builds() -> None:
+    assert tuple(f.name for f in dataclasses.fields(MemberRecord)) == MEMBER_RECORD_FIELDS
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # a static member's join that takes its seat over
+        {"instance_id": "m1", "seat": "i0", "seat_ts": 90, "joined_at": 50, "prev_ts": None},
+        # a static member's heartbeat with committed offsets and a carried-out reset
+        {"instance_id": "m1", "seat": "i0", "joined_at": 50, "prev_ts": 95,
+         "since_generation": 2, "committed": {("t1", 3): 41},
+         "reset": (7, [("t0", 0), ("t0", 1)])},
+    ],
+)  # fmt: skip
+def test_a_memo_hit_keeps_every_field(extra: dict[str, object]) -> None:
+    def record(seq: int) -> tuple[MemberKey, MemberRecord]:
+        k, v = member_record("g", "m1", incarnation="i1", seq=seq, topics=["t0", "t1"],
+                             owned=[("t0", 0), ("t0", 1)], owned_generation=3,
+                             acked_generation=3, seen_generation=4, rack="r1", capacity=2.5,
+                             client={"host": "h"}, **extra)  # type: ignore[arg-type]  # fmt: skip
+        return k, v  # type: ignore[return-value]
+
+    records._member_memo.clear()
+    first, second = record(4), record(5)
+    assert decode(*encode(*first)) == first
+    assert records._member_memo  # the next decode is a memo hit
     assert decode(*encode(*second)) == second
 
 

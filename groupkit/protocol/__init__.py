@@ -1,6 +1,8 @@
 """The protocol core: pure, deterministic, no Kafka, no threads, no clock.
 
-1. :mod:`~groupkit.protocol.records` — control records, their factories and encoding.
+0. :mod:`~groupkit.protocol.vocab` — the closed vocabularies (``StrEnum``: phases, reasons ...).
+1. :mod:`~groupkit.protocol.records` — control records, their factories and encoding: the
+   schema (:mod:`~groupkit.protocol.schema`) and the codec (:mod:`~groupkit.protocol.codec`).
 2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
@@ -33,6 +35,7 @@ from groupkit.protocol.records import (
     HmacSigner,
     MemberKey,
     MemberRecord,
+    MemberRef,
     Signer,
     SnapshotKey,
     SnapshotRecord,
@@ -63,6 +66,7 @@ __all__ = [
     "Member",
     "MemberKey",
     "MemberRecord",
+    "MemberRef",
     "MemberState",
     "Node",
     "NodeStep",

@@ -112,16 +112,17 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.state import GroupState
+from groupkit.protocol.vocab import MemberPhase
 from groupkit.types import TopicPartition
 
-UNJOINED = "unjoined"
-JOINING = "joining"
-ACTIVE = "active"
-FENCED = "fenced"
-LEAVING = "leaving"
-LEFT = "left"
+UNJOINED = MemberPhase.UNJOINED
+JOINING = MemberPhase.JOINING
+ACTIVE = MemberPhase.ACTIVE
+FENCED = MemberPhase.FENCED
+LEAVING = MemberPhase.LEAVING
+LEFT = MemberPhase.LEFT
 
-MEMBER_TRANSITIONS: Mapping[tuple[str, str], str] = {
+MEMBER_TRANSITIONS: Mapping[tuple[MemberPhase, str], MemberPhase] = {
     (UNJOINED, "send_record"): JOINING,
     (UNJOINED, "leave"): LEFT,
     (JOINING, "send_record"): JOINING,
@@ -185,7 +186,7 @@ class Actions:
     writes: tuple[Write, ...] = ()
     #: the generation the member's partitions belong to after these actions
     generation: int = 0
-    state: str = UNJOINED
+    state: MemberPhase = UNJOINED
     #: why, for the runtime's logs: e.g. ("session_lapsed",) or ("generation 4",)
     events: tuple[str, ...] = ()
     #: offset reset (state.py, "Offset resets"), carried out after ``assign``: start these

@@ -42,6 +42,7 @@ from groupkit.protocol.member import LEFT, Actions, Member
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, WRITE, Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
 from groupkit.protocol.state import GroupState, Replayed
+from groupkit.protocol.vocab import DecisionReason, ReplayKind
 from groupkit.types import TopicPartition
 
 #: A member whose session ended this many sessions ago is tombstoned by the leader.
@@ -83,7 +84,7 @@ class Lead:
     @property
     def stable(self) -> bool:
         """Nothing to do: the group is as the current assignment says."""
-        return self.decision.action == NONE and self.decision.reason == "stable"
+        return self.decision.action == NONE and self.decision.reason == DecisionReason.STABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,13 +157,13 @@ class Node:
     ) -> Replayed:
         """Replay one control record (accepted or rejected, it is replayed all the same)."""
         res = self.state.replay(offset, key, value, timestamp_ms)
-        if res.kind == "member" and self.member.instance_id is not None:
+        if res.kind == ReplayKind.MEMBER and self.member.instance_id is not None:
             # a record of ours that put this process in its static seat: if another process
             # holds the seat later, a newer join took it (Member.seated)
             m = self.state.members.get(self.member_id)
             if m is not None and m.proc == self.member.incarnation:
                 self.member.seated = True
-        if res.kind == "snapshot":
+        if res.kind == ReplayKind.SNAPSHOT:
             self._snapshot_ts = timestamp_ms
         if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:
             self.awaiting = None

@@ -67,28 +67,30 @@ from groupkit.protocol.records import (
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
+    MemberRef,
     Partitions,
     Signer,
     assignment_record,
     encode,
 )
 from groupkit.protocol.state import GroupState, MemberState
+from groupkit.protocol.vocab import DecisionAction, DecisionReason, RebalanceProtocol
 from groupkit.types import MemberSubscription, TopicPartition
 
-#: Decision actions
-NONE = "none"  # nothing to do: stable, or not the leader
-WAIT = "wait"  # a rebalance is under way; waiting for members (revocations, acknowledgements)
-WRITE = "write"  # produce ``record``
-NEED_LAGS = "need_lags"  # call again with ``lags`` for ``lag_topics`` (lag-aware assignor)
-NEED_PLAN = "need_plan"  # run ``request`` (off the heartbeat path), call again with its outcome
+#: Decision actions (vocab.DecisionAction says what each means)
+NONE = DecisionAction.NONE
+WAIT = DecisionAction.WAIT
+WRITE = DecisionAction.WRITE
+NEED_LAGS = DecisionAction.NEED_LAGS
+NEED_PLAN = DecisionAction.NEED_PLAN
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What the leader should do now."""
 
-    action: str
-    reason: str
+    action: DecisionAction
+    reason: DecisionReason
     record: AssignmentRecord | None = None
     key: AssignmentKey | None = None
     lag_topics: tuple[str, ...] = ()
@@ -147,7 +149,9 @@ def adjust_cooperative(
 class Planner:
     """Plans generations for a group with one assignor and one protocol. Stateless."""
 
-    def __init__(self, assignor: str | Assignor = "range", protocol: str = "cooperative") -> None:
+    def __init__(
+        self, assignor: str | Assignor = "range", protocol: str = RebalanceProtocol.COOPERATIVE
+    ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         self.assignor = get_assignor(assignor) if isinstance(assignor, str) else assignor
@@ -161,26 +165,26 @@ class Planner:
 
     def rebalance_reason(
         self, state: GroupState, partition_counts: Mapping[str, int]
-    ) -> str | None:
+    ) -> DecisionReason | None:
         """Why the current assignment no longer fits the group, or ``None``."""
         active = self.active_members(state)
         cur = state.assignment
         if not active:
             return None
         if cur is None:
-            return "first_assignment"
+            return DecisionReason.FIRST_ASSIGNMENT
         if {i: (m.incarnation, m.topics) for i, m in active.items()} != {
             i: (c.incarnation, c.topics) for i, c in cur.members.items()
         }:
             if set(active) != set(cur.members):
-                return "membership_changed"
+                return DecisionReason.MEMBERSHIP_CHANGED
             if any(active[i].incarnation != c.incarnation for i, c in cur.members.items()):
-                return "membership_changed"
-            return "subscription_changed"
+                return DecisionReason.MEMBERSHIP_CHANGED
+            return DecisionReason.SUBSCRIPTION_CHANGED
         if not all(state.covers(i) for i in active):
             # same id and incarnation, but the log expired it and it came back: a new
             # membership that the current generation does not cover
-            return "membership_changed"
+            return DecisionReason.MEMBERSHIP_CHANGED
         for i, m in active.items():
             # A member that acknowledged this generation took all it grants (member.py); if its
             # record no longer claims them, it fenced itself while the log still had it live.
@@ -188,11 +192,11 @@ class Planner:
             # process holds it (a closed member's seat waits for its restart, state.py).
             if (m.instance_id is None and m.acked_generation >= cur.generation
                     and cur.members[i].assigned - m.claims):  # fmt: skip
-                return "partitions_lost"
+                return DecisionReason.PARTITIONS_LOST
         if dict(cur.partition_counts) != _counts(active, partition_counts):
-            return "partition_count_changed"
+            return DecisionReason.PARTITION_COUNT_CHANGED
         if cur.protocol != self.protocol:
-            return "protocol_changed"
+            return DecisionReason.PROTOCOL_CHANGED
         return None
 
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
@@ -215,36 +219,38 @@ class Planner:
         outcome of such a request (used if its basis still holds, else asked for again).
         """
         if state.leader is None:
-            return Decision(NONE, "no_leader")
+            return Decision(NONE, DecisionReason.NO_LEADER)
         cur = state.assignment
         if state.assignment_clobbered and cur is not None:
             lead = state.members[state.leader]
-            if (cur.leader_id, cur.leader_incarnation) == (lead.member_id, lead.incarnation):
-                return Decision(WRITE, "reassert", cur, AssignmentKey(state.group))
+            if MemberRef(cur.leader_id, cur.leader_incarnation) == lead.ref:
+                return Decision(WRITE, DecisionReason.REASSERT, cur, AssignmentKey(state.group))
             # another leader wrote it: carry it over as a new generation of ours
             return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
-                                "reassert", cur.fallback)  # fmt: skip
+                                DecisionReason.REASSERT, cur.fallback)  # fmt: skip
         active = self.active_members(state)
         if not active:
-            return Decision(NONE, "no_active_members")
+            return Decision(NONE, DecisionReason.NO_ACTIVE_MEMBERS)
         reason = self.rebalance_reason(state, partition_counts)
         holders = _holders(state)
         reserved = _reserved(state)
         counts = _counts(active, partition_counts)
 
-        if self.protocol == "eager":
+        if self.protocol == RebalanceProtocol.EAGER:
             in_revoke = cur is not None and cur.phase == PHASE_REVOKE
             holding = [m for m in active if holders.get(m)]
             if reason is not None or in_revoke:
                 if holding:
                     if in_revoke and cur is not None and all(m in cur.members for m in holding):
                         # Phase 1 is under way; a join or leave does not restart it.
-                        return Decision(WAIT, "awaiting_revocation")
-                    return self._revoke_all(state, active, holders, counts, reason or "rebalance")
+                        return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
+                    return self._revoke_all(
+                        state, active, holders, counts, reason or DecisionReason.REBALANCE
+                    )
                 # Phase 2: nobody active holds anything.
                 return self._assign(
                     state, active, holders, reserved, counts, lags,
-                    reason or "revocation_acknowledged", planned, defer,
+                    reason or DecisionReason.REVOCATION_ACKNOWLEDGED, planned, defer,
                 )  # fmt: skip
         elif reason is not None:
             return self._assign(
@@ -257,11 +263,11 @@ class Planner:
             adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
                 return self._emit(state, cur.members, adj, dict(cur.partition_counts),
-                                  "revocation_acknowledged", cur.fallback)  # fmt: skip
-            return Decision(WAIT, "awaiting_revocation")
+                                  DecisionReason.REVOCATION_ACKNOWLEDGED, cur.fallback)  # fmt: skip
+            return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
         if not all(m.acked_generation >= cur.generation for m in active.values()):
-            return Decision(WAIT, "awaiting_acknowledgement")
-        return Decision(NONE, "stable")
+            return Decision(WAIT, DecisionReason.AWAITING_ACKNOWLEDGEMENT)
+        return Decision(NONE, DecisionReason.STABLE)
 
     # ------------------------------------------------------------------ records
 
@@ -273,7 +279,7 @@ class Planner:
         reserved: Mapping[str, Partitions],
         counts: Mapping[str, int],
         lags: Mapping[TopicPartition, int] | None,
-        reason: str,
+        reason: DecisionReason,
         planned: PlanOutcome | None,
         defer: bool,
     ) -> Decision:
@@ -304,7 +310,7 @@ class Planner:
         active: Mapping[str, MemberState],
         holders: Mapping[str, Partitions],
         counts: Mapping[str, int],
-        reason: str,
+        reason: DecisionReason,
     ) -> Decision:
         members = {
             i: CoveredMember(m.incarnation, m.topics, EMPTY, holders.get(i, EMPTY), EMPTY)
@@ -318,7 +324,7 @@ class Planner:
         covered: Mapping[str, CoveredMember],
         adj: Adjusted,
         counts: Mapping[str, int],
-        reason: str,
+        reason: DecisionReason,
         fallback: AssignorFallback | None = None,
     ) -> Decision:
         members = {
@@ -327,7 +333,9 @@ class Planner:
                 c.topics,
                 adj.assigned.get(i, EMPTY),
                 # eager revokes only in phase 1; what a member still holds then is pending
-                adj.revoke.get(i, EMPTY) if self.protocol == "cooperative" else EMPTY,
+                adj.revoke.get(i, EMPTY)
+                if self.protocol == RebalanceProtocol.COOPERATIVE
+                else EMPTY,
                 adj.pending.get(i, EMPTY),
             )
             for i, c in covered.items()
@@ -341,7 +349,7 @@ class Planner:
         phase: str,
         members: Mapping[str, CoveredMember],
         counts: Mapping[str, int],
-        reason: str,
+        reason: DecisionReason,
         fallback: AssignorFallback | None = None,
     ) -> Decision:
         assert state.leader is not None

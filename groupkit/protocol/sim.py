@@ -78,6 +78,7 @@ from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
 from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
+from groupkit.protocol.vocab import RebalanceProtocol, ReplayKind
 from groupkit.types import TopicPartition
 
 #: every member commits the positions of what it owns every this many ticks (and on revocation)
@@ -194,7 +195,7 @@ class GroupSim:
         partitions: Mapping[str, int],
         *,
         group: str = "g",
-        protocol: str = "cooperative",
+        protocol: str = RebalanceProtocol.COOPERATIVE,
         assignor: str = "range",
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 1_000,
@@ -467,7 +468,7 @@ class GroupSim:
         end = visible if sm.read_rate is None else min(visible, sm.pos + sm.read_rate)
         for r in records[sm.pos : end]:
             res = sm.node.feed(r.offset, r.key, r.value, r.timestamp)
-            if res.kind == "rejected" and sm is self._observer():
+            if res.kind == ReplayKind.REJECTED and sm is self._observer():
                 self.rejected.append(res)
         sm.pos = end
 
@@ -656,7 +657,12 @@ class GroupSim:
         # invariant 4: cooperative never revokes a partition that stays with its owner
         a = sm.state.assignment
         leaving = sm.member.state in (LEAVING, LEFT)
-        if acts.revoke and a is not None and a.protocol == "cooperative" and not leaving:
+        if (
+            acts.revoke
+            and a is not None
+            and a.protocol == RebalanceProtocol.COOPERATIVE
+            and not leaving
+        ):
             kept = acts.revoke & a.target(sm.member_id)
             if kept:
                 self.errors.append(f"{sm.member_id} revoked {sorted(kept)} it keeps")

@@ -237,6 +237,7 @@ from groupkit.protocol.records import (
     AssignmentRecord,
     MemberKey,
     MemberRecord,
+    MemberRef,
     Partitions,
     RecordKey,
     ResetKey,
@@ -250,7 +251,10 @@ from groupkit.protocol.records import (
     decode_key,
     other_group_key,
 )
+from groupkit.protocol.vocab import RebalanceProtocol, RejectReason, ReplayKind
 from groupkit.types import TopicPartition
+
+_EAGER, _COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
 
 #: Which phase an assignment record may have, given the protocol and the phase of the
 #: current assignment (``None``: no assignment yet). Anything else is rejected as ``bad_phase``.
@@ -264,20 +268,20 @@ from groupkit.types import TopicPartition
 #: - ``complete``: the assignment is the whole plan; the group is stable once every member
 #:   has acknowledged it. Exits: a new rebalance.
 ASSIGNMENT_TRANSITIONS: Mapping[tuple[str, str | None], frozenset[str]] = {
-    ("eager", None): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("eager", PHASE_REVOKE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("eager", PHASE_PARTIAL): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("eager", PHASE_COMPLETE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("cooperative", None): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("cooperative", PHASE_REVOKE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("cooperative", PHASE_PARTIAL): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    ("cooperative", PHASE_COMPLETE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, None): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, PHASE_REVOKE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, PHASE_PARTIAL): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, PHASE_COMPLETE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_COOPERATIVE, None): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_COOPERATIVE, PHASE_REVOKE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_COOPERATIVE, PHASE_PARTIAL): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_COOPERATIVE, PHASE_COMPLETE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class MemberState:
-    """One membership as the log knows it."""
+    """One membership as the log knows it. Built with keywords (:func:`_from_record`)."""
 
     member_id: str
     incarnation: str
@@ -312,6 +316,11 @@ class MemberState:
     process_since: int = 0
 
     @property
+    def ref(self) -> MemberRef:
+        """The membership as assignments name it (its seat's incarnation, for a static one)."""
+        return MemberRef(self.member_id, self.incarnation)
+
+    @property
     def proc(self) -> str:
         """The incarnation of the process this membership is (or holds the seat) now."""
         return self.process if self.process is not None else self.incarnation
@@ -335,7 +344,7 @@ class OffsetHint:
     at: int
     #: (member id, incarnation) of the member the partition was pending for at its release
     #: (a handoff's target), or else of the first member granted it since, once one is
-    receiver: tuple[str, str] | None = None
+    receiver: MemberRef | None = None
 
 
 @dataclass(slots=True)
@@ -363,7 +372,7 @@ class Replayed:
     """What one :meth:`GroupState.replay` did: facts for the runtime's logs and metrics."""
 
     offset: int
-    kind: str  # member | leave | assignment | reassert | snapshot | reset | other_group | rejected
+    kind: ReplayKind
     key: RecordKey | None = None
     reason: str | None = None
     detail: str = ""
@@ -401,7 +410,7 @@ class GroupState:
                                                       compare=False)  # fmt: skip
     #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
     _receivers: dict[
-        int, tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]
+        int, tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]
     ] = field(default_factory=dict, repr=False, compare=False)
     #: :meth:`_history_complete`'s answer and the (offset, log time) it was computed at
     _complete_at: tuple[tuple[int, int], bool] | None = field(
@@ -608,18 +617,18 @@ class GroupState:
 
     def _receivers_of(
         self, g: int, a: AssignmentRecord
-    ) -> tuple[dict[TopicPartition, tuple[str, str]], dict[TopicPartition, tuple[str, str]]]:
+    ) -> tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]:
         """``({partition: (member, incarnation) assigned it}, {... it is pending for})`` in
         generation ``g``, built once per generation."""
         got = self._receivers.get(g)
         if got is None:
-            assigned: dict[TopicPartition, tuple[str, str]] = {}
-            pending: dict[TopicPartition, tuple[str, str]] = {}
+            assigned: dict[TopicPartition, MemberRef] = {}
+            pending: dict[TopicPartition, MemberRef] = {}
             for mid, c in a.members.items():
                 for q in c.assigned:
-                    assigned[q] = (mid, c.incarnation)
+                    assigned[q] = MemberRef(mid, c.incarnation)
                 for q in c.pending:
-                    pending[q] = (mid, c.incarnation)
+                    pending[q] = MemberRef(mid, c.incarnation)
             got = self._receivers[g] = (assigned, pending)
         return got
 
@@ -689,7 +698,7 @@ class GroupState:
         hints = self.offset_hints
         if not hints:
             return {}
-        me = (member_id, incarnation)
+        me = MemberRef(member_id, incarnation)
         since = self.log_time - self.session_timeout_ms
         out: dict[TopicPartition, int] = {}
         for p in partitions:
@@ -705,11 +714,11 @@ class GroupState:
         which may take it at this very record (:meth:`handoffs`) before any generation grants
         it. Were the target to die before its claim is in the log, the next member granted
         the partition is not the receiver and looks its offset up."""
-        pending_for: dict[TopicPartition, tuple[str, str]] = {}
+        pending_for: dict[TopicPartition, MemberRef] = {}
         if v.committed and self.assignment is not None:
             for mid, c in self.assignment.members.items():
                 for p in c.pending:
-                    pending_for[p] = (mid, c.incarnation)
+                    pending_for[p] = MemberRef(mid, c.incarnation)
         for p, o in v.committed:
             if not continues or old is None:
                 self.hints_ignored["not_continued"] += 1
@@ -722,10 +731,10 @@ class GroupState:
         """Name each hint's receiver at the first generation that assigns its partition; drop
         it when a later one does not assign it to that receiver."""
         hints = self.offset_hints
-        to: dict[TopicPartition, tuple[str, str]] = {}
+        to: dict[TopicPartition, MemberRef] = {}
         for mid, c in a.members.items():
             for p in c.assigned & hints.keys():
-                to[p] = (mid, c.incarnation)
+                to[p] = MemberRef(mid, c.incarnation)
         since = self.log_time - self.session_timeout_ms
         for p, h in list(hints.items()):
             r = to.get(p)
@@ -770,7 +779,9 @@ class GroupState:
         """Apply one control record. Never raises for a bad record: rejects and counts it."""
         if offset <= self.offset:
             # an impossible order: the reader went back, or a record was fed twice
-            return self._reject(offset, None, "offset_regressed", f"{offset} <= {self.offset}")
+            return self._reject(
+                offset, None, RejectReason.OFFSET_REGRESSED, f"{offset} <= {self.offset}"
+            )
         if offset != self.offset + 1:
             self._gap_ts = timestamp_ms
         self.offset = offset
@@ -778,7 +789,7 @@ class GroupState:
             self.log_time = timestamp_ms
         self._expire()
         if other_group_key(key, self.group):
-            return Replayed(offset, "other_group")
+            return Replayed(offset, ReplayKind.OTHER_GROUP)
         if _is_snapshot(key):
             return self._skip_snapshot(offset, key)
         try:
@@ -786,7 +797,7 @@ class GroupState:
         except RecordRejected as e:
             return self._reject(offset, None, e.reason, e.detail, clobbers=_is_assignment(key))
         if k.group != self.group:
-            return Replayed(offset, "other_group", k)
+            return Replayed(offset, ReplayKind.OTHER_GROUP, k)
         try:
             if isinstance(k, MemberKey):
                 if v is None:
@@ -808,7 +819,8 @@ class GroupState:
             k = decode_key(key)
         except RecordRejected as e:
             return self._reject(offset, None, e.reason, e.detail)
-        return Replayed(offset, "snapshot" if k.group == self.group else "other_group", k)
+        kind = ReplayKind.SNAPSHOT if k.group == self.group else ReplayKind.OTHER_GROUP
+        return Replayed(offset, kind, k)
 
     def _reject(
         self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False
@@ -816,7 +828,7 @@ class GroupState:
         self.rejections[reason] += 1
         if clobbers:
             self.assignment_clobbered = self.assignment is not None
-        return Replayed(offset, "rejected", key, reason, detail)
+        return Replayed(offset, ReplayKind.REJECTED, key, reason, detail)
 
     def _expire(self) -> None:
         """Re-elect if the leader expired; forget holds whose time has passed."""
@@ -842,7 +854,9 @@ class GroupState:
         live = old is not None and self.is_live(mid)
         if v.instance_id is not None:
             if v.instance_id != mid:
-                raise RecordRejected("bad_value", f"instance id {v.instance_id!r} of {mid!r}")
+                raise RecordRejected(
+                    RejectReason.BAD_VALUE, f"instance id {v.instance_id!r} of {mid!r}"
+                )
             if v.seat_ts is not None and ts - v.seat_ts < self.session_timeout_ms:
                 # A new process's join that saw its seat live: it takes the seat over (the
                 # record decides, so a reader that never saw the seat decides alike).
@@ -851,7 +865,8 @@ class GroupState:
                     and old.proc != v.incarnation and v.seq > 1:  # fmt: skip
                 # A record of a process whose seat a newer join took: newest join wins.
                 raise RecordRejected(
-                    "fenced_instance", f"process {v.incarnation} was replaced by {old.proc}"
+                    RejectReason.FENCED_INSTANCE,
+                    f"process {v.incarnation} was replaced by {old.proc}",
                 )
         same = old is not None and old.proc == v.incarnation
         if v.legacy:
@@ -869,14 +884,16 @@ class GroupState:
         if continues and old is not None:
             # The same membership continues.
             if v.seq <= old.seq:
-                raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
+                raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"seq {v.seq} <= {old.seq}")
             if v.acked_generation < old.acked_generation:
-                raise RecordRejected("acked_regressed", f"{v.acked_generation}")
+                raise RecordRejected(RejectReason.ACKED_REGRESSED, f"{v.acked_generation}")
             if v.seen_generation > self.generation:  # seen >= acked (records.py)
-                raise RecordRejected("future_generation", f"{v.seen_generation}")
+                raise RecordRejected(RejectReason.FUTURE_GENERATION, f"{v.seen_generation}")
             extra = v.owned - self.may_hold(mid)
             if extra:
-                raise RecordRejected("unowned_claim", f"{len(extra)} partitions never granted")
+                raise RecordRejected(
+                    RejectReason.UNOWNED_CLAIM, f"{len(extra)} partitions never granted"
+                )
             joined_at, since = old.joined_at, old.since_generation
             if not v.legacy:
                 # the member's own view of its membership, as of the record prev_ts names
@@ -886,10 +903,13 @@ class GroupState:
                 # A later echo means the member knows its membership restarted where this
                 # reader did not see it (a reader that started from a compacted topic): follow.
                 joined_at = v.joined_at
-            m = MemberState(
-                mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                v.acked_generation, v.seen_generation, joined_at, ts, since,
-                v.rack, v.capacity, v.client, v.legacy or v.prev_ts is not None,
+            m = _from_record(
+                mid, v, ts,
+                claims=v.owned,
+                owned_generation=v.owned_generation,
+                acked_generation=v.acked_generation,
+                joined_at=joined_at,
+                since_generation=since,
             )  # fmt: skip
             if v.instance_id is not None:
                 # the seat is known by the incarnation the record echoes (like joined_at)
@@ -899,10 +919,10 @@ class GroupState:
             new_membership = False
         else:
             if v.seen_generation > self.generation and old is not None:
-                raise RecordRejected("future_generation", f"{v.seen_generation}")
+                raise RecordRejected(RejectReason.FUTURE_GENERATION, f"{v.seen_generation}")
             if old is not None and same and live and v.seq <= old.seq:
                 # a copy of an old record must not void what the member owns now
-                raise RecordRejected("stale_member_record", f"seq {v.seq} <= {old.seq}")
+                raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"seq {v.seq} <= {old.seq}")
             if old is not None and live and not same:
                 # A new incarnation of a live member: the old process may still run, so what it
                 # may hold stays held until the old incarnation would have expired.
@@ -911,11 +931,13 @@ class GroupState:
                 # First sight of a member whose earlier records were compacted away (see the
                 # module docstring): trust its claims and its echoed joined_at.
                 assert v.joined_at is not None
-                m = MemberState(
-                    mid, v.incarnation, v.seq, v.topics, v.owned, v.owned_generation,
-                    v.acked_generation, v.seen_generation, v.joined_at, ts,
-                    0 if v.legacy else v.since_generation, v.rack, v.capacity, v.client,
-                    v.legacy or v.prev_ts is not None,
+                m = _from_record(
+                    mid, v, ts,
+                    claims=v.owned,
+                    owned_generation=v.owned_generation,
+                    acked_generation=v.acked_generation,
+                    joined_at=v.joined_at,
+                    since_generation=0 if v.legacy else v.since_generation,
                 )  # fmt: skip
                 if v.instance_id is not None:
                     m.incarnation = v.seat or v.incarnation
@@ -923,10 +945,13 @@ class GroupState:
             else:
                 # A new membership owns nothing: any claim in the record is void, because a
                 # process whose membership the log restarts has fenced itself (member.py).
-                m = MemberState(
-                    mid, v.incarnation, v.seq, v.topics, EMPTY, 0, v.acked_generation,
-                    v.seen_generation, ts, ts, self.generation + 1, v.rack, v.capacity,
-                    v.client, v.legacy or v.prev_ts is not None,
+                m = _from_record(
+                    mid, v, ts,
+                    claims=EMPTY,
+                    owned_generation=0,
+                    acked_generation=v.acked_generation,
+                    joined_at=ts,
+                    since_generation=self.generation + 1,
                 )  # fmt: skip
                 if v.instance_id is not None:  # a new seat: known by this process
                     m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
@@ -949,7 +974,7 @@ class GroupState:
             lead = self.members[self.leader]
             if (m.joined_at, mid) < (lead.joined_at, self.leader):
                 self.leader = mid
-        return Replayed(offset, "member", k, new_membership=new_membership)
+        return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
 
     def _hold(self, old: MemberState) -> None:
         held = self.may_hold(old.member_id)
@@ -964,9 +989,11 @@ class GroupState:
         membership"): the membership, its coverage and its grants carry on; what the replaced
         process may still hold is held until its session would have ended."""
         if v.seen_generation > self.generation:
-            raise RecordRejected("future_generation", f"{v.seen_generation}")
+            raise RecordRejected(RejectReason.FUTURE_GENERATION, f"{v.seen_generation}")
         if seat is not None and seat.proc == v.incarnation:
-            raise RecordRejected("stale_member_record", f"a copy of {v.incarnation}'s join")
+            raise RecordRejected(
+                RejectReason.STALE_MEMBER_RECORD, f"a copy of {v.incarnation}'s join"
+            )
         if seat is not None:
             self._hold(seat)
         mid = k.member_id
@@ -976,10 +1003,18 @@ class GroupState:
         # the history the group keeps need not reach further back for it (a floor of 0 would
         # leave a hole where generations were pruned, and stop every handoff: _history_complete).
         acked = max(v.acked_generation, v.seen_generation - 1)
-        self.members[mid] = m = MemberState(
-            mid, v.seat, v.seq, v.topics, EMPTY, 0, acked, v.seen_generation,
-            v.joined_at, ts, v.since_generation, v.rack, v.capacity, v.client, False,
-            v.incarnation, v.instance_id, ts,
+        self.members[mid] = m = _from_record(
+            mid, v, ts,
+            claims=EMPTY,
+            owned_generation=0,
+            acked_generation=acked,
+            joined_at=v.joined_at,
+            since_generation=v.since_generation,
+            incarnation=v.seat,
+            ready=False,
+            process=v.incarnation,
+            instance_id=v.instance_id,
+            process_since=ts,
         )  # fmt: skip
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
@@ -989,7 +1024,7 @@ class GroupState:
                 self._elect()
         elif (m.joined_at, mid) < (self.members[self.leader].joined_at, self.leader):
             self.leader = mid
-        return Replayed(offset, "member", k)
+        return Replayed(offset, ReplayKind.MEMBER, k)
 
     def held(self) -> Partitions:
         """Partitions in a hold now: nobody may take them, not even a grant made before the
@@ -1012,7 +1047,7 @@ class GroupState:
                 if self.leader is None:
                     self.offset_hints.clear()  # an empty group (see "Offset hints")
                     self.reset = None  # (and "Offset resets")
-        return Replayed(offset, "leave", k)
+        return Replayed(offset, ReplayKind.LEAVE, k)
 
     def _apply_assignment(
         self, offset: int, k: AssignmentKey, a: AssignmentRecord, ts: int
@@ -1024,11 +1059,15 @@ class GroupState:
                 # the leader re-asserting the current generation after its record was
                 # clobbered by a rejected one (compaction would otherwise lose it)
                 self.assignment_clobbered = False
-                return Replayed(offset, "reassert", k)
-            raise RecordRejected("stale_generation", f"{a.generation} <= {cur.generation}")
+                return Replayed(offset, ReplayKind.REASSERT, k)
+            raise RecordRejected(
+                RejectReason.STALE_GENERATION, f"{a.generation} <= {cur.generation}"
+            )
         allowed = ASSIGNMENT_TRANSITIONS[(a.protocol, cur.phase if cur else None)]
         if a.phase not in allowed:
-            raise RecordRejected("bad_phase", f"{cur.phase if cur else None} -> {a.phase}")
+            raise RecordRejected(
+                RejectReason.BAD_PHASE, f"{cur.phase if cur else None} -> {a.phase}"
+            )
         _check_consistent(a)
         self._check_safe(a)
         self.assignment = a
@@ -1041,19 +1080,21 @@ class GroupState:
         self._prune_history()
         if self.offset_hints:
             self._hint_granted(a)
-        return Replayed(offset, "assignment", k)
+        return Replayed(offset, ReplayKind.ASSIGNMENT, k)
 
     def _check_leader(self, a: AssignmentRecord) -> None:
         lead = self.members.get(self.leader) if self.leader is not None else None
         if lead is not None and a.leader_id == self.leader:
             if a.leader_incarnation != lead.incarnation:
-                raise RecordRejected("not_leader", f"{a.leader_id} wrong incarnation")
+                raise RecordRejected(RejectReason.NOT_LEADER, f"{a.leader_id} wrong incarnation")
             return
         if a.leader_id not in self.members and (
             lead is None or (a.leader_joined_at, a.leader_id) < (lead.joined_at, lead.member_id)
         ):
             return  # a leader whose member records were compacted away (module docstring)
-        raise RecordRejected("not_leader", f"{a.leader_id} is not the leader ({self.leader})")
+        raise RecordRejected(
+            RejectReason.NOT_LEADER, f"{a.leader_id} is not the leader ({self.leader})"
+        )
 
     def _check_safe(self, a: AssignmentRecord) -> None:
         """No grant of a partition another live member (or a hold) may still have."""
@@ -1065,7 +1106,7 @@ class GroupState:
                 others = holders.get(p, set()) - {mid}
                 if others:
                     raise RecordRejected(
-                        "unsafe_grant", f"{p} to {mid} still held by {sorted(others)}"
+                        RejectReason.UNSAFE_GRANT, f"{p} to {mid} still held by {sorted(others)}"
                     )
 
     def _is_member(self, mid: str, incarnation: str) -> bool:
@@ -1096,14 +1137,18 @@ class GroupState:
         """A new reset supersedes any earlier one; hints from before it are void for its
         partitions ("Offset resets")."""
         if v.based_on < self._reset_floor:
-            raise RecordRejected("stale_reset", f"based on {v.based_on} < {self._reset_floor}")
+            raise RecordRejected(
+                RejectReason.STALE_RESET, f"based on {v.based_on} < {self._reset_floor}"
+            )
         if v.based_on >= offset:
-            raise RecordRejected("stale_reset", f"based on {v.based_on} >= its own offset")
+            raise RecordRejected(
+                RejectReason.STALE_RESET, f"based on {v.based_on} >= its own offset"
+            )
         live = self.live_members()
         if not live:
             # Nobody would carry it out, and the state forgets it when the group empties:
             # the operator's tool commits an empty group's offsets itself.
-            raise RecordRejected("reset_of_empty_group", v.reset_id)
+            raise RecordRejected(RejectReason.RESET_OF_EMPTY_GROUP, v.reset_id)
         offsets = dict(v.offsets)
         self._reset_floor = offset
         self.reset = ResetState(offset, v.reset_id, offsets,
@@ -1111,7 +1156,7 @@ class GroupState:
         for p in offsets.keys() & self.offset_hints.keys():
             del self.offset_hints[p]
             self.hints_ignored["reset"] += 1
-        return Replayed(offset, "reset", k)
+        return Replayed(offset, ReplayKind.RESET, k)
 
     def _reset_heard(self, mid: str, v: MemberRecord, continues: bool) -> None:
         """A member record acknowledges the current reset (``reset_at``) and names the
@@ -1217,6 +1262,48 @@ def _is_assignment(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
 
 
+def _from_record(
+    member_id: str,
+    v: MemberRecord,
+    ts: int,
+    *,
+    claims: Partitions,
+    owned_generation: int,
+    acked_generation: int,
+    joined_at: int,
+    since_generation: int,
+    incarnation: str | None = None,
+    ready: bool | None = None,
+    process: str | None = None,
+    instance_id: str | None = None,
+    process_since: int = 0,
+) -> MemberState:
+    """A membership as member record ``v``, appended at ``ts``, leaves it; the keywords are
+    what the replay decides rather than copies from the record. ``incarnation``: the record's
+    own unless given (a seat's); ``ready``: whether the record names ``prev_ts`` (or is legacy)
+    unless given."""
+    return MemberState(
+        member_id=member_id,
+        incarnation=v.incarnation if incarnation is None else incarnation,
+        seq=v.seq,
+        topics=v.topics,
+        claims=claims,
+        owned_generation=owned_generation,
+        acked_generation=acked_generation,
+        seen_generation=v.seen_generation,
+        joined_at=joined_at,
+        last_seen=ts,
+        since_generation=since_generation,
+        rack=v.rack,
+        capacity=v.capacity,
+        client=v.client,
+        ready=(v.legacy or v.prev_ts is not None) if ready is None else ready,
+        process=process,
+        instance_id=instance_id,
+        process_since=process_since,
+    )
+
+
 #: MemberState's fields, which a SnapshotMember carries under the same names
 _MEMBER_FIELDS = tuple(f.name for f in fields(MemberState))
 
@@ -1238,16 +1325,22 @@ def _check_consistent(a: AssignmentRecord) -> None:
     seen: set[TopicPartition] = set()
     for mid, c in a.members.items():
         if c.assigned & c.revoke or c.assigned & c.pending:
-            raise RecordRejected("inconsistent", f"{mid}: a partition assigned and revoked")
+            raise RecordRejected(
+                RejectReason.INCONSISTENT, f"{mid}: a partition assigned and revoked"
+            )
         if a.phase == PHASE_REVOKE and (c.assigned or c.pending):
-            raise RecordRejected("inconsistent", f"{mid}: revoke phase assigns")
-        if a.protocol == "eager" and a.phase != PHASE_REVOKE and c.revoke:
-            raise RecordRejected("inconsistent", f"{mid}: eager revokes outside the revoke phase")
+            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: revoke phase assigns")
+        if a.protocol == _EAGER and a.phase != PHASE_REVOKE and c.revoke:
+            raise RecordRejected(
+                RejectReason.INCONSISTENT, f"{mid}: eager revokes outside the revoke phase"
+            )
         if a.phase == PHASE_COMPLETE and c.pending:
-            raise RecordRejected("inconsistent", f"{mid}: complete phase with pending")
+            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
         for p in c.assigned | c.pending:
             if p.partition >= counts.get(p.topic, 0) or p.topic not in c.topics:
-                raise RecordRejected("inconsistent", f"{mid}: {p} not subscribed or not there")
+                raise RecordRejected(
+                    RejectReason.INCONSISTENT, f"{mid}: {p} not subscribed or not there"
+                )
             if p in seen:
-                raise RecordRejected("inconsistent", f"{p} given to two members")
+                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} given to two members")
             seen.add(p)

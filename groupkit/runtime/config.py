@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from groupkit.errors import ConfigError
-
-PROTOCOLS = ("eager", "cooperative")
+from groupkit.protocol.records import PROTOCOLS
+from groupkit.protocol.vocab import RebalanceProtocol
 
 # groupkit.* keys: name -> (default, parser, description)
 _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.assignor": ("cooperative-sticky", "str"),
-    "groupkit.rebalance.protocol": ("cooperative", "str"),
+    "groupkit.rebalance.protocol": (RebalanceProtocol.COOPERATIVE.value, "str"),
     "groupkit.control.topic": ("__groupkit", "str"),
     # Used only when groupkit creates the control topic (an existing one keeps its count).
     # Every group on a partition replays every other group's records on it, so one partition

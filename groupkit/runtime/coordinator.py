@@ -64,6 +64,7 @@ from groupkit.protocol.records import (
     Partitions,
     Signer,
 )
+from groupkit.protocol.vocab import DecisionReason, MemberPhase, ReplayKind
 from groupkit.runtime.background import Background
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
@@ -343,11 +344,11 @@ class Coordinator:
                 if isinstance(res.key, MemberKey) and res.key.member_id == self.member_id:
                     _log.debug("hop.read_own", member=self.member_id, offset=r.offset,
                                kind=res.kind, new_membership=res.new_membership)  # fmt: skip
-                elif res.kind in ("assignment", "reassert"):
+                elif res.kind in (ReplayKind.ASSIGNMENT, ReplayKind.REASSERT):
                     _log.debug("hop.read_assignment", member=self.member_id, offset=r.offset,
                                generation=self.state.generation)  # fmt: skip
                 self.observers.record_read(self.state, res.kind)
-                if res.kind == "rejected":  # counted by reason in state.rejections
+                if res.kind == ReplayKind.REJECTED:  # counted by reason in state.rejections
                     self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
                     _log.warning(
                         "control_record.rejected",
@@ -379,7 +380,7 @@ class Coordinator:
         now = monotonic_ms()
         self._take_plan(self.plans.poll(now))
         with self.lock:
-            if self.member.state == "left":
+            if self.member.state == MemberPhase.LEFT:
                 return
             self._check_poll_interval()
             # Partition counts are fetched (metadata I/O) only if the node plans, and outside
@@ -405,7 +406,11 @@ class Coordinator:
         The partitions are then reassigned; the app's next poll finds them lost (no commit)
         and rejoins as a new member. Until then its commits are refused (``abandoned``).
         """
-        if self._poll_age is None or self.abandoned or self.member.state in ("leaving", "left"):
+        if (
+            self._poll_age is None
+            or self.abandoned
+            or self.member.state in (MemberPhase.LEAVING, MemberPhase.LEFT)
+        ):
             return
         age = self._poll_age()
         if age * 1000 > self.cfg.max_poll_interval_ms:
@@ -517,7 +522,7 @@ class Coordinator:
         still claimed and writes the tombstone; or, if ``keep_seat``, a static member's close:
         a last record owning nothing, no tombstone (``Member.park``)."""
         with self.lock:
-            if self.member.state not in ("leaving", "left"):
+            if self.member.state not in (MemberPhase.LEAVING, MemberPhase.LEFT):
                 self._leave_or_park()
 
     def _leave_or_park(self) -> None:
@@ -535,7 +540,7 @@ class Coordinator:
     @property
     def has_left(self) -> bool:
         """The member's tombstone is written (or it left for good)."""
-        return self.member.state == "left"
+        return self.member.state == MemberPhase.LEFT
 
     def close(self, timeout: float) -> None:
         """Stop the loop and close the control clients, flushing for up to ``timeout`` s."""
@@ -565,9 +570,9 @@ class Coordinator:
         with self.lock:
             self._revoking -= partitions
             self.node.released(partitions, committed)
-            if leave and self.member.state not in ("leaving", "left"):
+            if leave and self.member.state not in (MemberPhase.LEAVING, MemberPhase.LEFT):
                 self._leave_or_park()
-            if self.member.state == "left":
+            if self.member.state == MemberPhase.LEFT:
                 return
             # Delivery callbacks stay on the control thread (its next writer.service).
             acts = self._act(monotonic_ms(), service=False)
@@ -579,7 +584,7 @@ class Coordinator:
         reset record at offset ``at`` and committed them (``Handoff.reset``): the record that
         acknowledges the reset is produced at once (the operator's command waits for it)."""
         with self.lock:
-            if self.member.state == "left":
+            if self.member.state == MemberPhase.LEFT:
                 return
             self.member.reset_applied(at, partitions)
             _log.info("offsets.reset_applied", group=self.cfg.group_id, member=self.member_id,
@@ -601,7 +606,7 @@ class Coordinator:
         """
         with self.lock:
             self._revoking -= partitions
-            if not self.member.owned & partitions or self.member.state == "left":
+            if not self.member.owned & partitions or self.member.state == MemberPhase.LEFT:
                 return
             _log.warning("member.unclaimed_lost", group=self.cfg.group_id, member=self.member_id,
                          partitions=len(self.member.owned & partitions))  # fmt: skip
@@ -667,7 +672,10 @@ class Coordinator:
 
     def _track(self, decision: Decision, record: AssignmentRecord) -> None:
         """Follow one rebalance across its generations (eager phases, cooperative follow-ups)."""
-        follow_up = decision.reason in ("revocation_acknowledged", "reassert")
+        follow_up = decision.reason in (
+            DecisionReason.REVOCATION_ACKNOWLEDGED,
+            DecisionReason.REASSERT,
+        )
         if self._rebalance is not None and not follow_up:
             self._finish_rebalance("superseded")
         if self._rebalance is None:

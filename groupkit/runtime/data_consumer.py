@@ -65,6 +65,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
+from groupkit.protocol.vocab import RebalanceProtocol
 from groupkit.runtime.config import GroupConfig, _parse
 from groupkit.types import TopicPartition
 
@@ -290,7 +291,7 @@ class DataConsumer:
     def assign(self, add: Partitions, start: Mapping[TopicPartition, int]) -> None:
         """Start fetching ``add``, at ``start`` where given (offset hints), else at the
         committed offset (looked up by librdkafka)."""
-        if self._cfg.protocol == "cooperative":
+        if self._cfg.protocol == RebalanceProtocol.COOPERATIVE:
             self.handle.incremental_assign(ktps(add, start))
         else:
             self.owned |= add
@@ -308,7 +309,7 @@ class DataConsumer:
         self.unassigns += 1
         self.keepalive.unassigned(parts)
         try:
-            if self._cfg.protocol == "cooperative":
+            if self._cfg.protocol == RebalanceProtocol.COOPERATIVE:
                 self.handle.incremental_unassign(ktps(parts))
             else:
                 self.handle.assign(ktps(self.owned))
@@ -326,7 +327,7 @@ class DataConsumer:
         ``seek``: it keeps the stored offset, from before the reset, which auto-commit would
         then commit, and with ``enable.auto.offset.store`` it cannot be stored over.)"""
         parts = frozenset(offsets)
-        if self._cfg.protocol == "cooperative":
+        if self._cfg.protocol == RebalanceProtocol.COOPERATIVE:
             self.unassign(parts)
             self.assign(parts, offsets)
         else:

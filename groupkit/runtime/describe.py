@@ -30,6 +30,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from groupkit.errors import BrokerError, ControlTopicError, InputError, RecordRejected
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, decode_key
+from groupkit.protocol.vocab import Phase
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
@@ -81,7 +82,7 @@ def group_state(state: GroupState, now_ms: int | None = None) -> str:
     a = state.assignment
     if (
         a is not None
-        and a.phase == "complete"
+        and a.phase == Phase.COMPLETE
         and set(a.members) == set(live)
         and all(state.covers(m) for m in live)
         and all(state.members[m].acked_generation >= a.generation for m in live)

@@ -48,6 +48,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from groupkit.errors import BrokerError, ControlTopicError, InputError, ResetFailed
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, encode, reset_record
+from groupkit.protocol.vocab import RejectReason, ReplayKind
 from groupkit.runtime.admin import connect_admin
 from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
@@ -358,8 +359,8 @@ def execute_reset(config: dict[str, Any], plan: ResetPlan, timeout: float = 60.0
         while True:
             for r in reader.poll(0.2):
                 res = state.replay(r.offset, r.key, r.value, r.timestamp_ms)
-                if r.offset == at and res.kind == "rejected":
-                    if res.reason == "reset_of_empty_group":  # everyone left meanwhile
+                if r.offset == at and res.kind == ReplayKind.REJECTED:
+                    if res.reason == RejectReason.RESET_OF_EMPTY_GROUP:  # everyone left meanwhile
                         return _commit_empty(cfg, offsets, timeout)
                     raise ResetFailed(
                         f"the group refused the reset record ({res.reason}: {res.detail}); "

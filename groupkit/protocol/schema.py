@@ -1,0 +1,467 @@
+"""Control records, the schema: keys, values and their named factories; no bytes.
+
+What each record kind and field means is told in :mod:`groupkit.protocol.records` (the module
+everyone imports them from); how they become bytes, and how bytes are checked and become records
+again, is :mod:`groupkit.protocol.codec`. The two are split so that a reader of the protocol
+(state.py, planner.py, member.py) meets the records without the decoder's bounds, memo and
+signing, and a change of wire format touches one module.
+
+Records are built only through the named factories (:func:`member_record`,
+:func:`assignment_record`, :func:`covered_member`, :func:`member_tombstone`,
+:func:`reset_record`), which check what a writer may write; the codec checks what a reader
+accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from groupkit.protocol.vocab import Phase, RebalanceProtocol
+from groupkit.types import TopicPartition
+
+Protocol_ = Literal["eager", "cooperative"]
+#: the plain strings (error messages show them as such); ``RebalanceProtocol`` members are equal
+PROTOCOLS: tuple[str, ...] = tuple(p.value for p in RebalanceProtocol)
+
+PHASE_REVOKE = Phase.REVOKE
+PHASE_PARTIAL = Phase.PARTIAL
+PHASE_COMPLETE = Phase.COMPLETE
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+
+Partitions = frozenset[TopicPartition]
+EMPTY: Partitions = frozenset()
+
+
+# --------------------------------------------------------------------------- keys and values
+
+
+class MemberRef(NamedTuple):
+    """One process of a member, as assignments name it: member id and incarnation.
+
+    A ``NamedTuple`` so that it is the ``(member_id, incarnation)`` pair it replaces: it
+    compares, hashes and unpacks like one, and encodes as a JSON array."""
+
+    member_id: str
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberKey:
+    """Key of a member record or tombstone."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentKey:
+    """Key of the group's assignment record (one per group)."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotKey:
+    """Key of the group's snapshot record (one per group: compaction keeps the newest)."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResetKey:
+    """Key of the group's offset-reset record (one per group: compaction keeps the newest)."""
+
+    group: str
+
+
+RecordKey = MemberKey | AssignmentKey | SnapshotKey | ResetKey
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """A member's whole current state. Build with :func:`member_record`."""
+
+    incarnation: str
+    seq: int
+    topics: tuple[str, ...]
+    owned: Partitions
+    owned_generation: int
+    acked_generation: int
+    joined_at: int | None
+    rack: str | None
+    capacity: float | None
+    client: tuple[tuple[str, str], ...]
+    #: the newest generation the member had replayed when it wrote this record; it never
+    #: applies an older one, so the log stops reserving older grants for it (state.may_hold)
+    seen_generation: int = 0
+    #: broker time of the own record the member's session runs from (its fence basis, see
+    #: member.py), or ``None``: it has none, or it has lapsed. Decides, for every reader alike,
+    #: whether this record continues the membership (state.py); ``joined_at`` and
+    #: ``since_generation`` then echo the log's view of the membership as of that record.
+    prev_ts: int | None = None
+    #: the first generation that covers the membership, echoed with ``prev_ts``
+    since_generation: int = 0
+    #: written by a member that predates ``prev_ts`` (the field is absent): the replay decides
+    #: new membership or continuation the old way, by what the reader has seen of the member
+    legacy: bool = True
+    #: the offsets the member committed, synchronously and successfully, for partitions this
+    #: record no longer claims, just before writing it: the next owner starts there instead of
+    #: looking them up (``GroupState.offset_hints``). Sorted; never a partition in ``owned``.
+    #: Absent (empty) in records of members that predate it, and whenever the offsets are not
+    #: known (auto-commit off, offsets stored by the user, transactional commits).
+    committed: tuple[tuple[TopicPartition, int], ...] = ()
+    #: ``group.instance.id`` of a static member (KIP-345), or ``None``: a dynamic member. A
+    #: static member's member id *is* its instance id (the seat the group keeps for it), and a
+    #: new process with it takes the seat over (state.py, "Static membership"). Absent in
+    #: records of dynamic members and of members that predate it.
+    instance_id: str | None = None
+    #: a static member's echo of the incarnation the group knows its seat by (the seat's
+    #: first process's: assignments name it, so a takeover changes none), learned from its own
+    #: replay like ``joined_at``, so that a reader of the compacted topic covers the seat alike.
+    #: ``None``: its own incarnation (a join, or a dynamic member).
+    seat: str | None = None
+    #: only in a static member's *join* (its first record, no ``prev_ts``): the broker time of
+    #: the newest record of its seat's previous process that it had replayed, which it saw
+    #: live; ``seat``, ``joined_at`` and ``since_generation`` then echo that seat. The join
+    #: takes the seat over if it is appended within a session of it (state.py).
+    seat_ts: int | None = None
+    #: the offset of the newest reset record (:class:`ResetRecord`) the member has carried out
+    #: (-1: none), and the partitions of it whose new offset it committed itself (state.py,
+    #: "Offset resets"). Absent in records that predate it.
+    reset_at: int = -1
+    reset_done: Partitions = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class CoveredMember:
+    """One member's part of an assignment record."""
+
+    incarnation: str
+    topics: tuple[str, ...]
+    assigned: Partitions
+    revoke: Partitions
+    pending: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class AssignorFallback:
+    """Why a generation was planned by the built-in fallback instead of the group's assignor."""
+
+    #: ``raised``, ``invalid`` or ``timeout`` (protocol/assign.py); a reader accepts any
+    reason: str
+    #: what was wrong, one line, bounded (:data:`MAX_FALLBACK_DETAIL`)
+    detail: str
+    #: the built-in assignor that planned it
+    assignor: str
+
+
+#: characters of :attr:`AssignorFallback.detail` written (an exception's text can be long)
+MAX_FALLBACK_DETAIL = 300
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentRecord:
+    """One generation of the group. Build with :func:`assignment_record`."""
+
+    generation: int
+    leader_id: str
+    leader_incarnation: str
+    leader_joined_at: int
+    protocol: str
+    phase: str
+    assignor: str
+    partition_counts: tuple[tuple[str, int], ...]
+    members: Mapping[str, CoveredMember]
+    #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
+    fallback: AssignorFallback | None = None
+
+    def assigned(self, member_id: str) -> Partitions:
+        c = self.members.get(member_id)
+        return c.assigned if c is not None else EMPTY
+
+    def target(self, member_id: str) -> Partitions:
+        """What the member will own once every pending partition is granted."""
+        c = self.members.get(member_id)
+        return c.assigned | c.pending if c is not None else EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMember:
+    """One membership inside a snapshot: every field of ``state.MemberState``, same order."""
+
+    member_id: str
+    incarnation: str
+    seq: int
+    topics: tuple[str, ...]
+    claims: Partitions
+    owned_generation: int
+    acked_generation: int
+    seen_generation: int
+    joined_at: int
+    last_seen: int
+    since_generation: int
+    rack: str | None
+    capacity: float | None
+    client: tuple[tuple[str, str], ...]
+    ready: bool
+    #: static seats only (state.py, "Static membership"); absent in snapshots that predate them
+    process: str | None = None
+    instance_id: str | None = None
+    process_since: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHold:
+    """One ``state.Hold`` inside a snapshot."""
+
+    holder: str
+    partitions: Partitions
+    until: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord:
+    """The deterministic ``GroupState`` as of offset ``as_of`` of the writer's replay.
+
+    Built by ``GroupState.snapshot`` and restored by ``GroupState.from_snapshot``; the
+    rejection counters are not part of it. ``history`` is ``(generation time, assignment)``
+    per generation the state still keeps, oldest first.
+    """
+
+    group: str
+    as_of: int
+    log_time: int
+    writer_id: str
+    writer_incarnation: str
+    leader: str | None
+    members: tuple[SnapshotMember, ...]
+    assignment: AssignmentRecord | None
+    assignment_offset: int
+    history: tuple[tuple[int, AssignmentRecord], ...]
+    holds: tuple[SnapshotHold, ...]
+    assignment_clobbered: bool
+    #: the group's pending offset reset (``state.ResetState``) and the offset of the newest
+    #: reset accepted (state.py, "Offset resets"); absent in snapshots that predate them
+    reset: SnapshotReset | None = None
+    reset_floor: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotReset:
+    """One ``state.ResetState`` inside a snapshot."""
+
+    at: int
+    reset_id: str
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    settled: Partitions
+    waiting: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResetRecord:
+    """An operator's offset reset (``groupkit reset-offsets --execute``). Build with
+    :func:`reset_record`. Its identity is its offset in the log: members acknowledge it by
+    that offset (:attr:`MemberRecord.reset_at`), so every reader agrees on it."""
+
+    #: the issuer's id for it (for logs and the CLI's report; not what members acknowledge)
+    reset_id: str
+    #: the new committed offset of each partition, sorted
+    offsets: tuple[tuple[TopicPartition, int], ...]
+    #: who asked (the CLI's host and user), for logs
+    requested_by: str = ""
+    #: the offset of the control log its issuer had read up to when it wrote it: the replay
+    #: refuses a reset based on a log older than the newest reset it knows (a copy of an old
+    #: reset record, replayed into the log, must not reset the group again)
+    based_on: int = -1
+
+
+RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | ResetRecord | None
+
+
+# --------------------------------------------------------------------------- factories
+
+
+def member_record(
+    group: str,
+    member_id: str,
+    *,
+    incarnation: str,
+    seq: int,
+    topics: Iterable[str],
+    owned: Iterable[tuple[str, int]] = (),
+    owned_generation: int = 0,
+    acked_generation: int = 0,
+    joined_at: int | None = None,
+    rack: str | None = None,
+    capacity: float | None = None,
+    client: Mapping[str, str] | None = None,
+    seen_generation: int | None = None,
+    prev_ts: int | Literal["legacy"] | None = "legacy",
+    since_generation: int = 0,
+    committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
+    instance_id: str | None = None,
+    seat: str | None = None,
+    seat_ts: int | None = None,
+    reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
+) -> tuple[MemberKey, MemberRecord]:
+    """The key and value of a member record (join, heartbeat, or any change of what it owns).
+
+    ``prev_ts`` (with ``joined_at`` and ``since_generation``): see :class:`MemberRecord`; the
+    default writes a record in the format of members that predate it. ``committed``: offsets
+    just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
+    ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
+    ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
+    in a join that takes a seat over (:attr:`MemberRecord.seat_ts`).
+    """
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    _check_id("incarnation", incarnation)
+    seen = acked_generation if seen_generation is None else seen_generation
+    if seen < acked_generation:
+        raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
+    legacy = prev_ts == "legacy"
+    prev = None if isinstance(prev_ts, str) else prev_ts
+    if prev is not None and joined_at is None:
+        # (joined_at may be after prev_ts: brokers' clocks differ; see _check_prev_ts)
+        raise ValueError(f"prev_ts {prev} needs joined_at")
+    if instance_id is not None and instance_id != member_id:
+        raise ValueError(f"instance_id {instance_id!r} must be the member id {member_id!r}")
+    if seat is not None and (instance_id is None or not seat):
+        raise ValueError("a seat needs an instance_id, and must not be empty")
+    if seat_ts is not None and (seat is None or seat == incarnation or joined_at is None
+                                or prev_ts not in (None, "legacy") or seat_ts < 0):  # fmt: skip
+        raise ValueError("seat_ts needs another seat, joined_at and no prev_ts")
+    owned_set = _tps(owned)
+    hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
+                         (committed or {}).items()))  # fmt: skip
+    for tp, o in hints:
+        if o < 0 or tp in owned_set:
+            raise ValueError(f"committed offset {o} of {tp}: negative, or of a partition owned")
+    return MemberKey(group, member_id), MemberRecord(
+        incarnation=incarnation,
+        seq=seq,
+        topics=tuple(sorted(set(topics))),
+        owned=owned_set,
+        owned_generation=owned_generation,
+        acked_generation=acked_generation,
+        joined_at=joined_at,
+        rack=rack,
+        capacity=capacity,
+        client=tuple(sorted((client or {}).items())),
+        seen_generation=seen,
+        prev_ts=prev,
+        since_generation=0 if legacy else since_generation,
+        legacy=legacy,
+        committed=hints,
+        instance_id=instance_id,
+        seat=None if seat == incarnation else seat,
+        seat_ts=seat_ts,
+        reset_at=-1 if reset is None else reset[0],
+        reset_done=EMPTY if reset is None else _tps(reset[1]),
+    )
+
+
+def member_tombstone(group: str, member_id: str) -> tuple[MemberKey, None]:
+    """The key and (``None``) value of a clean leave."""
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    return MemberKey(group, member_id), None
+
+
+def assignment_record(
+    group: str,
+    *,
+    generation: int,
+    leader_id: str,
+    leader_incarnation: str,
+    leader_joined_at: int,
+    protocol: str,
+    phase: str,
+    assignor: str,
+    partition_counts: Mapping[str, int],
+    members: Mapping[str, CoveredMember],
+    fallback: AssignorFallback | None = None,
+) -> tuple[AssignmentKey, AssignmentRecord]:
+    """The key and value of the assignment record of one generation (``fallback``: see
+    :class:`AssignorFallback`)."""
+    _check_id("group", group)
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {PHASES}, got {phase!r}")
+    return AssignmentKey(group), AssignmentRecord(
+        generation=generation,
+        leader_id=leader_id,
+        leader_incarnation=leader_incarnation,
+        leader_joined_at=leader_joined_at,
+        protocol=protocol,
+        phase=phase,
+        assignor=assignor,
+        partition_counts=tuple(sorted(partition_counts.items())),
+        members=dict(sorted(members.items())),
+        fallback=None
+        if fallback is None
+        else AssignorFallback(
+            _nonempty("fallback reason", fallback.reason),
+            fallback.detail[:MAX_FALLBACK_DETAIL],
+            _nonempty("fallback assignor", fallback.assignor),
+        ),
+    )
+
+
+def covered_member(
+    incarnation: str,
+    topics: Iterable[str],
+    assigned: Iterable[tuple[str, int]] = (),
+    revoke: Iterable[tuple[str, int]] = (),
+    pending: Iterable[tuple[str, int]] = (),
+) -> CoveredMember:
+    """One member's entry of an assignment record."""
+    return CoveredMember(
+        incarnation, tuple(sorted(set(topics))), _tps(assigned), _tps(revoke), _tps(pending)
+    )
+
+
+def _tps(items: Iterable[tuple[str, int]]) -> Partitions:
+    return frozenset(TopicPartition(t, int(p)) for t, p in items)
+
+
+def _nonempty(what: str, value: str) -> str:
+    _check_id(what, value)
+    return value
+
+
+def _check_id(what: str, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+
+
+# --------------------------------------------------------------------------- offset resets
+# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
+# "Offset resets")
+
+#: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
+MAX_RESET_TEXT = 200
+
+
+def reset_record(
+    group: str,
+    reset_id: str,
+    offsets: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int],
+    requested_by: str = "",
+    based_on: int = -1,
+) -> tuple[ResetKey, ResetRecord]:
+    """The key and value of an offset reset: the new committed offset of each partition."""
+    _check_id("group", group)
+    _check_id("reset_id", reset_id)
+    if not offsets:
+        raise ValueError("a reset names at least one partition")
+    out = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in offsets.items()))
+    for tp, o in out:
+        if o < 0 or tp.partition < 0:
+            raise ValueError(f"reset of {tp} to {o}: negative")
+    return ResetKey(group), ResetRecord(
+        reset_id[:MAX_RESET_TEXT], out, requested_by[:MAX_RESET_TEXT], based_on
+    )

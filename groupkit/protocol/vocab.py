@@ -1,0 +1,152 @@
+"""The protocol's closed vocabularies, as ``StrEnum``\\ s: every word the core writes or answers.
+
+Why one leaf module and not one enum per owner: each word crosses layers. The rebalance
+protocol and the phase are written by the planner, checked by the decoder (records.py) and the
+replay (state.py); rejection reasons are raised by the decoder and the replay alike and become
+metric label values (metrics.py); member states and replay kinds are read by the runtime. The
+owners import from here and re-export their old names (``records.PHASE_REVOKE``,
+``member.LEFT``, ``planner.WRITE`` ...), and this module imports nothing of groupkit, so no
+import circle can form around a word.
+
+Each member *is* its string (``StrEnum``): it compares and hashes equal to it, and
+``json.dumps``, ``str()``, f-strings and prometheus label values give the bare string. So the
+control-record wire format, metric label values and every JSON/CLI output are what they were
+with plain strings; a value decoded from the wire may be either the member or the plain string.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum, unique
+
+__all__ = [
+    "DecisionAction",
+    "DecisionReason",
+    "MemberPhase",
+    "Phase",
+    "RebalanceProtocol",
+    "RejectReason",
+    "ReplayKind",
+]
+
+
+@unique
+class RebalanceProtocol(StrEnum):
+    """How a generation moves partitions (``groupkit.rebalance.protocol``; assignment records)."""
+
+    EAGER = "eager"
+    """Every covered member gives up everything first (a ``revoke`` generation)."""
+    COOPERATIVE = "cooperative"
+    """Only what moves is revoked; the rest stays put (``adjust_cooperative``)."""
+
+
+@unique
+class Phase(StrEnum):
+    """An assignment record's phase (state.ASSIGNMENT_TRANSITIONS says which may follow which)."""
+
+    REVOKE = "revoke"
+    """Eager phase 1: every covered member gives up everything it owns."""
+    PARTIAL = "partial"
+    """Some target partitions are still ``pending``: a follow-up generation will grant them."""
+    COMPLETE = "complete"
+    """The assignment is the whole target plan."""
+
+
+@unique
+class MemberPhase(StrEnum):
+    """A member's state in its own state machine (member.MEMBER_TRANSITIONS)."""
+
+    UNJOINED = "unjoined"
+    JOINING = "joining"
+    ACTIVE = "active"
+    FENCED = "fenced"
+    LEAVING = "leaving"
+    LEFT = "left"
+
+
+@unique
+class DecisionAction(StrEnum):
+    """What the leader's planner answers (``planner.Decision.action``)."""
+
+    NONE = "none"
+    """Nothing to do: stable, or not the leader."""
+    WAIT = "wait"
+    """A rebalance is under way; waiting for members (revocations, acknowledgements)."""
+    WRITE = "write"
+    """Produce ``record``."""
+    NEED_LAGS = "need_lags"
+    """Call again with ``lags`` for ``lag_topics`` (lag-aware assignor)."""
+    NEED_PLAN = "need_plan"
+    """Run ``request`` (off the heartbeat path), call again with its outcome."""
+
+
+@unique
+class DecisionReason(StrEnum):
+    """Why the planner decided what it did (``planner.Decision.reason``; logged, never written)."""
+
+    # nothing to plan
+    NO_LEADER = "no_leader"
+    NO_ACTIVE_MEMBERS = "no_active_members"
+    STABLE = "stable"
+    # a rebalance under way
+    AWAITING_REVOCATION = "awaiting_revocation"
+    AWAITING_ACKNOWLEDGEMENT = "awaiting_acknowledgement"
+    REVOCATION_ACKNOWLEDGED = "revocation_acknowledged"
+    REASSERT = "reassert"
+    """The current assignment again, under this leader (a leader that restarted)."""
+    REBALANCE = "rebalance"
+    # why the current assignment no longer fits (Planner.rebalance_reason)
+    FIRST_ASSIGNMENT = "first_assignment"
+    MEMBERSHIP_CHANGED = "membership_changed"
+    SUBSCRIPTION_CHANGED = "subscription_changed"
+    PARTITIONS_LOST = "partitions_lost"
+    PARTITION_COUNT_CHANGED = "partition_count_changed"
+    PROTOCOL_CHANGED = "protocol_changed"
+
+
+@unique
+class ReplayKind(StrEnum):
+    """What one ``GroupState.replay`` did with a record (``state.Replayed.kind``)."""
+
+    MEMBER = "member"
+    LEAVE = "leave"
+    ASSIGNMENT = "assignment"
+    REASSERT = "reassert"
+    """An assignment record that restates the current generation (no new generation)."""
+    SNAPSHOT = "snapshot"
+    RESET = "reset"
+    OTHER_GROUP = "other_group"
+    REJECTED = "rejected"
+
+
+@unique
+class RejectReason(StrEnum):
+    """Why a control record was rejected (``RecordRejected.reason``, ``GroupState.rejections``).
+
+    The one list: the decoder's and the replay's reasons, and the ``reason`` label values of
+    ``groupkit_control_records_rejected_total`` (metrics.py starts a series for each).
+    """
+
+    # the decoder (records.py)
+    BAD_BYTES = "bad_bytes"
+    UNKNOWN_VERSION = "unknown_version"
+    UNKNOWN_KIND = "unknown_kind"
+    MISSING_FIELD = "missing_field"
+    WRONG_TYPE = "wrong_type"
+    BAD_VALUE = "bad_value"
+    TOO_LARGE = "too_large"
+    UNSIGNED = "unsigned"
+    BAD_SIGNATURE = "bad_signature"
+    # the replay (state.py)
+    OFFSET_REGRESSED = "offset_regressed"
+    STALE_MEMBER_RECORD = "stale_member_record"
+    ACKED_REGRESSED = "acked_regressed"
+    FUTURE_GENERATION = "future_generation"
+    UNOWNED_CLAIM = "unowned_claim"
+    STALE_GENERATION = "stale_generation"
+    BAD_PHASE = "bad_phase"
+    NOT_LEADER = "not_leader"
+    UNSAFE_GRANT = "unsafe_grant"
+    INCONSISTENT = "inconsistent"
+    FENCED_INSTANCE = "fenced_instance"
+    STALE_RESET = "stale_reset"
+    RESET_OF_EMPTY_GROUP = "reset_of_empty_group"
