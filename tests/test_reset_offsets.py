@@ -372,6 +372,14 @@ def test_a_member_that_does_not_acknowledge_fails_the_command_with_exit_1(
         err = capsys.readouterr().err
         assert code == 1, err
         assert "not acknowledged within 3 s by: " + str(c.member_id) in err, err
+        # describe shows the reset still pending, and who has not carried it out
+        code = main(["describe", "--bootstrap-servers", bootstrap, "--group", conf["group.id"],
+                     "--control-topic", conf["groupkit.control.topic"],
+                     "-X", "session.timeout.ms=3000", "--no-lag"])  # fmt: skip
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert "pending: 1 partition(s) not yet restarted" in out, out
+        assert "not yet acknowledged by: " + str(c.member_id) in out, out
         # the application polls again: the reset is carried out, from offset 5
         after: list[int] = []
 

@@ -218,11 +218,32 @@ def describe_group(
                 "assignor": a.fallback.assignor,
             }
         ),
+        # an operator's offset reset not yet carried out by the group (runtime/reset.py)
+        "reset": _pending_reset(state),
         "members": members,
         "live_members": len(live),
         "partitions": rows,
         "total_lag": sum(lags.values()),
         "rejected": dict(sorted(state.rejections.items())),
+    }
+
+
+def _pending_reset(state: GroupState) -> dict[str, Any] | None:
+    """The group's newest offset reset while it is still being carried out: the partitions
+    whose owner has not yet restarted them at the new offset, and the members live at the
+    reset that have not acknowledged it (``None`` when there is none, or it is done)."""
+    rs = state.reset
+    if rs is None:
+        return None
+    unsettled = rs.unsettled()
+    waiting = state.reset_waiting()
+    if not unsettled and not waiting:
+        return None
+    return {
+        "reset_id": rs.reset_id,
+        "at": rs.at,
+        "unsettled": [[tp.topic, tp.partition, o] for tp, o in sorted(unsettled.items())],
+        "waiting": sorted(waiting),
     }
 
 
@@ -343,6 +364,13 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
         lines.append(
             f"fallback: planned by {fb['assignor']}, {desc['assignor']} failed "
             f"({fb['reason']}): {fb['detail']}"
+        )
+    rs = desc.get("reset")
+    if rs:
+        waiting = ", ".join(rs["waiting"]) or "nobody"
+        lines.append(
+            f"reset {rs['reset_id']} pending: {len(rs['unsettled'])} partition(s) not yet "
+            f"restarted at their new offset; not yet acknowledged by: {waiting}"
         )
     if desc["rejected"]:
         lines.append(
