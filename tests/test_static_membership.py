@@ -7,6 +7,9 @@
 - Two processes with one instance id: the newest join wins; the old one loses what it owned
   (``on_lost``) and its ``poll`` raises ``FencedError``; no partition is ever owned by both.
 - ``close(leave=True)`` of a static member leaves at once: its partitions move.
+- A static member whose app stops polling past ``max.poll.interval.ms`` does not leave: its
+  seat keeps its partitions (nobody else is rebalanced), and when the app polls again it
+  rejoins with its instance id and gets them back.
 - ``groupkit describe`` shows each member's instance id.
 
 The protocol's side is proven over random schedules in ``test_protocol_static.py``.
@@ -19,10 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition as KTP
 
+from groupkit import GroupConsumer
 from groupkit.dev.harness import TP, LoadProducer, MemberProcess, wait_for
+from groupkit.errors import FencedError
 from groupkit.runtime.describe import describe_group
-from tests.groupharness import WorkerGroup, partitions
+from tests.groupharness import WorkerGroup, partitions, pump
 
 
 def _static(g: WorkerGroup, instance: str, name: str | None = None) -> MemberProcess:
@@ -172,6 +178,66 @@ def test_close_of_a_static_member_keeps_its_seat(
     assert took >= session / 1000 * 0.9, took  # not before the seat's session ran out
     assert mine <= a.owned() | c.owned() and _describe(g)["generation"] > gen
     assert g.overlaps() == []
+
+
+def test_a_static_member_past_max_poll_interval_keeps_its_seat(
+    conf: dict[str, Any], topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    """As in Kafka (KIP-345), a static member is not removed for not polling: only its
+    session ends it. Its app's next poll reports the partitions lost and rejoins; the seat
+    takes them back, and the other member never sees a revoke or an assign."""
+    topic = topic_factory(partitions=4)
+    base = {**conf, "session.timeout.ms": 8000, "heartbeat.interval.ms": 500}
+    moves: list[str] = []
+    lost: list[KTP] = []
+    slow = GroupConsumer({**base, "group.instance.id": "pod-0", "max.poll.interval.ms": 1500})
+    consumers.append(slow)
+    slow.subscribe([topic], on_lost=lambda _c, ps: lost.extend(ps))
+    pump([slow], lambda: len(slow.assignment()) == 4, 30, "the assignment")
+    other = GroupConsumer(base)
+    consumers.append(other)
+    other.subscribe([topic], on_assign=lambda _c, ps: moves.append(f"assign {ps}"),
+                    on_revoke=lambda _c, ps: moves.append(f"revoke {ps}"))  # fmt: skip
+    pump([slow, other], lambda: len(slow.assignment()) == 2 == len(other.assignment()), 30,
+         "the two to share")  # fmt: skip
+    mine = sorted(p.partition for p in slow.assignment())
+    theirs = sorted(p.partition for p in other.assignment())
+    settled = len(moves)
+
+    def others_unmoved() -> bool:
+        assert sorted(p.partition for p in other.assignment()) == theirs, moves
+        return True
+
+    def abandoned() -> bool:
+        c = slow._coordinator
+        return c is not None and c.abandoned
+
+    # Only `other` polls: `slow` overruns max.poll.interval.ms (its loop stops writing), and
+    # stays stalled for half its session: nobody takes its partitions meanwhile, and the
+    # group's generation does not change.
+    ctl = {"bootstrap.servers": conf["bootstrap.servers"], "group.id": conf["group.id"],
+           "groupkit.control.topic": conf["groupkit.control.topic"]}
+    # the leader done: no follow-up generation to come (see _static_group)
+    pump([slow, other], lambda: describe_group(ctl, with_lag=False)["state"] == "Stable", 30,
+         "the group Stable")  # fmt: skip
+    gen = other.generation
+    pump([other], lambda: others_unmoved() and abandoned(), 30,
+         "slow to overrun max.poll.interval.ms")  # fmt: skip
+    stalled = time.monotonic()
+    pump([other], lambda: others_unmoved() and time.monotonic() - stalled > 4, 30,
+         "half a session of stall")  # fmt: skip
+    assert other.generation == gen
+    with pytest.raises(FencedError, match=r"max\.poll\.interval\.ms"):
+        slow.commit(asynchronous=False)
+    # Its next poll reports the partitions lost and rejoins under its instance id, whose seat
+    # gets them back once the stopped process's session has ended.
+    slow.poll(0.1)
+    assert sorted(p.partition for p in lost) == mine
+    assert slow.member_id == "pod-0"
+    pump([slow, other],
+         lambda: others_unmoved() and sorted(p.partition for p in slow.assignment()) == mine,
+         30, "the seat to take its partitions back")  # fmt: skip
+    assert moves[settled:] == []
 
 
 def test_config_of_a_static_member() -> None:

@@ -383,6 +383,8 @@ class Coordinator:
             if self.member.state == MemberPhase.LEFT:
                 return
             self._check_poll_interval()
+            if self._stop.is_set():
+                return
             # Partition counts are fetched (metadata I/O) only if the node plans, and outside
             # the lock: see _lead.
             step = self.node.step(now)
@@ -405,6 +407,13 @@ class Coordinator:
 
         The partitions are then reassigned; the app's next poll finds them lost (no commit)
         and rejoins as a new member. Until then its commits are refused (``abandoned``).
+
+        A static member does not leave (as in Kafka since KIP-345, where only its session
+        ends a static membership): the loop stops writing, so its seat keeps its partitions
+        until its session runs out, as after a crash. If the app polls again before that, its
+        next poll finds them lost and rejoins with the same instance id, which takes the seat
+        back (its partitions once the stopped process's session has ended, as a successor's
+        after a kill): no other member is rebalanced.
         """
         if (
             self._poll_age is None
@@ -417,8 +426,12 @@ class Coordinator:
             self.abandoned = True
             self.needs_service = True
             _log.warning("max_poll_interval_exceeded", group=self.cfg.group_id,
-                         member=self.member_id, seconds_since_poll=round(age, 3))  # fmt: skip
-            self.member.leave()
+                         member=self.member_id, seconds_since_poll=round(age, 3),
+                         keeps_seat=self.keep_seat)  # fmt: skip
+            if self.keep_seat:
+                self._stop.set()  # no record from now on: not even this turn's (see turn)
+            else:
+                self.member.leave()
 
     def _act(self, now: int, service: bool = True) -> Actions:
         """The member's step alone (under ``self.lock``), carried out."""
@@ -606,7 +619,13 @@ class Coordinator:
         """
         with self.lock:
             self._revoking -= partitions
-            if not self.member.owned & partitions or self.member.state == MemberPhase.LEFT:
+            if (
+                not self.member.owned & partitions
+                or self.member.state == MemberPhase.LEFT
+                # a stopped loop writes nothing more: its session ends its claims (a static
+                # member's seat keeps them meanwhile, see _check_poll_interval)
+                or self._stop.is_set()
+            ):
                 return
             _log.warning("member.unclaimed_lost", group=self.cfg.group_id, member=self.member_id,
                          partitions=len(self.member.owned & partitions))  # fmt: skip
