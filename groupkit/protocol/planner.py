@@ -178,7 +178,7 @@ class Planner:
         }:
             if set(active) != set(cur.members):
                 return DecisionReason.MEMBERSHIP_CHANGED
-            if any(active[i].incarnation != c.incarnation for i, c in cur.members.items()):
+            if not all(active[i].named_by(c) for i, c in cur.members.items()):
                 return DecisionReason.MEMBERSHIP_CHANGED
             return DecisionReason.SUBSCRIPTION_CHANGED
         if not all(state.covers(i) for i in active):
@@ -380,7 +380,7 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
     cur = state.assignment
     if cur is not None and cur.phase == PHASE_REVOKE and not m.claims:
         c = cur.members.get(mid)
-        if c is not None and c.incarnation == m.incarnation and c.revoke:
+        if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
     return m.claims, m.owned_generation or None
 

@@ -225,6 +225,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from typing import TypeGuard
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
@@ -235,6 +236,7 @@ from groupkit.protocol.records import (
     PHASE_REVOKE,
     AssignmentKey,
     AssignmentRecord,
+    CoveredMember,
     MemberKey,
     MemberRecord,
     MemberRef,
@@ -324,6 +326,11 @@ class MemberState:
     def proc(self) -> str:
         """The incarnation of the process this membership is (or holds the seat) now."""
         return self.process if self.process is not None else self.incarnation
+
+    def named_by(self, c: CoveredMember | None) -> TypeGuard[CoveredMember]:
+        """Whether an assignment's entry ``c`` (for this member id) names this membership,
+        not an earlier one under the same id: a grant or revocation applies only then."""
+        return c is not None and c.incarnation == self.incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,8 +463,7 @@ class GroupState:
             return False
         c = a.members.get(member_id)
         return (
-            c is not None
-            and c.incarnation == m.incarnation
+            m.named_by(c)
             and a.generation >= (m.since_generation)
         )
 
@@ -485,7 +491,7 @@ class GroupState:
             if a is None:
                 continue
             c = a.members.get(member_id)
-            if c is not None and c.incarnation == m.incarnation and c.assigned:
+            if m.named_by(c) and c.assigned:
                 out = out | c.assigned
         return out
 
@@ -516,7 +522,7 @@ class GroupState:
         for g in self._pending_gens:
             if g >= first:
                 c = self._history[g].members.get(member_id)
-                if c is not None and c.pending and c.incarnation == m.incarnation:
+                if m.named_by(c) and c.pending:
                     out = out | c.pending
         return out
 
@@ -545,7 +551,7 @@ class GroupState:
         if c is None or not c.pending or not self.is_live(member_id):
             return EMPTY
         m = self.members[member_id]
-        if c.incarnation != m.incarnation or self.generation < m.since_generation:
+        if not m.named_by(c) or self.generation < m.since_generation:
             return EMPTY
         if not self.knows_holds():
             return EMPTY
@@ -678,7 +684,7 @@ class GroupState:
             if a is None:
                 continue
             c = a.members.get(member_id)
-            if c is not None and c.incarnation == m.incarnation:
+            if m.named_by(c):
                 start = self._gen_time[g]
                 if m.process is not None and m.process != m.incarnation:
                     # A process that took a static seat over has had the time since, and may
