@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import ElectionType, Producer, TopicPartition
@@ -149,14 +150,19 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
     create_topic(admin, name, 3, replication_factor=-1)
     try:
         # Any broker may answer, and a fresh cluster's may not know the topic yet (seen once:
-        # no partitions at all, right after create_topic saw every one led).
+        # no partitions at all, right after create_topic saw every one led), or not yet its
+        # leaders (-1) nor all of its replicas: wait for one answer that knows them all.
+        parts: list[Any] = []
+
         def described() -> bool:
-            return len(admin.list_topics(name, timeout=10).topics[name].partitions) == 3
+            nonlocal parts
+            parts = list(admin.list_topics(name, timeout=10).topics[name].partitions.values())
+            return len(parts) == 3 and all(p.leader >= 0 and len(p.isrs) == 3 for p in parts)
 
         wait_for(described, 30, f"every broker to describe {name}")
-        parts = admin.list_topics(name, timeout=10).topics[name].partitions.values()
-        assert all(sorted(p.replicas) == [0, 1, 2] for p in parts)
-        assert len({p.leader for p in parts}) == 3  # leadership spread over the brokers
+        shape = [(p.id, p.leader, p.replicas, p.isrs) for p in parts]
+        assert all(sorted(p.replicas) == [0, 1, 2] for p in parts), shape
+        assert len({p.leader for p in parts}) == 3, shape  # leadership spread over the brokers
         res = ConfigResource(ConfigResource.Type.TOPIC, name)
         conf = admin.describe_configs([res])[res].result(timeout=30)
         assert conf["min.insync.replicas"].value == "2"
