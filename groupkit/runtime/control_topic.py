@@ -142,16 +142,28 @@ def ensure_control_topic(
             timeout=timeout,
             exist_ok=True,  # another member may create it at the same moment
         )
-        md = admin.list_topics(topic=name, timeout=timeout)
-        topic = md.topics[name]
-    else:
-        # A topic another member is creating this moment can be listed before its partitions
-        # (none yet: partition_for_group divided by zero in a cluster test): count them again
-        # once one has a leader.
-        wait_for_topic(admin, name, 1, timeout)
-        topic = admin.list_topics(topic=name, timeout=timeout).topics[name]
+    # (one partition with a leader: the rest are counted below, whichever broker answers)
+    wait_for_topic(admin, name, 1, timeout)
     check_control_topic(admin, name, timeout, session_timeout_ms)
-    return len(topic.partitions)
+    return _partition_count(admin, name, timeout)
+
+
+def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:
+    """How many partitions ``name`` has, once a broker's answer knows any.
+
+    A topic that was just created (by us, or by another member this moment) can be listed
+    before its partitions by a broker that has not heard of them yet, and in a cluster the
+    next answer may come from another broker: so one answer after a wait is not enough (none
+    yet made partition_for_group divide by zero, twice, in cluster tests)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = max(0.5, min(5.0, deadline - time.monotonic()))
+        t = admin.list_topics(topic=name, timeout=wait).topics.get(name)
+        if t is not None and t.error is None and t.partitions:
+            return len(t.partitions)
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"control topic {name!r} has no partitions after {timeout:.0f}s")
+        time.sleep(0.05)  # metadata refresh is a request per call; no event to wait on
 
 
 def check_control_topic(
