@@ -153,7 +153,11 @@ class FaultRun:
         except AssertionError as e:
             # Described now, at the deadline (not as the wait began, when after a broker
             # restart every member has just lost everything).
-            raise AssertionError(f"{e}: {self.group.describe()}; {self.group.stale(t)}") from None
+            silent = self.producer.silent_since(t)
+            raise AssertionError(
+                f"{e}: {self.group.describe()}; {self.group.stale(t)}; "
+                f"no record acknowledged since to partitions {silent}"
+            ) from None
         self.stable_after[after] = round(time.monotonic() - t, 2)
         self.log(f"[chaos] stable {took:.2f}s after {after}: {self.group.describe()}")
         return took
@@ -315,12 +319,14 @@ class Chaos(FaultRun):
             node = self.rng.randrange(len(self.cluster.nodes))
             self.cluster.node(node).stop()
             self.cluster.restart(node)
+            self.producer.renew()
         elif fault == "broker_restart":
             # Every member loses its session while the broker is down: any partition may
             # then be processed again from its last commit.
             self.dup_allowed |= self.parts
             self.broker.stop()
             self.broker.start(fresh=False)
+            self.producer.renew()  # the load's client, not the group's (LoadProducer.renew)
             t0 = time.monotonic()  # time to recover is counted from the broker's return
         elif fault == "slow_member":
             self.replace(self.rng.choice(victims), slow_control_ms=300)

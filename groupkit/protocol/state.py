@@ -462,10 +462,7 @@ class GroupState:
         if m is None or a is None:
             return False
         c = a.members.get(member_id)
-        return (
-            m.named_by(c)
-            and a.generation >= (m.since_generation)
-        )
+        return m.named_by(c) and a.generation >= (m.since_generation)
 
     def may_hold(self, member_id: str) -> Partitions:
         """Every partition a live member owns or may still take.
