@@ -34,7 +34,8 @@ just committed (:meth:`Node.released`), as the runtime does, so the record that 
 carries them; without, it is committed at once and its record carries none. Lost partitions are
 not committed. A member that takes a partition starts at the offset its actions give
 (``Actions.offsets``: a hint, no look-up) or at the committed one. :meth:`violations` reports a
-start beyond every record processed so far (a record skipped, never processed: a loss) and a
+start beyond every record processed so far (a record skipped, never processed: a loss; the
+records before a reset's offset count as processed, skipped on purpose) and a
 hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
 committed offset at that moment.
 
@@ -449,6 +450,7 @@ class GroupSim:
             if p in acts.reset:  # a reset's offset, not a hint (_apply_reset checks it)
                 sm.positions[p] = start
                 sm.stopped.discard(p)
+                self._skipped_to(p, start)
                 continue
             if hint is not None:
                 self.hint_starts.append((sm.member_id, p, hint, committed))
@@ -571,9 +573,16 @@ class GroupSim:
             sm.positions[p] = o
             sm.lineage[p] = acts.reset_at
             self._set_committed(sm, p, o)
+            self._skipped_to(p, o)
             done.append(p)
         if sm.member.defer_revocations:
             sm.node.member.reset_applied(acts.reset_at, done)
+
+    def _skipped_to(self, p: TopicPartition, offset: int) -> None:
+        """A reset forward skips the records before its offset on purpose: a later start at
+        its committed offset is no loss, whether or not anyone processed a record since."""
+        if offset > self.processed.get(p, 0):
+            self.processed[p] = offset
 
     def _set_committed(self, sm: SimMember, p: TopicPartition, pos: int) -> None:
         """The broker stores a commit: checked against the resets (module docstring)."""
