@@ -454,6 +454,38 @@ def test_a_member_that_lapsed_is_not_planned_for_until_it_reads_back() -> None:
     assert sim.members["b"].member.owned
 
 
+def test_a_member_back_from_a_lapse_is_ready_only_once_it_reads_back_quickly() -> None:
+    # Member._basis: back from a lapse, b says prev_ts again only once its own record came back
+    # within half its fence time. Read back slower (here 3/4 of it), b writes another record
+    # without prev_ts and stays out of the plan; read back at once, the next one is ready. (A
+    # reader at 4 records a tick used to flap in and out of the group: planned for as soon as
+    # it saw a record, put behind again by the rebalance's own records.)
+    sim = stable_pair()
+    sim.pause("b", 2 * sim.session_timeout_ms)
+    while sim.members["b"].paused_until > sim.clock:
+        sim.tick()
+    b = sim.members["b"]
+    b.read_rate = 0  # b resumes and writes a fresh record, but reads nothing back for a while
+    sim.tick()
+    back = sim.view().members["b"]
+    assert back.seq > 1 and not back.ready
+    sim.tick(sim.session_timeout_ms * 3 // 4 // sim.tick_ms)
+    b.read_rate = None
+    seen: dict[int, bool] = {}
+    for _ in range(10):
+        sim.tick()
+        st = sim.view()
+        m = st.members["b"]
+        seen[m.seq] = m.ready
+        if not m.ready:
+            assert st.is_lagging("b") and not st.covers("b")
+    after = [ready for seq, ready in sorted(seen.items()) if seq > back.seq]
+    assert after[:1] == [False], seen  # read back slowly: not ready yet
+    assert True in after and after[after.index(True) :] == [True] * len(after[after.index(True) :])
+    sim.settle()
+    assert sim.members["b"].member.owned
+
+
 @pytest.mark.parametrize("release", [None, 300])
 def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int | None) -> None:
     # Cooperative join: b's partitions t0-2, t0-3 are pending for c until b lets go. At b's

@@ -282,6 +282,9 @@ class Member:
         self._joined_at: int | None = None
         #: the newest record sent said "no prev_ts"; when that changes, write at once
         self._unready_sent: int | None = None
+        #: the newest record sent said "no prev_ts" and was not our first: we are back from a
+        #: lapse, and say ``prev_ts`` again only once our records come back quickly (_basis)
+        self._rejoining = False
         self._dirty = True  # something the log should hear about at once
         #: offsets committed for released partitions, for the next record (then forgotten)
         self._committed: dict[TopicPartition, int] = {}
@@ -420,7 +423,7 @@ class Member:
             self._joined_at = me.joined_at
 
         healthy = mine and not lapsed and group.is_live(self.member_id)
-        if self._unready_sent is not None and not lapsed:
+        if self._unready_sent is not None and self._basis(now_ms) is not None:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
         covered = healthy and group.covers(self.member_id) and self.state != LEAVING
         target = handed = EMPTY
@@ -551,14 +554,33 @@ class Member:
         backward = (old.ts - newer.ts) + (newer.sent - self._newest_confirmed)
         self.skew_seen_ms = max(self.skew_seen_ms, forward, backward)
 
+    def _basis(self, now_ms: int) -> _Basis | None:
+        """What our next record's ``prev_ts`` names: the newest own record we have read back,
+        unless our session has lapsed, or we are back from a lapse and read that record back
+        more than half our fence time after sending it.
+
+        Why the second: a member lapses because it reads too slowly to see its own records
+        within a session. Said ready again as soon as it sees one, it is planned for, and the
+        rebalance's own records (a generation, everyone's acknowledgements, a follow-up) put
+        it behind again: it lapses, is planned out, catches up, and so on, three generations
+        each way (a reader at 4 records a tick in the schedules needed 35 generations to settle,
+        against a bound of 24). Waiting until our records come back in half the time leaves
+        room for that burst. Liveness only: a member that is not ready gets nothing new, and
+        one back from a lapse owns nothing (it fenced itself)."""
+        age = self.session_age_ms(now_ms)
+        basis = self._newest if age is not None and age < self.fence_after_ms else None
+        if (basis is not None and self._rejoining
+                and self._newest_confirmed - basis.sent > self.fence_after_ms // 2):  # fmt: skip
+            return None
+        return basis
+
     def _record(self, now_ms: int, group: GroupState) -> Write:
         self._seq += 1
-        age = self.session_age_ms(now_ms)
-        # prev_ts: the newest own record we have read back, unless our session has lapsed
-        basis = self._newest if age is not None and age < self.fence_after_ms else None
+        basis = self._basis(now_ms)
         self._sent[self._seq] = (now_ms, basis, self._confirmed_at if basis is None else basis.sent)
         self._refence()
         self._unready_sent = now_ms if basis is None else None
+        self._rejoining = basis is None and self._seq > 1
         self._last_send = now_ms
         self._dirty = False
         committed = {p: o for p, o in self._committed.items() if p not in self.owned}
