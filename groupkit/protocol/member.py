@@ -44,7 +44,9 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    nothing, so it only gets partitions again through a new generation. It writes no other until
    it has read that one back (or a session has passed), since each would restart the membership
    again; the leader plans for it only once its record says ``prev_ts`` again (``is_lagging``):
-   a member that lapsed likely reads too slowly to take what it would be given.
+   a member that lapsed likely reads too slowly to take what it would be given. Its record
+   says ``prev_ts`` again only once it has read an own record back within half its fence
+   time (:meth:`Member._basis`), so a rebalance's own records do not put it behind again.
    A member that has just joined writes no ``prev_ts`` either, but its first record (``seq`` 1)
    says which generation it has seen: if that is the current one, the leader plans for it at
    once (``GroupState.is_newcomer_ready``). That is as safe as any grant: the log reserves it
