@@ -486,6 +486,37 @@ def test_a_member_back_from_a_lapse_is_ready_only_once_it_reads_back_quickly() -
     assert sim.members["b"].member.owned
 
 
+@pytest.mark.parametrize("backlog", [130, 146])
+@pytest.mark.parametrize("release", [None, 100])
+def test_a_member_back_from_a_lapse_takes_no_grant_its_own_restart_voided(
+    backlog: int, release: int | None
+) -> None:
+    # Found by TestStaticCompactedSchedule (not static-specific). m1 reads 4 records a tick
+    # behind a backlog: its second record goes out without prev_ts (it has read nothing of its
+    # own yet). As leader in its own replay (m2 is paused), it plans generation 1 for itself and
+    # m0. Then it reads its second record back late, and so, back from a lapse (_basis), writes
+    # its third without prev_ts although its session holds: a new membership where it lands,
+    # voiding generation 1's grants for it. m2, caught up, plans generation 2 and takes t1-0.
+    # m1 must not take generation 1's t1-0 in the replay that has not reached its own restart
+    # yet (Member.poll: nothing is taken while a record of ours without prev_ts is on its way).
+    sim = GroupSim({"t0": 3, "t1": 1}, protocol="cooperative", assignor="cooperative-sticky",
+                   release_delay_ms=release, session_timeout_ms=2_000,
+                   heartbeat_interval_ms=300, rebalance_timeout_ms=4_000)  # fmt: skip
+    for _ in range(backlog):
+        sim.inject(b"junk", b"junk")
+    sim.join("m0", ["t0"], read_rate=4)
+    sim.join("m2", ["t1"])
+    sim.pause("m2", 2_454)
+    sim.join("m1", ["t0", "t1"], read_rate=4)
+    for _ in range(100):
+        sim.tick()
+        assert not sim.violations()
+    m1 = sim.members["m1"].member
+    assert m1._seq >= 3 and m1.acked >= 1  # it did come back, and did act on a generation
+    sim.members["m0"].read_rate = sim.members["m1"].read_rate = None
+    sim.settle()
+
+
 @pytest.mark.parametrize("release", [None, 300])
 def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int | None) -> None:
     # Cooperative join: b's partitions t0-2, t0-3 are pending for c until b lets go. At b's

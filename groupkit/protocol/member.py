@@ -47,6 +47,9 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    a member that lapsed likely reads too slowly to take what it would be given. Its record
    says ``prev_ts`` again only once it has read an own record back within half its fence
    time (:meth:`Member._basis`), so a rebalance's own records do not put it behind again.
+   Such a record, written while its session holds, restarts the membership all the same:
+   until it has read it back the member takes no grant, since the membership the grants were
+   for ends where that record lands.
    A member that has just joined writes no ``prev_ts`` either, but its first record (``seq`` 1)
    says which generation it has seen: if that is the current one, the leader plans for it at
    once (``GroupState.is_newcomer_ready``). That is as safe as any grant: the log reserves it
@@ -424,7 +427,12 @@ class Member:
         if mine and me is not None and me.joined_at != self._joined_at:
             self._joined_at = me.joined_at
 
-        healthy = mine and not lapsed and group.is_live(self.member_id)
+        # A record of ours without prev_ts still on its way restarts our membership where it
+        # lands (state.py): every grant of the membership it replaces is void there, so none is
+        # taken (nor acknowledged) before we have read it back. Only a member back from a
+        # lapse writes one while its session holds (_basis); it owns nothing then.
+        restarting = any(basis is None for _, basis, _ in self._sent.values())
+        healthy = mine and not lapsed and not restarting and group.is_live(self.member_id)
         if self._unready_sent is not None and self._basis(now_ms) is not None:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
         covered = healthy and group.covers(self.member_id) and self.state != LEAVING
@@ -568,10 +576,12 @@ class Member:
         each way (a reader at 4 records a tick in the schedules needed 35 generations to settle,
         against a bound of 24). Waiting until our records come back in half the time leaves
         room for that burst. Liveness only: a member that is not ready gets nothing new, and
-        one back from a lapse owns nothing (it fenced itself)."""
+        one back from a lapse owns nothing (it fenced itself). Never while we own something:
+        a record without prev_ts voids our claims where it lands (so, in :meth:`poll`, nothing
+        is taken while one is on its way)."""
         age = self.session_age_ms(now_ms)
         basis = self._newest if age is not None and age < self.fence_after_ms else None
-        if (basis is not None and self._rejoining
+        if (basis is not None and self._rejoining and not self.owned
                 and self._newest_confirmed - basis.sent > self.fence_after_ms // 2):  # fmt: skip
             return None
         return basis
