@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 
-from groupkit.errors import BrokerError, ControlTopicError, InputError, RecordRejected
+from groupkit.errors import BrokerError, InputError, RecordRejected
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.protocol.vocab import Phase
@@ -36,6 +35,7 @@ from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
+from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
 from groupkit.runtime.lag import read_offsets
 from groupkit.types import TopicPartition
 
@@ -50,33 +50,9 @@ STATE_COLUMNS = ("GROUP", "CONTROL-PARTITION", "ASSIGNMENT-STRATEGY", "STATE", "
 LIST_COLUMNS = ("GROUP", "STATE", "#MEMBERS", "GENERATION", "CONTROL-PARTITION")
 
 
-def _control_partitions(admin: Any, cfg: GroupConfig, timeout: float) -> int:
-    md = admin.list_topics(topic=cfg.control_topic, timeout=timeout)
-    topic = md.topics.get(cfg.control_topic)
-    if topic is None or topic.error is not None or not topic.partitions:
-        raise ControlTopicError(f"control topic {cfg.control_topic!r} does not exist")
-    return len(topic.partitions)
-
-
-def _reader_config(cfg: GroupConfig) -> GroupConfig:
-    # A reader group id of its own: describing must never touch the group's offsets.
-    return GroupConfig.from_dict(
-        {**cfg.user_config, "group.id": f"groupkit-describe-{uuid.uuid4().hex[:8]}"}
-    )
-
-
-def _live(state: GroupState, now_ms: int) -> list[str]:
-    """The live members, by the log's clock and by the wall clock (see the module docstring)."""
-    return [
-        mid
-        for mid, m in state.live_members().items()
-        if m.last_seen + state.session_timeout_ms > now_ms
-    ]
-
-
 def group_state(state: GroupState, now_ms: int | None = None) -> str:
     """``Empty``, ``Stable`` or ``Rebalancing`` (see the module docstring)."""
-    live = _live(state, int(time.time() * 1000) if now_ms is None else now_ms)
+    live = live_now(state, now_ms)
     if not live:
         return "Empty"
     a = state.assignment
@@ -105,8 +81,8 @@ def describe_group(
     and :class:`~groupkit.errors.InputError` when it holds no record of the group."""
     cfg = GroupConfig.from_dict(config)
     admin = connect_admin(cfg.client_config("admin"), timeout)
-    partition = partition_for_group(cfg.group_id, _control_partitions(admin, cfg, timeout))
-    reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
+    partition = partition_for_group(cfg.group_id, control_partitions(admin, cfg, timeout))
+    reader = ControlReader(reader_config(cfg), cfg.control_topic, partition)
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
     try:
         # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py); what
@@ -121,7 +97,7 @@ def describe_group(
             f"(partition {partition}) holds no record of it"
         )
     now_ms = int(time.time() * 1000)
-    live = set(_live(state, now_ms))
+    live = set(live_now(state, now_ms))
     group_status = group_state(state, now_ms)
     a = state.assignment
     assigned = {m: sorted(a.assigned(m)) for m in a.members} if a is not None else {}
@@ -252,9 +228,9 @@ def list_groups(config: dict[str, Any], timeout: float = 30.0) -> list[dict[str,
     cluster and ``groupkit.control.topic``; ``group.id`` is not needed)."""
     cfg = GroupConfig.from_dict({"group.id": "groupkit-list", **config})
     admin = connect_admin(cfg.client_config("admin"), timeout)
-    n = _control_partitions(admin, cfg, timeout)
+    n = control_partitions(admin, cfg, timeout)
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
-    reader_conf = {"group.id": _reader_config(cfg).group_id, "enable.auto.commit": False}
+    reader_conf = {"group.id": reader_config(cfg).group_id, "enable.auto.commit": False}
     consumer = Consumer(cfg.client_config("list", **reader_conf))
     #: per control partition, its records in order (groups on one partition share its clock)
     records: dict[int, list[tuple[int, bytes | None, bytes | None, int]]] = {}
@@ -302,7 +278,7 @@ def list_groups(config: dict[str, Any], timeout: float = 30.0) -> list[dict[str,
             {
                 "group": g,
                 "state": group_state(state, now_ms),
-                "members": len(_live(state, now_ms)),
+                "members": len(live_now(state, now_ms)),
                 "generation": state.generation,
                 "control_partition": p,
             }
@@ -315,14 +291,6 @@ def _replay_all(
 ) -> None:
     for offset, key, value, ts in records:
         state.replay(offset, key, value, ts)
-
-
-def _table(columns: Iterable[str], rows: list[list[Any]]) -> list[str]:
-    cols = list(columns)
-    cells = [["-" if v is None else str(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(cols)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*cols).rstrip()] + [fmt.format(*r).rstrip() for r in cells]
 
 
 def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions") -> str:
@@ -339,11 +307,11 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
     lines: list[str] = []
     if view == "state":
         s = _state_doc(desc)
-        lines += _table(STATE_COLUMNS, [[g, s["control_partition"], s["assignor"], s["state"],
+        lines += table(STATE_COLUMNS, [[g, s["control_partition"], s["assignor"], s["state"],
                                          s["members"], s["generation"], s["leader"],
                                          s["protocol"], s["phase"]]])  # fmt: skip
     elif view == "members":
-        lines += _table(MEMBER_COLUMNS, [
+        lines += table(MEMBER_COLUMNS, [
             [g, m["member_id"], m["host"], m["client_id"], len(m["assigned"]), m["lag"],
              "yes" if m["live"] else "no", m["generation"], "*" if m["leader"] else "",
              m["instance_id"]]
@@ -353,7 +321,7 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
         if desc["live_members"] == 0:
             lines.append(f"Consumer group '{g}' has no active members.")
             lines.append("")
-        lines += _table(PARTITION_COLUMNS, [
+        lines += table(PARTITION_COLUMNS, [
             [r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"],
              r["lag"], r["consumer_id"], r["host"], r["client_id"], r["generation"],
              "*" if r["leader"] else "", r["state"], r["instance_id"]]
@@ -397,7 +365,7 @@ def _state_doc(desc: dict[str, Any]) -> dict[str, Any]:
 def render_list(groups: list[dict[str, Any]], as_json: bool = False) -> str:
     if as_json:
         return json.dumps(groups, indent=2, sort_keys=True)
-    return "\n".join(_table(LIST_COLUMNS, [
+    return "\n".join(table(LIST_COLUMNS, [
         [g["group"], g["state"], g["members"], g["generation"], g["control_partition"]]
         for g in groups
     ]))  # fmt: skip

@@ -54,7 +54,7 @@ from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader, ControlWriter
 from groupkit.runtime.control_topic import partition_for_group
-from groupkit.runtime.describe import _control_partitions, _live, _reader_config
+from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
 from groupkit.runtime.lag import committed_offsets, end_offsets
 from groupkit.types import TopicPartition
 
@@ -165,12 +165,12 @@ def _read_group(cfg: GroupConfig, admin: Any, timeout: float) -> tuple[GroupStat
     one, at partition -1, without a control topic (a group groupkit never ran)."""
     signer = HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
     try:
-        n = _control_partitions(admin, cfg, timeout)
+        n = control_partitions(admin, cfg, timeout)
     except ControlTopicError:
         return GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
                           verifier=signer), -1  # fmt: skip
     partition = partition_for_group(cfg.group_id, n)
-    reader = ControlReader(_reader_config(cfg), cfg.control_topic, partition)
+    reader = ControlReader(reader_config(cfg), cfg.control_topic, partition)
     try:
         state, complete = read_to_end(reader, cfg.group_id, cfg.session_timeout_ms,
                                       cfg.rebalance_timeout_ms, signer, timeout)  # fmt: skip
@@ -193,7 +193,7 @@ def plan_reset(
     admin = connect_admin(cfg.client_config("admin"), timeout)
     state, partition = _read_group(cfg, admin, timeout)
     now_ms = int(time.time() * 1000)
-    live = tuple(_live(state, now_ms))
+    live = tuple(live_now(state, now_ms))
     known = not (not state.members and state.assignment is None)
     if topics is None:
         # the topics its members subscribe to, or did in the newest generation (an empty
@@ -339,7 +339,7 @@ def execute_reset(config: dict[str, Any], plan: ResetPlan, timeout: float = 60.0
     key, value = reset_record(cfg.group_id, reset_id, offsets, requested_by=_who(),
                               based_on=plan.state.offset)  # fmt: skip
     raw_key, raw_value = encode(key, value, signer)
-    reader = ControlReader(_reader_config(cfg), cfg.control_topic, plan.control_partition)
+    reader = ControlReader(reader_config(cfg), cfg.control_topic, plan.control_partition)
     writer = ControlWriter(cfg, cfg.control_topic, plan.control_partition)
     delivered: list[tuple[Any, int]] = []
     state = plan.state
@@ -406,7 +406,7 @@ def _commit_empty(cfg: GroupConfig, offsets: dict[TopicPartition, int],
     _commit(cfg, offsets, timeout)
     admin = connect_admin(cfg.client_config("admin"), timeout)
     state, _ = _read_group(cfg, admin, timeout)
-    live = _live(state, int(time.time() * 1000))
+    live = live_now(state, int(time.time() * 1000))
     if live:
         raise ResetFailed(
             f"the group became active while its offsets were reset (members {', '.join(live)}): "
@@ -450,8 +450,6 @@ def _who() -> str:
 
 
 def render_plan(plan: ResetPlan, as_json: bool = False) -> str:
-    from groupkit.runtime.describe import _table
-
     rows = [[plan.group, p.topic, p.partition, cur, new]
             for p, (cur, new) in sorted(plan.rows.items())]  # fmt: skip
     if as_json:
@@ -462,4 +460,4 @@ def render_plan(plan: ResetPlan, as_json: bool = False) -> str:
                       strict=True)) for r in rows],
             indent=2,
         )  # fmt: skip
-    return "\n".join(_table(RESET_COLUMNS, rows))
+    return "\n".join(table(RESET_COLUMNS, rows))
