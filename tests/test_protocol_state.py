@@ -551,6 +551,39 @@ def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int
     assert sim.view().generation >= g + 2  # the follow-ups still come, off the critical path
 
 
+@pytest.mark.parametrize("release", [100, 300])
+def test_one_follow_up_for_several_owners_that_let_go_one_after_another(release: int) -> None:
+    # A join takes a partition from each of three owners, which let go 200 ms apart. The
+    # newcomer takes each at its owner's release (a handoff), so the leader's follow-up waits
+    # for the last one (planner._handed_off): two generations, not one more per owner (every
+    # generation is a record each member reads and acknowledges, mid-rebalance).
+    sim = GroupSim({"t0": 16}, protocol="cooperative", assignor="cooperative-sticky",
+                   release_delay_ms=release, session_timeout_ms=3_000,
+                   heartbeat_interval_ms=300, rebalance_timeout_ms=4_000)  # fmt: skip
+    for i in range(4):
+        sim.join(f"m{i}")
+    sim.settle()
+    g = sim.view().generation
+    sim.join("new")
+    while sim.view().generation == g:
+        sim.tick()
+    partial = sim.view().assignment
+    assert partial is not None and partial.phase == "partial"
+    owners = sorted(m for m, c in partial.members.items() if c.revoke)
+    assert len(owners) >= 3
+    for k, m in enumerate(owners):
+        sim.pause(m, 200 * (k + 1))
+    target = partial.target("new")
+    took_all_at = None
+    while not sim.is_stable():
+        sim.tick()
+        assert not sim.violations()
+        if took_all_at is None and sim.members["new"].member.owned == target:
+            took_all_at = sim.view().generation
+    assert sim.view().generation == g + 2
+    assert took_all_at == g + 1  # all of it by handoffs, before the follow-up
+
+
 def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> None:
     # c was handed t0-2 (its owner let go) but its record does not claim it yet when a newer
     # generation arrives: the log must keep it for c until c's record says it has seen that

@@ -262,6 +262,8 @@ class Planner:
             target = {m: cur.target(m) for m in cur.members}
             adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
+                if _handed_off(state, cur, adj):
+                    return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
                 return self._emit(state, cur.members, adj, dict(cur.partition_counts),
                                   DecisionReason.REVOCATION_ACKNOWLEDGED, cur.fallback)  # fmt: skip
             return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
@@ -383,6 +385,29 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
     return m.claims, m.owned_generation or None
+
+
+def _handed_off(state: GroupState, cur: AssignmentRecord, adj: Adjusted) -> bool:
+    """Whether a cooperative follow-up may wait for the revocations still under way: all that
+    it would grant now, its targets take without it (they claim it, or replay hands it to them
+    at its owner's release: ``GroupState.handoffs``), it takes nothing back, and it would not
+    complete the rebalance. One follow-up for several releasing owners instead of one each:
+    every generation is a record every member reads and acknowledges, a burst of work on
+    every member in the middle of the rebalance. Nobody waits for it: a target that cannot
+    take a handoff (its replay lacks holds) gets its grant when the last owner lets go, or
+    when the rebalance is planned again (an owner that never lets go lags, or expires)."""
+    if not any(adj.pending.values()):
+        return False
+    for m, c in cur.members.items():
+        new = adj.assigned[m] - c.assigned
+        if not c.assigned <= adj.assigned[m]:
+            return False
+        if not new:
+            continue
+        ms = state.members.get(m)
+        if ms is None or not new <= state.handoffs(m) | ms.claims:
+            return False
+    return True
 
 
 def _holders(state: GroupState) -> dict[str, Partitions]:
