@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ElectionType, Producer, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from groupkit.dev.broker import LocalCluster
@@ -164,7 +164,21 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
         assert all(sorted(p.replicas) == [0, 1, 2] for p in parts), shape
         assert len({p.leader for p in parts}) == 3, shape  # leadership spread over the brokers
         res = ConfigResource(ConfigResource.Type.TOPIC, name)
-        conf = admin.describe_configs([res])[res].result(timeout=30)
+        conf: dict[str, Any] = {}
+
+        def configs() -> bool:
+            # the broker that answers may not know the new topic yet either (seen once in CI:
+            # UNKNOWN_TOPIC_OR_PART right after every broker described it): ask again
+            nonlocal conf
+            try:
+                conf = admin.describe_configs([res])[res].result(timeout=10)
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                return False
+            return True
+
+        wait_for(configs, 30, f"a broker to describe the configs of {name}")
         assert conf["min.insync.replicas"].value == "2"
         for node in (0, 1, 2):
             res = ConfigResource(ConfigResource.Type.BROKER, str(node))

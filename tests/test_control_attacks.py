@@ -35,6 +35,7 @@ from groupkit.protocol.records import (
     encode,
     encode_key,
 )
+from groupkit.runtime.describe import group_state
 from groupkit.runtime.hooks import GroupObserver
 from tests.conftest import unique_name
 
@@ -103,8 +104,17 @@ def test_a_live_group_shrugs_off_bad_control_records(
     a.subscribe([data])
     _pump([a], lambda: len(a.assignment()) == 4, 30, "a to own everything")
     b.subscribe([data])
-    _pump([a, b], lambda: len(a.assignment()) == 2 == len(b.assignment()), 30,
-          "a and b to share")  # fmt: skip
+
+    def shared() -> bool:
+        # each owns two, and the rebalance is over: b takes a's partitions at a's release
+        # (a handoff), before the leader's follow-up generation, which must not land after
+        # the generation the attacks are built from is taken
+        if not len(a.assignment()) == 2 == len(b.assignment()) or a.coordinator is None:
+            return False
+        with a.coordinator.lock:
+            return group_state(a.coordinator.state) == "Stable"
+
+    _pump([a, b], shared, 30, "a and b to share, stable")
     assert a.coordinator is not None and b.coordinator is not None
     with a.coordinator.lock:
         st = a.coordinator.state
