@@ -110,7 +110,7 @@ class ControlReader:
                     # fetch.min.bytes=1 makes the broker answer a waiting fetch as soon as a
                     # record is appended; fetch.wait.max.ms only bounds an idle fetch. At 10 ms
                     # ten idle members kept 42% of a broker core busy answering empty fetches;
-                    # at 500 ms, 25%, and no hop is slower (bench/rebalance.py). (A seek waits
+                    # at 500 ms, 26%, and no hop is slower (bench/rebalance.py). (A seek waits
                     # for the fetch in flight: only catch-up and reset-offsets seek.)
                     "fetch.wait.max.ms": 500,
                     "fetch.min.bytes": 1,

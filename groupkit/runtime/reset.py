@@ -192,8 +192,7 @@ def plan_reset(
     cfg = GroupConfig.from_dict(config)
     admin = connect_admin(cfg.client_config("admin"), timeout)
     state, partition = _read_group(cfg, admin, timeout)
-    now_ms = int(time.time() * 1000)
-    live = tuple(live_now(state, now_ms))
+    live = tuple(live_now(state))
     known = not (not state.members and state.assignment is None)
     if topics is None:
         # the topics its members subscribe to, or did in the newest generation (an empty
@@ -406,7 +405,7 @@ def _commit_empty(cfg: GroupConfig, offsets: dict[TopicPartition, int],
     _commit(cfg, offsets, timeout)
     admin = connect_admin(cfg.client_config("admin"), timeout)
     state, _ = _read_group(cfg, admin, timeout)
-    live = live_now(state, int(time.time() * 1000))
+    live = live_now(state)
     if live:
         raise ResetFailed(
             f"the group became active while its offsets were reset (members {', '.join(live)}): "
