@@ -1,7 +1,7 @@
 """Benchmark: rebalance latency and unavailability, groupkit against the broker's own protocols.
 
 One local broker, one topic (48 partitions), a group of 10 member processes, a producer writing
-one record to every partition every 10 ms. Per trial, three events:
+one record to every partition every 10 ms (``--period``). Per trial, three events:
 
 - ``join``: an 11th member (already started and idle) calls ``subscribe()``;
 - ``leave``: that member calls ``close()`` (a clean leave);
@@ -95,7 +95,8 @@ def paced_topic(
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
+            period = getattr(args, "period", 0.01)  # join_age and rolling_restart: the default
+            pacer = LoadProducer.every_partition(boot, topic, args.partitions, period).start()
             try:
                 yield work, boot, topic, pacer
             finally:
@@ -250,6 +251,10 @@ def main() -> None:
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--cpu-window", type=float, default=3.0, help="seconds of idle-CPU sampling")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds of steady state before events")
+    ap.add_argument("--period", type=float, default=0.01,
+                    help="seconds between the producer's records to each partition: the "
+                         "resolution of 'consuming again', and the load (0.01: ~1 core of a "
+                         "local broker at 48 partitions)")
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
     args = ap.parse_args()
@@ -312,7 +317,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
     notes = [
         f"{args.members} members, {args.partitions} partitions, {args.trials} trials "
         f"(kill with default 45 s sessions: {args.default_kill_trials}); producer: one record "
-        "per partition every 10 ms.",
+        f"per partition every {args.period * 1000:g} ms.",
         "p50/p95: event → every partition owned and consuming again. owned: → every partition "
         "owned. unowned p·s: partition-seconds without an owner, for partitions that moved vs "
         "stayed with their owner. rec/s dip: lowest 100 ms bin until stable vs the second "

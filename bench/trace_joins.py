@@ -12,6 +12,7 @@ phases on the wall clock of the members' JSON log lines (one machine, one clock)
 
 - ``subscribe``: the ``subscribe()`` call (the topic check; the catch-up runs meanwhile);
 - ``caught up``: subscribe's start → the newcomer replayed the log's end (``hop.caught_up``);
+  blank since ``GroupConsumer()`` catches up before ``subscribe()`` (its standby member);
 - ``join read``: → it read its own join record back;
 - ``planned``: → the leader's first generation after it (``rebalance.generation``);
 - ``first release``, ``last release``: → the owners' release records (``hop.released``);

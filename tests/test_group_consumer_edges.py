@@ -72,8 +72,8 @@ def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(
     gc.collect()
     before = _librdkafka_handles()
     c = GroupConsumer(conf)
-    ctl = c._control
-    assert ctl is not None
+    assert c._control is None and c._standby is not None  # the standby member took them
+    ctl = c._standby.control
     ctl.wait_warm()
     assert ctl.reader._warm and ctl.writer._warm
     # admin, data consumer, control reader and writer (>=: other tests' handles may be closing)
@@ -98,13 +98,15 @@ def test_subscribe_joins_with_the_clients_the_constructor_warmed(
     before = _librdkafka_handles()
     c = GroupConsumer(conf)
     consumers.append(c)
-    ctl = c._control
-    assert ctl is not None
+    standby = c._standby
+    assert standby is not None
+    ctl = standby.control
     ctl.wait_warm()
     t0 = time.monotonic()
     c.subscribe([topic])
     subscribed = time.monotonic() - t0
-    assert c.coordinator is not None
+    assert c.coordinator is standby and c._standby is None  # the standby joined
+    del standby  # (a coordinator holds the consumer's admin client: counted below)
     assert (c.coordinator.reader, c.coordinator.writer) == (ctl.reader, ctl.writer)
     assert c._control is None  # handed over: the coordinator owns and closes them
     pump([c], lambda: len(c.assignment()) == 3, 30, "the lone member to own everything")
@@ -119,6 +121,47 @@ def test_subscribe_joins_with_the_clients_the_constructor_warmed(
     pump([c], lambda: len(c.assignment()) == 3, 30, "the member to own everything again")
     c.close()
     wait_for(lambda: _librdkafka_handles() <= before, 10, "every client of both members closed")
+
+
+def test_a_consumer_keeps_up_with_the_log_before_subscribe_and_writes_nothing(
+    conf: dict[str, Any], topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    """GroupConsumer() starts its member's control loop at once: it catches up on the control
+    log and follows it while the app gets ready, so subscribe() joins without a catch-up. It
+    writes nothing before subscribe(), and max.poll.interval.ms counts from the join, not from
+    the constructor."""
+    topic = topic_factory(partitions=2)
+    a = GroupConsumer(conf)
+    consumers.append(a)
+    a.subscribe([topic])
+    pump([a], lambda: len(a.assignment()) == 2, 30, "a to own both partitions")
+    b = GroupConsumer({**conf, "max.poll.interval.ms": 1500})
+    consumers.append(b)
+    made = time.monotonic()
+    standby = b._standby
+    assert standby is not None and b.coordinator is None and b.member_id is None
+    assert standby.wait_caught_up(30)
+    # it follows a's heartbeats as they come
+    seen = standby.state.offset
+    wait_for(lambda: standby.state.offset > seen + 3, 30, "the standby to keep reading")
+    assert standby.state.leader == a.member_id
+    # Longer than max.poll.interval.ms since the constructor, without a poll: nothing to
+    # wait for but the time itself.
+    time.sleep(max(0.0, 1.6 - (time.monotonic() - made)))
+    seen = standby.state.offset
+    wait_for(lambda: standby.state.offset > seen + 3, 30, "the standby to read on")
+    # nothing written: a record of its own would be in its replay by now, and in a's
+    assert standby.member_id not in standby.state.members
+    assert a.coordinator is not None and standby.member_id not in a.coordinator.state.members
+    read_before = standby.stats.records_read
+    b.subscribe([topic])
+    assert b.coordinator is standby
+    pump([a, b], lambda: len(a.assignment()) == 1 == len(b.assignment()), 30,
+         "a and b to share")  # fmt: skip
+    # the join replayed nothing anew (the standby had caught up), and was not taken for a
+    # member that stopped polling: the same member, never abandoned
+    assert standby.stats.catch_up in ("snapshot", "full") and read_before > 0
+    assert b.member_id == standby.member_id and not standby.abandoned
 
 
 def test_commit_of_a_partition_not_owned_is_refused(

@@ -276,6 +276,8 @@ class Coordinator:
 
     def _run(self) -> None:
         try:
+            # The clients' warm-up (GroupConsumer() started it) is done before they are used.
+            self.control.wait_warm()
             # The writer's warm-up (~60 ms) runs while we read the history, not after it.
             started = monotonic_ms()
             warm = Background(self.writer.warm, "groupkit-warm")
@@ -287,12 +289,14 @@ class Coordinator:
             # hop events (debug): one join traced from catch-up to the first record handed out
             _log.debug("hop.caught_up", member=self.member_id, end=hw, how=self.stats.catch_up,
                        ms=monotonic_ms() - started)  # fmt: skip
+            # A standby (GroupConsumer() started it) keeps up until the app subscribes.
             while not self._may_join.wait(0.05) and not self._stop.is_set():
                 self._replay(self.reader.poll(0))  # keep up meanwhile (no turn: no record)
-            # The first turn at once: it writes our join record (waiting the poll timer first
-            # only delayed joining the group by up to that long).
+            # The first turn at once, on what arrived meanwhile: it writes our join record,
+            # which says the generation we have seen (waiting the poll timer first only
+            # delayed joining the group by up to that long).
             if not self._stop.is_set():
-                self.turn([])
+                self.turn(self.reader.poll(0))
             # A turn runs on every record at once; without records, often enough for the
             # time-driven steps (a heartbeat due, our own session lapsing: the poll thread
             # fences by itself too, see GroupConsumer._fence) but no more: a tenth of the
