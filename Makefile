@@ -23,8 +23,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict groupkit
 
+# Three workers: the pure suites and a slow test on its own broker beside the others
+# (tests/conftest.py, "workers").
 pytest: $(STAMP) kafka-jars
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3
 
 test: lint typecheck pytest
 

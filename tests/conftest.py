@@ -46,16 +46,77 @@ def _announce(backend: KafkaBackend) -> None:
     print(f"\n[groupkit] kafka: {backend.describe()}")
 
 
+#: what the workers of a ``pytest -n`` run reported of their brokers: (describe(), outlived)
+_WORKERS_SERVED: list[tuple[str, int, str]] = []
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which broker served, so a CI log shows the tests ran against a real one."""
-    for backend in _SERVED:
-        terminalreporter.write_line(f"groupkit tests ran against: {backend.describe()}")
-        if backend.outlived:
+    served = [(b.describe(), b.outlived, b.kind) for b in _SERVED] + _WORKERS_SERVED
+    for described, outlived, kind in served:
+        terminalreporter.write_line(f"groupkit tests ran against: {described}")
+        if outlived:
             terminalreporter.write_line(
-                f"groupkit: {backend.outlived} librdkafka client(s) were still alive when the "
-                f"{backend.kind} broker stopped: a test or fixture leaks a client",
+                f"groupkit: {outlived} librdkafka client(s) were still alive when the "
+                f"{kind} broker stopped: a test or fixture leaks a client",
                 red=True,
             )
+
+
+# ---------------------------------------------------------------- workers (make test)
+#
+# `make test` runs `pytest -n 3` (pytest-xdist) with the scheduler below: one group of tests
+# per worker. The pure layers' hypothesis suites (minutes of CPU, no broker); the
+# offset-retention test (over two minutes of waiting, on a broker of its own); and everything
+# else, one test at a time as without xdist (one broker for the session, timings as before).
+# (Not --dist loadgroup: pytest 9.2 ignores the group suffix xdist 3.8 gives a test's id.)
+
+#: test modules that need no broker
+_PURE = ("test_protocol_", "test_assignor_")
+#: test modules that start a broker of their own and mostly wait
+_OWN_BROKER = ("test_offset_retention.py",)
+
+
+def _worker_group(module: str) -> str:
+    return "pure" if module.startswith(_PURE) else "own" if module in _OWN_BROKER else "broker"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkerGroup(LoadScopeScheduling):  # type: ignore[misc]
+        """Whole groups (``_worker_group``) as the units of work: each goes to one worker."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _worker_group(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+
+    return ByWorkerGroup(config, log)
+
+
+_niced = False
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The pure suites' worker takes only the CPU the broker tests leave idle (theirs are
+    real-time sessions and timeouts): it runs at the lowest priority."""
+    global _niced
+    if not _niced and os.environ.get("PYTEST_XDIST_WORKER") and item.path.name.startswith(_PURE):
+        os.nice(19)
+        _niced = True
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A worker tells the controller which broker served it (``pytest_testnodedown``)."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["groupkit_served"] = [(b.describe(), b.outlived, b.kind) for b in _SERVED]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    out = getattr(node, "workeroutput", None) or {}
+    _WORKERS_SERVED.extend(tuple(x) for x in out.get("groupkit_served", ()))
 
 
 def stop_after_clients(backend: KafkaBackend, stop: Callable[[], object]) -> None:
