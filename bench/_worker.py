@@ -76,6 +76,8 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
         "groupkit.control.topic": args.control_topic,
         "log_level": 3,
         **({"group.instance.id": args.instance_id} if args.instance_id else {}),
+        # e.g. GK_BENCH_RDKAFKA_DEBUG=cgrp: librdkafka's own debug log, to stderr (the .out)
+        **({"debug": d, "log_level": 7} if (d := os.environ.get("GK_BENCH_RDKAFKA_DEBUG")) else {}),
     }
 
 

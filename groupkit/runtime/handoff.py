@@ -21,7 +21,8 @@ A hand-off is done in the order of its fields: lose, revoke, assign.
      on; else the user commits in ``on_revoke``);
   3. ``on_revoke``; 4. unassign it from the data consumer;
   5. commit, then tell the control thread (``Coordinator.released``), which then writes the
-     record that no longer claims it. The commit runs in its own thread (see
+     record that no longer claims it. The commit is tried on the ``poll`` thread, and retried
+     in a thread of its own while the coordinator moves (see
      :meth:`HandoffExecutor.commit_then_release`): until it succeeds the member's record keeps
      claiming the partitions, so nobody is granted them with offsets still uncommitted.
 
@@ -234,53 +235,85 @@ class HandoffExecutor:
     ) -> None:
         """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
 
-        The commit runs in its own thread: a synchronous commit can block for as long as the
-        group coordinator is unreachable (a broker restart), and the poll thread must keep
-        serving the partitions that stay. Until the commit succeeds the member's record keeps
-        claiming the partitions, so nobody is granted them with offsets still uncommitted. If
-        the member's session lapses meanwhile, they are lost anyway and the commit stops.
-        ``leave``: the member is closing; its last record goes with its tombstone.
+        Until the commit succeeds the member's record keeps claiming the partitions, so nobody
+        is granted them with offsets still uncommitted. If the member's session lapses
+        meanwhile, they are lost anyway and the commit stops. ``leave``: the member is
+        closing; its last record goes with its tombstone.
+
+        The first try runs here, on the ``poll`` thread. confluent-kafka serializes the calls
+        on one handle (``Handle_serialize_enter``, in 2.16), and a call from another thread
+        waits for a gap between this thread's calls, which a busy poll loop hardly leaves: a
+        commit thread's one-partition commit took 1-4 s in ``bench/rebalance.py``'s trace
+        while the broker answered in 10 ms, and the next owner waited for it. A try that
+        fails because the coordinator is moving (a broker restart) is retried in a thread,
+        ``wait`` seconds of it here, so the poll thread goes on serving between tries.
         """
         c = self._coordinator()
         assert c is not None
         data = self._data
-
         t0 = time.monotonic()
+        pending = offsets
+        #: what the commit stored for sure, for the release record to carry (only offsets we
+        #: named: what a commit of stored offsets covers we cannot know)
+        committed: dict[TopicPartition, int] = {}
+        t_rpc = t0  # (hop events: the time before the commit call itself)
 
-        def run() -> None:
-            #: what the commit below stored for sure, for the release record to carry (only
-            #: offsets we named: what a commit of stored offsets covers we cannot know)
-            committed: dict[TopicPartition, int] = {}
-            pending = offsets
-            while pending != []:
-                try:
-                    c.check_commit(parts)
-                    committed = data.commit_sync(pending)
-                    break
-                except FencedError as e:
-                    _log.warning("commit.refused", member=c.member_id, error=str(e))
-                    break
-                except KafkaException as e:
-                    err: Any = e.args[0] if e.args else None
-                    if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
-                        break  # nothing consumed since the last commit
-                    if isinstance(err, KafkaError) and err.code() == _UNKNOWN_TOPIC:
-                        # A deleted topic (a regex subscription lets it go): nothing to commit
-                        # for it, ever; the rest is committed on the next try.
-                        pending, gone = data.without_deleted_topics(parts, pending)
-                        if gone:
-                            _log.info("commit.topic_deleted", member=c.member_id,
-                                      topics=sorted(gone))  # fmt: skip
-                            continue
-                    _log.warning("commit.retrying", member=c.member_id, error=str(e))
-                    time.sleep(0.2)  # the coordinator is moving; try again shortly
-                except RuntimeError:
-                    return  # the consumer was closed under us
+        def attempt() -> str:
+            """One try: ``done`` (committed, nothing to commit, or refused: release now),
+            ``again`` (at once), ``later`` (the coordinator is moving), ``closed``."""
+            nonlocal pending, committed, t_rpc
+            if pending == []:
+                return "done"
+            try:
+                c.check_commit(parts)
+                t_rpc = time.monotonic()
+                committed = data.commit_sync(pending)
+                return "done"
+            except FencedError as e:
+                _log.warning("commit.refused", member=c.member_id, error=str(e))
+                return "done"
+            except KafkaException as e:
+                err: Any = e.args[0] if e.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
+                    return "done"  # nothing consumed since the last commit
+                if isinstance(err, KafkaError) and err.code() == _UNKNOWN_TOPIC:
+                    # A deleted topic (a regex subscription lets it go): nothing to commit
+                    # for it, ever; the rest is committed on the next try.
+                    pending, gone = data.without_deleted_topics(parts, pending)
+                    if gone:
+                        _log.info("commit.topic_deleted", member=c.member_id,
+                                  topics=sorted(gone))  # fmt: skip
+                        return "again"
+                _log.warning("commit.retrying", member=c.member_id, error=str(e))
+                return "later"
+            except RuntimeError:
+                return "closed"  # the consumer was closed under us
+
+        def finish(outcome: str) -> None:
+            if outcome != "done":
+                return
+            now = time.monotonic()
             _log.debug("hop.released", member=c.member_id, partitions=len(release),
-                       commit_ms=round((time.monotonic() - t0) * 1000, 1))  # fmt: skip
+                       commit_ms=round((now - t0) * 1000, 1),
+                       rpc_ms=round((now - t_rpc) * 1000, 1))  # fmt: skip
             c.released(release, leave=leave, committed=committed)
 
-        t = threading.Thread(target=run, name="groupkit-revoke-commit", daemon=True)
+        outcome = attempt()
+        while outcome == "again":
+            outcome = attempt()
+        if outcome != "later":
+            finish(outcome)
+            return
+
+        def retry() -> None:
+            outcome = "later"
+            while outcome in ("again", "later"):
+                if outcome == "later":
+                    time.sleep(0.2)  # the coordinator is moving; try again shortly
+                outcome = attempt()
+            finish(outcome)
+
+        t = threading.Thread(target=retry, name="groupkit-revoke-commit", daemon=True)
         t.start()
         if wait is not None:
             t.join(wait)
