@@ -872,6 +872,8 @@ class GroupConsumer:
         if self._closed:
             return
         c = self._coordinator
+        if c is not None:
+            _log.debug("hop.closing", member=c.member_id)  # (bench/trace_joins.py: a leave)
         if c is not None and leave is not None:
             c.keep_seat = self._cfg.instance_id is not None and not leave
         try:
