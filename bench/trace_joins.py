@@ -12,7 +12,7 @@ phases on the wall clock of the members' JSON log lines (one machine, one clock)
 
 - ``subscribe``: the ``subscribe()`` call (the topic check; the catch-up runs meanwhile);
 - ``caught up``: subscribe's start → the newcomer replayed the log's end (``hop.caught_up``);
-  blank since ``GroupConsumer()`` catches up before ``subscribe()`` (its standby member);
+  negative when it did before ``subscribe()`` (``GroupConsumer()`` starts catching up);
 - ``join read``: → it read its own join record back;
 - ``planned``: → the leader's first generation after it (``rebalance.generation``);
 - ``first release``, ``last release``: → the owners' release records (``hop.released``);
@@ -76,7 +76,9 @@ def phases(events: list[Event], window_s: float) -> list[dict[str, Any]]:
         planned = _since(near, t0, None, "rebalance.generation", t_read)[:1]
         releases = _since(near, t0, "!" + who, "hop.released", t_read)
         assigned = _since(near, t0, who, "hop.assigned")
-        caught = _since(near, t0, who, "hop.caught_up")[:1]
+        # the newest catch-up of the newcomer's before the window's end (usually before t0)
+        caught = [(t - t0) * 1000 for t, m, x in events
+                  if m == who and x["event"] == "hop.caught_up" and t < t0 + window_s][-1:]
         joins.append({
             "member": who,
             "t0": t0,

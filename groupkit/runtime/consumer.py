@@ -566,6 +566,8 @@ class GroupConsumer:
         self._fence()
         for h in c.take_handoffs():
             self._handoffs.apply(h)
+        if self._handoffs.retrying:  # commits before a release, waiting for the coordinator
+            self._handoffs.retry_due()
         if c.superseded:  # (what it owned is lost above: on_lost, no commit)
             raise FencedError(
                 f"group.instance.id {c.member_id!r} was taken by a newer process (newest join "

@@ -21,8 +21,8 @@ A hand-off is done in the order of its fields: lose, revoke, assign.
      on; else the user commits in ``on_revoke``);
   3. ``on_revoke``; 4. unassign it from the data consumer;
   5. commit, then tell the control thread (``Coordinator.released``), which then writes the
-     record that no longer claims it. The commit is tried on the ``poll`` thread, and retried
-     in a thread of its own while the coordinator moves (see
+     record that no longer claims it. The commit is made on the ``poll`` thread, tried again
+     by its service while the coordinator moves (see
      :meth:`HandoffExecutor.commit_then_release`): until it succeeds the member's record keeps
      claiming the partitions, so nobody is granted them with offsets still uncommitted.
 
@@ -48,7 +48,6 @@ transactions) also turns offset hints off: its look-up after ``assigning`` is th
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,6 +90,26 @@ class OwnershipHook(Protocol):
         """``parts`` were lost (unassigned, no commit)."""
 
 
+class _Retry:
+    """A commit before a release, tried until it is done (see ``commit_then_release``)."""
+
+    def __init__(self, attempt: Callable[[], str], finish: Callable[[str], None],
+                 due: float) -> None:  # fmt: skip
+        self.attempt, self.finish, self.due = attempt, finish, due
+
+    def run(self) -> bool:
+        """Try now; whether it is over (released, or the consumer closed)."""
+        outcome = self.attempt()
+        while outcome == "again":
+            outcome = self.attempt()
+        if outcome == "later":
+            # the coordinator is moving; try again shortly (a try may itself have taken long)
+            self.due = time.monotonic() + 0.2
+            return False
+        self.finish(outcome)
+        return True
+
+
 class HandoffExecutor:
     """Carries out hand-offs for one ``GroupConsumer`` (``consumer``, the callbacks' first
     argument) on its data consumer. ``coordinator`` gives the member's current coordinator
@@ -114,6 +133,9 @@ class HandoffExecutor:
         self.on_revoke: Callback | None = None
         self.on_lost: Callback | None = None
         self.hooks: list[OwnershipHook] = []
+        #: releases whose commit waits for the group coordinator (it is moving): tried again
+        #: by the poll thread (:meth:`retry_due`), as the first try was
+        self.retrying: list[_Retry] = []
 
     def apply(self, h: Handoff) -> None:
         """Carry out ``h``: lose, revoke (commit, then release), assign."""
@@ -240,13 +262,15 @@ class HandoffExecutor:
         meanwhile, they are lost anyway and the commit stops. ``leave``: the member is
         closing; its last record goes with its tombstone.
 
-        The first try runs here, on the ``poll`` thread. confluent-kafka serializes the calls
-        on one handle (``Handle_serialize_enter``, in 2.16), and a call from another thread
-        waits for a gap between this thread's calls, which a busy poll loop hardly leaves: a
-        commit thread's one-partition commit took 1-4 s in ``bench/rebalance.py``'s trace
-        while the broker answered in 10 ms, and the next owner waited for it. A try that
-        fails because the coordinator is moving (a broker restart) is retried in a thread,
-        ``wait`` seconds of it here, so the poll thread goes on serving between tries.
+        Every try runs on the ``poll`` thread. confluent-kafka serializes the calls on one
+        handle (``Handle_serialize_enter``, in 2.16), and a call from another thread waits for
+        a gap between this thread's calls, which a busy poll loop hardly leaves: the commit
+        thread groupkit had took 1-4 s for a one-partition commit in ``bench/rebalance.py``'s
+        trace while the broker answered in 10 ms, and the next owner waited for it. A try
+        that fails because the coordinator is moving (a broker restart) is tried again 200 ms
+        later by the poll thread's service (:meth:`retry_due`), which goes on serving the
+        partitions that stay meanwhile; ``wait``: keep trying here for up to that long (a
+        closing member).
         """
         c = self._coordinator()
         assert c is not None
@@ -298,22 +322,18 @@ class HandoffExecutor:
                        rpc_ms=round((now - t_rpc) * 1000, 1))  # fmt: skip
             c.released(release, leave=leave, committed=committed)
 
-        outcome = attempt()
-        while outcome == "again":
-            outcome = attempt()
-        if outcome != "later":
-            finish(outcome)
-            return
+        r = _Retry(attempt, finish, 0.0)
+        if not r.run():
+            self.retrying.append(r)
+            if wait is not None:
+                deadline = time.monotonic() + wait
+                while r in self.retrying and time.monotonic() < deadline:
+                    time.sleep(max(0.0, min(r.due, deadline) - time.monotonic()))
+                    self.retry_due()
 
-        def retry() -> None:
-            outcome = "later"
-            while outcome in ("again", "later"):
-                if outcome == "later":
-                    time.sleep(0.2)  # the coordinator is moving; try again shortly
-                outcome = attempt()
-            finish(outcome)
-
-        t = threading.Thread(target=retry, name="groupkit-revoke-commit", daemon=True)
-        t.start()
-        if wait is not None:
-            t.join(wait)
+    def retry_due(self) -> None:
+        """Try again the commits before a release that are due (on the ``poll`` thread)."""
+        now = time.monotonic()
+        for r in list(self.retrying):
+            if r.due <= now and r.run():
+                self.retrying.remove(r)
