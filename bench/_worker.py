@@ -16,10 +16,9 @@ of the call, not of a Python start-up. It appends one JSON line per fact to ``--
 - ``{"e": "n", "n": count}``: records polled since the last such fact, at most every 50 ms
   (for the records/s dip);
 - ``{"e": "state", "leader": bool, "generation": n}`` (groupkit) when either changes;
-- ``{"e": "caught", "n": records}`` (groupkit) when the member has caught up with its control
-  partition after ``subscribe()``: ``n`` is ``Coordinator.stats.records_read`` then, the control
-  records it replayed (read from another thread a moment after catch-up, so it may include the
-  odd record read by the first turn).
+- ``{"e": "caught", "n": records}`` (groupkit), written after ``subscribe()`` once the member
+  has caught up with its control partition (``GroupConsumer()`` starts that, so usually before):
+  ``n`` is ``Coordinator.stats.catch_up_replayed``, the control records it replayed to catch up.
 
 Per-process overhead is kept low: one line per 50 ms of records, not per record; groupkit's
 info logs off.
@@ -86,7 +85,7 @@ def audit_catch_up(consumer: Any, audit: Audit) -> None:
     c = consumer.coordinator
     if c is None or not c.wait_caught_up(120):
         return
-    audit.write("caught", n=c.stats.records_read)
+    audit.write("caught", n=c.stats.catch_up_replayed)
 
 
 def main() -> None:

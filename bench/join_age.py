@@ -19,8 +19,9 @@ then calls ``subscribe()``; measured from that call, as ``bench/rebalance.py`` m
 - ``join``: until every partition is owned and consuming again (rebalance.py's join);
 - ``first record``: until the newcomer's own first record;
 - ``caught up``: until the newcomer has replayed its control partition up to where it was at
-  start-up, and ``replayed``: how many control records that took (``Coordinator.stats
-  .records_read`` at that moment);
+  start-up (``GroupConsumer()`` starts that: usually done before ``subscribe()``, then ~0),
+  and ``replayed``: how many control records that took (``Coordinator.stats
+  .catch_up_replayed``);
 - ``log end``: the control partition's end offset when the newcomer subscribed.
 
 The newcomer then leaves cleanly and the group settles before the next trial. The ``young``
@@ -291,7 +292,8 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
         "its queue full). Each group on its own control topic.",
         "join: subscribe() → every partition owned and consuming again (as rebalance.py). first "
         "record: → the newcomer's first record. caught up: → the newcomer has replayed its control "
-        "partition; replayed: control records read by then (Coordinator.stats.records_read). "
+        "partition; replayed: control records replayed to catch up "
+        "(Coordinator.stats.catch_up_replayed). "
         "log end: the control partition's end offset at subscribe(). join p50 / young: against "
         "the same group's young point.",
         "auto: control topic created by groupkit (segment.ms 5 min); pre-created: created first "

@@ -149,6 +149,9 @@ class Stats:
     catch_up: str = ""
     #: records fetched from the log's tail to find the snapshot (not replayed unless after it)
     catch_up_scanned: int = 0
+    #: records replayed to catch up (``records_read`` then; it goes on counting what the
+    #: member reads after, from GroupConsumer() on)
+    catch_up_replayed: int = 0
 
 
 class Coordinator:
@@ -285,6 +288,7 @@ class Coordinator:
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
             warm.result()
+            self.stats.catch_up_replayed = self.stats.records_read
             self._caught_up.set()
             # hop events (debug): one join traced from catch-up to the first record handed out
             _log.debug("hop.caught_up", member=self.member_id, end=hw, how=self.stats.catch_up,
