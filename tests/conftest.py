@@ -46,13 +46,18 @@ def _announce(backend: KafkaBackend) -> None:
     print(f"\n[groupkit] kafka: {backend.describe()}")
 
 
-#: what the workers of a ``pytest -n`` run reported of their brokers: (describe(), outlived)
+#: what the workers of a ``pytest -n`` run reported of their brokers (``_served``)
 _WORKERS_SERVED: list[tuple[str, int, str]] = []
+
+
+def _served() -> list[tuple[str, int, str]]:
+    """This process's brokers: (``describe()``, clients that outlived it, kind)."""
+    return [(b.describe(), b.outlived, b.kind) for b in _SERVED]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Say which broker served, so a CI log shows the tests ran against a real one."""
-    served = [(b.describe(), b.outlived, b.kind) for b in _SERVED] + _WORKERS_SERVED
+    served = _served() + _WORKERS_SERVED
     for described, outlived, kind in served:
         terminalreporter.write_line(f"groupkit tests ran against: {described}")
         if outlived:
@@ -101,7 +106,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     """The pure suites' worker takes only the CPU the broker tests leave idle (theirs are
     real-time sessions and timeouts): it runs at the lowest priority."""
     global _niced
-    if not _niced and os.environ.get("PYTEST_XDIST_WORKER") and item.path.name.startswith(_PURE):
+    if (not _niced and os.environ.get("PYTEST_XDIST_WORKER")
+            and _worker_group(item.path.name) == "pure"):  # fmt: skip
         os.nice(19)
         _niced = True
 
@@ -110,7 +116,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """A worker tells the controller which broker served it (``pytest_testnodedown``)."""
     out = getattr(session.config, "workeroutput", None)
     if out is not None:
-        out["groupkit_served"] = [(b.describe(), b.outlived, b.kind) for b in _SERVED]
+        out["groupkit_served"] = _served()
 
 
 @pytest.hookimpl(optionalhook=True)

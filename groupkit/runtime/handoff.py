@@ -93,9 +93,9 @@ class OwnershipHook(Protocol):
 class _Retry:
     """A commit before a release, tried until it is done (see ``commit_then_release``)."""
 
-    def __init__(self, attempt: Callable[[], str], finish: Callable[[str], None],
-                 due: float) -> None:  # fmt: skip
-        self.attempt, self.finish, self.due = attempt, finish, due
+    def __init__(self, attempt: Callable[[], str], finish: Callable[[str], None]) -> None:
+        self.attempt, self.finish = attempt, finish
+        self.due = 0.0  # monotonic time of the next try
 
     def run(self) -> bool:
         """Try now; whether it is over (released, or the consumer closed)."""
@@ -322,7 +322,7 @@ class HandoffExecutor:
                        rpc_ms=round((now - t_rpc) * 1000, 1))  # fmt: skip
             c.released(release, leave=leave, committed=committed)
 
-        r = _Retry(attempt, finish, 0.0)
+        r = _Retry(attempt, finish)
         if not r.run():
             self.retrying.append(r)
             if wait is not None:
