@@ -18,6 +18,14 @@ phases on the wall clock of the members' JSON log lines (one machine, one clock)
 - ``first release``, ``last release``: → the owners' release records (``hop.released``);
 - ``all assigned``: → the newcomer's last ``hop.assigned`` within the window.
 
+Per clean leave (a member's ``hop.closing`` event, ``close()``'s start), from that call:
+
+- ``released``: → the leaver's release record sent (``hop.released``: the commit before it is
+  done; the tombstone goes with it);
+- ``appended``: → the broker acknowledged the leaver's last record (``hop.appended``);
+- ``planned``: → the leader's generation for the leave (``rebalance.generation``);
+- ``first assigned``, ``all assigned``: → the first and last ``hop.assigned`` of the others.
+
 Slow phases under load usually show a member's control thread not scheduled for a few hundred
 ms (no event of it at all meanwhile): look at the raw timeline with ``--raw``.
 """
@@ -93,6 +101,47 @@ def phases(events: list[Event], window_s: float) -> list[dict[str, Any]]:
     return joins
 
 
+def leaves(events: list[Event], window_s: float) -> list[dict[str, Any]]:
+    out = []
+    for t0, who, e in events:
+        if e["event"] != "hop.closing":
+            continue
+        near = [(t, m, x) for t, m, x in events if t0 <= t < t0 + window_s]
+        released = _since(near, t0, who, "hop.released")[:1]
+        appended = _since(near, t0, who, "hop.appended")[-1:]
+        t_rel = t0 + (released[0] if released else 0) / 1000
+        planned = _since(near, t0, "!" + who, "rebalance.generation", t_rel)[:1]
+        assigned = _since(near, t0, "!" + who, "hop.assigned", t_rel)
+        out.append({
+            "member": who,
+            "t0": t0,
+            "released": released[0] if released else None,
+            "appended": appended[0] if appended else None,
+            "planned": planned[0] if planned else None,
+            "first assigned": min(assigned, default=None),
+            "all assigned": max(assigned, default=None),
+        })  # fmt: skip
+    return out
+
+
+def _table(rows: list[dict[str, Any]], cols: list[str], events: list[Event], what: str,
+           window_s: float, raw: bool) -> None:  # fmt: skip
+    print("member  " + "  ".join(f"{c:>14}" for c in cols) + f"   (ms from {what})")
+    for j in rows:
+        cells = [f"{j[c]:14.1f}" if j[c] is not None else f"{'-':>14}" for c in cols]
+        print(f"{j['member']:6}  " + "  ".join(cells))
+        if raw:
+            t0 = j["t0"]
+            for t, m, e in events:
+                if t0 <= t < t0 + window_s:
+                    rest = {k: v for k, v in e.items()
+                            if k not in ("timestamp", "event", "group", "level")}  # fmt: skip
+                    print(f"    {(t - t0) * 1000:8.1f} {m} {e['event']} {rest}")
+    print("median  " + "  ".join(
+        f"{statistics.median(v):14.1f}" if (v := [j[c] for j in rows if j[c] is not None])
+        else f"{'-':>14}" for c in cols))  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("directory", type=Path, help="a GK_BENCH_KEEP directory")
@@ -100,23 +149,12 @@ def main() -> None:
     ap.add_argument("--raw", action="store_true", help="also print every event of each join")
     args = ap.parse_args()
     events = load(args.directory)
-    joins = phases(events, args.window)
-    cols = ["subscribe", "caught up", "join read", "planned", "first release", "last release",
-            "all assigned"]  # fmt: skip
-    print("member  " + "  ".join(f"{c:>13}" for c in cols) + "   (ms from subscribe())")
-    for j in joins:
-        cells = [f"{j[c]:13.1f}" if j[c] is not None else f"{'-':>13}" for c in cols]
-        print(f"{j['member']:6}  " + "  ".join(cells))
-        if args.raw:
-            t0 = j["t0"]
-            for t, m, e in events:
-                if t0 <= t < t0 + args.window:
-                    rest = {k: v for k, v in e.items()
-                            if k not in ("timestamp", "event", "group", "level")}  # fmt: skip
-                    print(f"    {(t - t0) * 1000:8.1f} {m} {e['event']} {rest}")
-    print("median  " + "  ".join(
-        f"{statistics.median(v):13.1f}" if (v := [j[c] for j in joins if j[c] is not None])
-        else f"{'-':>13}" for c in cols))  # fmt: skip
+    join_cols = ["subscribe", "caught up", "join read", "planned", "first release",
+                 "last release", "all assigned"]  # fmt: skip
+    _table(phases(events, args.window), join_cols, events, "subscribe()", args.window, args.raw)
+    leave_cols = ["released", "appended", "planned", "first assigned", "all assigned"]
+    print()
+    _table(leaves(events, args.window), leave_cols, events, "close()", args.window, args.raw)
 
 
 if __name__ == "__main__":

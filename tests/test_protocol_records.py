@@ -229,6 +229,7 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, _value({**GOOD_MEMBER, "owned": {"t": ["x"]}}), "wrong_type"),
         (MKEY, _value({**GOOD_MEMBER, "owned": []}), "wrong_type"),
         (MKEY, _value({**GOOD_MEMBER, "client": {"a": 1}}), "wrong_type"),
+        (MKEY, _value({**GOOD_MEMBER, "leaving": 1}), "wrong_type"),
         (MKEY, _value({**GOOD_MEMBER, "acked_gen": 3, "seen_gen": 2}), "bad_value"),
         (MKEY, _value({**GOOD_MEMBER, "seen_gen": -1}), "bad_value"),
         (AKEY, _value({"gen": 1}), "missing_field"),
@@ -398,7 +399,7 @@ MEMBER_RECORD_FIELDS = (
     "incarnation", "seq", "topics", "owned", "owned_generation", "acked_generation",
     "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
     "since_generation", "legacy", "committed", "instance_id", "seat", "seat_ts", "reset_at",
-    "reset_done",
+    "reset_done", "leaving",
 )  # fmt: skip
 
 
@@ -415,6 +416,9 @@ def test_member_record_fields_are_the_ones_the_memo_fast_path_builds() -> None:
         {"instance_id": "m1", "seat": "i0", "joined_at": 50, "prev_ts": 95,
          "since_generation": 2, "committed": {("t1", 3): 41},
          "reset": (7, [("t0", 0), ("t0", 1)])},
+        # a clean leave's last record
+        {"joined_at": 50, "prev_ts": 95, "since_generation": 2, "committed": {("t1", 3): 41},
+         "leaving": True},
     ],
 )  # fmt: skip
 def test_a_memo_hit_keeps_every_field(extra: dict[str, object]) -> None:

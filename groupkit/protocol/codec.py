@@ -182,6 +182,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         doc["seat_ts"] = v.seat_ts
     if v.reset_at >= 0:  # optional: absent means none (and in every record that predates it)
         doc["reset"] = {"at": v.reset_at, "done": encode_partitions(v.reset_done)}
+    if v.leaving:  # optional: absent means false (and in every record that predates it)
+        doc["leaving"] = True
     return doc
 
 
@@ -461,7 +463,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.capacity, k.client, k.seen_generation, prev,
                                     k.since_generation, k.legacy, k.committed,
                                     k.instance_id, k.seat, k.seat_ts,
-                                    k.reset_at, k.reset_done)  # fmt: skip
+                                    k.reset_at, k.reset_done, k.leaving)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected(
             RejectReason.TOO_LARGE, f"more than {MAX_CONTAINERS} JSON objects and arrays"
@@ -651,6 +653,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         seat=seat,
         seat_ts=seat_ts,
         **(_member_reset(doc, budget) if "reset" in doc else {}),
+        leaving=_get(doc, "leaving", bool) if "leaving" in doc else False,
     )
 
 

@@ -492,7 +492,9 @@ class Member:
             and now_ms - self._unready_sent < self.session_timeout_ms
         )
         if self.state == LEAVING:
-            writes.append(self._record(now_ms, group))
+            # a leave's last record says so: it ends the membership by itself, in case a
+            # reader sees it before the tombstone (schema.MemberRecord.leaving)
+            writes.append(self._record(now_ms, group, leaving=not self._park))
             if not self._park:  # a parked static member keeps its seat (park)
                 key, none = member_tombstone(self.group, self.member_id)
                 rk, rv = encode(key, none)
@@ -586,7 +588,7 @@ class Member:
             return None
         return basis
 
-    def _record(self, now_ms: int, group: GroupState) -> Write:
+    def _record(self, now_ms: int, group: GroupState, leaving: bool = False) -> Write:
         self._seq += 1
         basis = self._basis(now_ms)
         self._sent[self._seq] = (now_ms, basis, self._confirmed_at if basis is None else basis.sent)
@@ -629,6 +631,7 @@ class Member:
             seat=seat,
             seat_ts=seat_ts,
             reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
+            leaving=leaving,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)

@@ -132,6 +132,11 @@ class MemberRecord:
     #: "Offset resets"). Absent in records that predate it.
     reset_at: int = -1
     reset_done: Partitions = frozenset()
+    #: the member's last record before its tombstone (a clean leave): the membership ends at
+    #: this record, as if the tombstone followed it at once (state.py, "leaving"), so no reader
+    #: ever plans for the member between the two, which are two produce requests. Absent
+    #: (false) in every other record and in records that predate it.
+    leaving: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +310,7 @@ def member_record(
     seat: str | None = None,
     seat_ts: int | None = None,
     reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
+    leaving: bool = False,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -313,7 +319,8 @@ def member_record(
     just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
     ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
     ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
-    in a join that takes a seat over (:attr:`MemberRecord.seat_ts`).
+    in a join that takes a seat over (:attr:`MemberRecord.seat_ts`). ``leaving``: the last
+    record of a clean leave (:attr:`MemberRecord.leaving`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -360,6 +367,7 @@ def member_record(
         seat_ts=seat_ts,
         reset_at=-1 if reset is None else reset[0],
         reset_done=EMPTY if reset is None else _tps(reset[1]),
+        leaving=leaving,
     )
 
 

@@ -17,6 +17,9 @@ visible the moment it is written): a record a member writes at ``t`` is appended
 ``t + produce_delay`` (stamped with that broker time; the writer learns its offset then, as from
 a delivery report) and readers see it from ``t + produce_delay + fetch_delay`` on. One *hop* of
 the control log (a record written and read back by another member) then takes their sum.
+``produce_jitter_ms`` (with ``seed``) adds to each record's produce delay a random whole number
+of ticks up to it, as separate produce requests take different times: other writers' records
+may then land between two records of one writer, whose own records keep their order.
 
 Deferred revocation (``release_delay_ms``, default ``None``: off): members run as the runtime
 runs them, with ``Member(defer_revocations=True)``: a revoked partition stays owned (and claimed
@@ -62,7 +65,8 @@ is gone for good. :meth:`GroupSim.violations` checks the safety invariants after
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -212,6 +216,8 @@ class GroupSim:
         release_delay_ms: int | None = None,
         plan_ms: int | Callable[[AssignRequest], int] = 0,
         assignor_timeout_ms: int | None = None,
+        produce_jitter_ms: int = 0,
+        seed: int = 0,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
@@ -246,7 +252,11 @@ class GroupSim:
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
-        self._in_flight: deque[tuple[int, bytes | None, bytes | None, Node | None]] = deque()
+        self._in_flight: list[tuple[int, bytes | None, bytes | None, Node | None]] = []
+        self.produce_jitter_ms = produce_jitter_ms
+        self._rng = random.Random(seed)
+        #: per writer, the append time of its newest record in flight (produce_jitter_ms)
+        self._appends: dict[str, int] = {}
         self._visible = 0  # records[:_visible] are visible to readers (with a fetch delay)
         self.members: dict[str, SimMember] = {}
         self.lags: dict[TopicPartition, int] = {}
@@ -486,11 +496,11 @@ class GroupSim:
         if lead is not None and lead.request is not None:
             lead = self._make_plan(sm, lead.request)
         if lead is not None and lead.key is not None:
-            self._produce(lead.key, lead.value, node)
+            self._produce(lead.key, lead.value, sm.member_id, node)
         if step.snapshot is not None:
-            self._produce(*step.snapshot)
+            self._produce(*step.snapshot, sm.member_id)
         for k, v in step.tombstones:
-            self._produce(k, v)
+            self._produce(k, v, sm.member_id)
 
     def _make_plan(self, sm: SimMember, request: AssignRequest) -> Lead | None:
         """Make the plan its node asked for; if it takes no time, the node plans again at once
@@ -546,7 +556,7 @@ class GroupSim:
         if acts.reset:
             self._apply_reset(sm, acts)
         for w in acts.writes:
-            self._produce(w.raw_key, w.raw_value)
+            self._produce(w.raw_key, w.raw_value, sm.member_id)
 
     # ------------------------------------------------------------------ offset resets
 
@@ -620,18 +630,27 @@ class GroupSim:
         if sm.member.state != LEFT:
             self._carry_out(sm, sm.node.poll(self.clock))
 
-    def _produce(self, key: bytes | None, value: bytes | None, node: Node | None = None) -> None:
-        if self.produce_delay_ms == 0:
+    def _produce(
+        self, key: bytes | None, value: bytes | None, writer: str, node: Node | None = None
+    ) -> None:
+        if self.produce_delay_ms == 0 and self.produce_jitter_ms == 0:
             off = self.log.append(key, value)
             if node is not None:
                 node.written(off)
-        else:
-            self._in_flight.append((self.clock + self.produce_delay_ms, key, value, node))
+            return
+        at = self.clock + self.produce_delay_ms
+        if self.produce_jitter_ms:
+            # each record its own produce request: another writer's may land in between, but
+            # one writer's records keep their order (one idempotent producer, one partition)
+            at += self._rng.randint(0, self.produce_jitter_ms // self.tick_ms) * self.tick_ms
+            at = max(at, self._appends.get(writer, 0))
+            self._appends[writer] = at
+        bisect.insort(self._in_flight, (at, key, value, node), key=lambda r: r[0])
 
     def _deliver(self) -> None:
         """Append the records whose produce delay has passed, at the time it passed."""
         while self._in_flight and self._in_flight[0][0] <= self.clock:
-            at, key, value, node = self._in_flight.popleft()
+            at, key, value, node = self._in_flight.pop(0)
             off = self.log.append(key, value, at)
             if node is not None:
                 node.written(off)

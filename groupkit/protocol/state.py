@@ -56,6 +56,15 @@ What one ``replay`` does:
    - **tombstone**: the member left. If its last record still claimed partitions, they stay held
      until its session would have expired (a tombstone cannot be signed, so it must not be able
      to free partitions a running process still has).
+   - **leaving**: a member record with ``leaving`` (the last record of a clean leave, written
+     just before the tombstone) is applied as a member record and then as the tombstone, at
+     once: the tombstone is a second produce request, and a leader that read the record alone
+     saw a member that acknowledged its generation yet claims less than it was granted
+     (``partitions_lost``), granted those again, and the tombstone then had to hold the
+     grants it never took until its session would have expired. The tombstone that follows
+     finds no member and changes nothing. The record frees nothing the tombstone would not: a
+     forged one is a forged member record and a forged tombstone, which signing shuts out
+     for the record and holds cover for the tombstone, as before.
    - **assignment record**: accepted only from the leader at this offset (``not_leader``), with a
      newer generation (``stale_generation``), a phase the previous phase may go to
      (``bad_phase``, see :data:`ASSIGNMENT_TRANSITIONS`), self-consistent (``inconsistent``), and
@@ -966,6 +975,11 @@ class GroupState:
         self.members[mid] = m
         for p in m.claims:
             self._claimers.setdefault(p, set()).add(mid)
+        if v.leaving:
+            # The leave's last record: the tombstone that follows it (another produce request,
+            # which a reader may see later) takes effect right here, so nobody plans for the
+            # member in between (module docstring, "leaving").
+            return self._apply_leave(offset, k)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
         elif self.leader == mid:
