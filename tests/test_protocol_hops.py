@@ -65,3 +65,21 @@ def test_a_record_is_visible_only_after_produce_and_fetch_delay() -> None:
     assert sim.visible() == 1 and "a" in sim.view().members
     sim.settle()
     assert sim.members["a"].member.owned == {("t0", 0), ("t0", 1)}
+
+
+def test_jitter_keeps_each_writers_order_and_lets_others_land_between() -> None:
+    """``produce_jitter_ms``: one writer's records land in the order it wrote them; another
+    writer's record, written after both, may land between them."""
+    sim = GroupSim({"t0": 2}, tick_ms=10, produce_delay_ms=10, produce_jitter_ms=50, seed=3)
+    for i in range(200):
+        sim._produce(b"a", b"%d" % i, "a")
+        sim._produce(b"a", b"%d" % (i + 1000), "a")
+        sim._produce(b"b", b"%d" % i, "b")
+        sim.tick()
+    sim.tick(10)
+    assert len(sim.log.records) == 600
+    values = {w: [int(r.value or b"") for r in sim.log.records if r.key == w] for w in (b"a", b"b")}
+    assert values[b"a"] == [v for i in range(200) for v in (i, i + 1000)]
+    assert values[b"b"] == list(range(200))
+    keys = [r.key for r in sim.log.records]
+    assert any(keys[j : j + 3] == [b"a", b"b", b"a"] for j in range(len(keys) - 2))
