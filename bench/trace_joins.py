@@ -24,7 +24,8 @@ Per clean leave (a member's ``hop.closing`` event, ``close()``'s start), from th
   done; the tombstone goes with it);
 - ``appended``: → the broker acknowledged the leaver's last record (``hop.appended``);
 - ``planned``: → the leader's generation for the leave (``rebalance.generation``);
-- ``first assigned``, ``all assigned``: → the first and last ``hop.assigned`` of the others.
+- ``first assigned``, ``all assigned``: → the first and last ``hop.assigned`` of the others
+  (before the next member's ``subscribe()``).
 
 Slow phases under load usually show a member's control thread not scheduled for a few hundred
 ms (no event of it at all meanwhile): look at the raw timeline with ``--raw``.
@@ -106,7 +107,10 @@ def leaves(events: list[Event], window_s: float) -> list[dict[str, Any]]:
     for t0, who, e in events:
         if e["event"] != "hop.closing":
             continue
-        near = [(t, m, x) for t, m, x in events if t0 <= t < t0 + window_s]
+        # up to the next join or kill's subscribe (the bench's next event), or the window's end
+        end = min((t for t, _, x in events if t > t0 and x["event"] == "hop.subscribed"),
+                  default=t0 + window_s)  # fmt: skip
+        near = [(t, m, x) for t, m, x in events if t0 <= t < min(end, t0 + window_s)]
         released = _since(near, t0, who, "hop.released")[:1]
         appended = _since(near, t0, who, "hop.appended")[-1:]
         t_rel = t0 + (released[0] if released else 0) / 1000
