@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -143,7 +144,9 @@ def stop_after_clients(backend: KafkaBackend, stop: Callable[[], object]) -> Non
 
             for o in gc.get_objects():
                 if isinstance(o, (AdminClient, Producer, Consumer)):
-                    print("client", o, "held by", [str(r)[:200] for r in gc.get_referrers(o)])
+                    # (to the process's own stderr: an xdist worker's stdout never shows)
+                    print("client", o, "held by", [str(r)[:200] for r in gc.get_referrers(o)],
+                          file=sys.__stderr__)  # fmt: skip
         backend.outlived = 0 if others else live
     finally:
         backend.stopped = True

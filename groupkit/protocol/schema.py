@@ -135,7 +135,8 @@ class MemberRecord:
     #: the member's last record before its tombstone (a clean leave): the membership ends at
     #: this record, as if the tombstone followed it at once (state.py, "leaving"), so no reader
     #: ever plans for the member between the two, which are two produce requests. Absent
-    #: (false) in every other record and in records that predate it.
+    #: (false) in every other record and in records that predate it; a reader that predates it
+    #: ignores it and ends the membership at the tombstone, as before.
     leaving: bool = False
 
 
