@@ -48,7 +48,13 @@ def _leaving_offset(sim: GroupSim, member_id: str) -> int:
     raise AssertionError(f"{member_id} wrote no leaving record")
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    # as schedule_settings (test_protocol_hypothesis.py): a fixed seed unless asked otherwise
+    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
+)
 @given(
     protocol=st.sampled_from(["eager", "cooperative"]),
     assignor=st.sampled_from(assignor_names()),
