@@ -85,7 +85,8 @@ def audit_catch_up(consumer: Any, audit: Audit) -> None:
     c = consumer.coordinator
     if c is None or not c.wait_caught_up(120):
         return
-    audit.write("caught", n=c.stats.catch_up_replayed)
+    # how: "snapshot" (bounded) or "full" (no snapshot near the log's end: replayed whole)
+    audit.write("caught", n=c.stats.catch_up_replayed, how=c.stats.catch_up)
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ then calls ``subscribe()``; measured from that call, as ``bench/rebalance.py`` m
 - ``caught up``: until the newcomer has replayed its control partition up to where it was at
   start-up (``GroupConsumer()`` starts that: usually done before ``subscribe()``, then ~0),
   and ``replayed``: how many control records that took (``Coordinator.stats
-  .catch_up_replayed``);
+  .catch_up_replayed``), from the newest snapshot near the log's end or, where there was none
+  (a log younger than its first snapshot), the whole log: the trial line says so;
 - ``log end``: the control partition's end offset when the newcomer subscribed.
 
 The newcomer then leaves cleanly and the group settles before the next trial. The ``young``
@@ -146,6 +147,8 @@ def trial(ag: AgedGroup, joiner: Member, boot: str, timeout: float) -> dict[str,
         first_s=min(firsts) - t0 if firsts else float("nan"),
         caught_s=caught["t"] - t0,
         replayed=float(caught["n"]),
+        # 1: no snapshot near the log's end at GroupConsumer() (a young log): replayed whole
+        full_replay=float(caught.get("how") == "full"),
         log_end=float(end),
         load1=load()["load1"],
     )
@@ -181,7 +184,8 @@ def run_group(boot: str, topic: str, work: Path, setting: str, kind: str,
             print(f"  {setting} {kind} {point} trial {n + 1}/{args.trials}: age "
                   f"{r['age_s']:.0f} s, join {r['stable_s'] * 1000:.0f} ms, first record "
                   f"{r['first_s'] * 1000:.0f} ms, caught up {r['caught_s'] * 1000:.0f} ms "
-                  f"after replaying {r['replayed']:.0f} of {r['log_end']:.0f} records, "
+                  f"after replaying {r['replayed']:.0f} of {r['log_end']:.0f} records"
+                  f"{' (whole log)' if r['full_replay'] else ''}, "
                   f"load {r['load1']}", flush=True)  # fmt: skip
     finally:
         ag.group.stop_all()
