@@ -113,6 +113,25 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         _niced = True
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """``GK_DEBUG_LEAKS=1``: name each test after which (its teardown included) more librdkafka
+    clients live than before it (a session or module fixture's client shows up once, at the
+    first test that used it)."""
+    if not os.environ.get("GK_DEBUG_LEAKS"):
+        return (yield)
+    from groupkit.dev.broker import live_client_handles, wait_clients_closed
+
+    before = live_client_handles()
+    try:
+        return (yield)
+    finally:
+        after = wait_clients_closed(1.0, baseline=before)
+        if after > before:
+            print(f"GK_DEBUG_LEAKS: {item.nodeid} left {after - before} more client(s) alive "
+                  f"({after} in all)", file=sys.__stderr__)  # fmt: skip
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """A worker tells the controller which broker served it (``pytest_testnodedown``)."""
     out = getattr(session.config, "workeroutput", None)
