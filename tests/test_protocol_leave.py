@@ -6,7 +6,7 @@ alone. Before the ``leaving`` flag, a leader that did planned for a member that 
 generation yet claimed less than it was granted (``partitions_lost``), granted those partitions
 to the leaver again, and the tombstone then held that grant (never taken) until the leaver's
 session would have expired: the partitions waited a session for an owner. The bench saw it in
-three leaves of ten at 10 members x 48 partitions (session 11's trace, ``bench/trace_joins.py``).
+three leaves of ten at 10 members x 48 partitions (session 12's trace, ``bench/trace_joins.py``).
 
 Over random groups (both protocols, every assignor, slow readers, produce and fetch delays,
 deferred revocation, produce requests that take different times, so that a generation may land
@@ -35,17 +35,19 @@ EXAMPLES = max(20, int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1000")) // 
 SESSION_MS = 3_000
 
 
-def _leaving_offset(sim: GroupSim, member_id: str) -> int:
-    """The offset of the leaver's last record (the one that says ``leaving``)."""
+def _leave_offsets(sim: GroupSim, member_id: str) -> tuple[int, int]:
+    """The offsets of the leaver's last record (the one that says ``leaving``) and of the
+    tombstone after it."""
+    at = None
     for r in sim.log.records:
-        if r.value is None:
-            continue
         k, v = decode(r.key, r.value)
-        if isinstance(k, MemberKey) and k.member_id == member_id:
-            assert isinstance(v, MemberRecord)
-            if v.leaving:
-                return r.offset
-    raise AssertionError(f"{member_id} wrote no leaving record")
+        if not isinstance(k, MemberKey) or k.member_id != member_id:
+            continue
+        if at is None and isinstance(v, MemberRecord) and v.leaving:
+            at = r.offset
+        elif at is not None and v is None:
+            return at, r.offset
+    raise AssertionError(f"{member_id} wrote no leaving record and tombstone after it")
 
 
 @settings(
@@ -106,10 +108,7 @@ def test_a_clean_leave_ends_the_membership_at_its_last_record(
     assert sim.clock - t0 < SESSION_MS // 2, sim.describe()
 
     # (1) the leave's last record alone ends the membership, as record + tombstone do
-    at = _leaving_offset(sim, gone)
-    tomb = next(r.offset for r in sim.log.records if r.offset > at and r.value is None
-                and isinstance(decode(r.key, None)[0], MemberKey)
-                and decode(r.key, None)[0].member_id == gone)  # type: ignore[union-attr]  # fmt: skip
+    at, tomb = _leave_offsets(sim, gone)
     before, after = sim.new_state(), sim.new_state()
     for r in sim.log.records:
         if r.offset <= at:
