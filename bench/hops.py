@@ -5,7 +5,10 @@ simulator's latency model (``produce_delay_ms`` + ``fetch_delay_ms`` per record)
 their sum, and a rebalance that needs n sequential records costs n hops however fast the
 members compute. That count is what a protocol change can remove; the latency follows.
 
-Scenarios, on a stable 3-member group (12 partitions, range assignor), both protocols:
+Scenarios, on a stable 3-member group (12 partitions), both protocols, with the range assignor
+and, for the cooperative protocol, also with ``cooperative-sticky``, whose complete generations
+name what a newcomer would get, so a join is *admitted* without the leader's turn (state.py,
+"Admission"):
 
 - ``join``: a 4th member joins. Hops from its join record's write to a stable group.
 - ``join_bounded``: the same, in a group whose leader writes snapshots (every half session)
@@ -38,6 +41,8 @@ from groupkit.protocol.sim import GroupSim
 
 SCENARIOS = ("join", "join_bounded", "leave", "crash")
 PROTOCOLS = ("eager", "cooperative")
+#: (protocol, assignor) of the table's rows
+SETUPS = (("eager", "range"), ("cooperative", "range"), ("cooperative", "cooperative-sticky"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +55,16 @@ class HopRow:
     hops: int
     #: from the event (the crash itself for ``crash``) to a stable group
     latency_ms: int
+    assignor: str = "range"
 
 
 def _stable_group(protocol: str, produce_ms: int, fetch_ms: int, tick_ms: int, session_ms: int,
-                  heartbeat_ms: int, snapshots: bool = False) -> GroupSim:  # fmt: skip
+                  heartbeat_ms: int, snapshots: bool = False,
+                  assignor: str = "range") -> GroupSim:  # fmt: skip
     sim = GroupSim(
         {"t0": 12},
         protocol=protocol,
+        assignor=assignor,
         session_timeout_ms=session_ms,
         heartbeat_interval_ms=heartbeat_ms,
         tick_ms=tick_ms,
@@ -82,6 +90,7 @@ def measure(
     tick_ms: int = 5,
     session_timeout_ms: int = 10_000,
     heartbeat_interval_ms: int = 1_000,
+    assignor: str = "range",
 ) -> HopRow:
     """Hops and latency of one scenario (see the module docstring). Delays must be multiples
     of ``tick_ms`` for the hop count to be exact; it raises if the latency is not a whole
@@ -89,7 +98,7 @@ def measure(
     hop = produce_delay_ms + fetch_delay_ms
     sim = _stable_group(protocol, produce_delay_ms, fetch_delay_ms, tick_ms,
                         session_timeout_ms, heartbeat_interval_ms,
-                        snapshots=scenario == "join_bounded")  # fmt: skip
+                        snapshots=scenario == "join_bounded", assignor=assignor)  # fmt: skip
     t0 = sim.clock
     gen0 = sim.view().generation
     if scenario in ("join", "join_bounded"):
@@ -128,7 +137,7 @@ def measure(
     hops, rest = divmod(end - start, hop)
     if rest or rest_owned:
         raise AssertionError(f"{protocol} {scenario}: {end - start} ms is not whole hops of {hop}")
-    return HopRow(protocol, scenario, hops_owned, hops, end - t0)
+    return HopRow(protocol, scenario, hops_owned, hops, end - t0, assignor)
 
 
 def _all_owned(sim: GroupSim, after_generation: int) -> bool:
@@ -145,18 +154,19 @@ def _all_owned(sim: GroupSim, after_generation: int) -> bool:
 
 
 def hop_table(**kw: int) -> list[HopRow]:
-    """:func:`measure` for every protocol and scenario (keyword arguments as for it)."""
-    return [measure(p, s, **kw) for p in PROTOCOLS for s in SCENARIOS]
+    """:func:`measure` for every setup and scenario (keyword arguments as for it)."""
+    return [measure(p, s, assignor=a, **kw) for p, a in SETUPS for s in SCENARIOS]
 
 
 def render(rows: list[HopRow]) -> str:
     """The table as Markdown, for the README."""
     lines = [
-        "| protocol | scenario | hops to owned | hops to stable | latency ms |",
-        "|---|---|---:|---:|---:|",
+        "| protocol | assignor | scenario | hops to owned | hops to stable | latency ms |",
+        "|---|---|---|---:|---:|---:|",
     ]
     lines += [
-        f"| {r.protocol} | {r.scenario} | {r.hops_owned} | {r.hops} | {r.latency_ms} |"
+        f"| {r.protocol} | {r.assignor} | {r.scenario} | {r.hops_owned} | {r.hops} "
+        f"| {r.latency_ms} |"
         for r in rows
     ]
     return "\n".join(lines)
@@ -168,8 +178,8 @@ def main() -> None:
     rows = hop_table()
     write_results(
         "hops",
-        ["protocol", "scenario", "hops to owned", "hops to stable", "latency ms"],
-        [[r.protocol, r.scenario, r.hops_owned, r.hops, r.latency_ms] for r in rows],
+        ["protocol", "assignor", "scenario", "hops to owned", "hops to stable", "latency ms"],
+        [[r.protocol, r.assignor, r.scenario, r.hops_owned, r.hops, r.latency_ms] for r in rows],
         title="Control-log hops per rebalance (produce 10 ms + fetch 10 ms per hop)",
         notes=["crash latency counts from the crash: session timeout 10 s, heartbeat 1 s"],
     )

@@ -63,6 +63,10 @@ def agreed(st: GroupState) -> tuple[object, ...]:
         sorted(m for m in live if st.covers(m)),
         sorted(m for m in live if st.is_newcomer_ready(m)),
         {m: st.reserved(m) & _pending(st, m) for m in live},
+        # the current generation's admission (state.py, "Admission"); like reservations, an
+        # older generation's is not agreed on: a reader may never see that generation's record
+        st.admission(),
+        sorted(m for m in live if st.members[m].admitted_in == st.generation),
     )
 
 
@@ -117,7 +121,8 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
     TALLY["checked"] += 1
     if agreed(fresh) == agreed(st):
         return None
-    names = ("leader", "generation", "assignment", "live", "covered", "newcomers", "reserved")
+    names = ("leader", "generation", "assignment", "live", "covered", "newcomers", "reserved",
+             "admission", "admitted")
     diffs = [n for n, a, b in zip(names, agreed(fresh), agreed(st), strict=True) if a != b]
     for d in diffs:
         TALLY[d] += 1

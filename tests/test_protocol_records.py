@@ -399,7 +399,7 @@ MEMBER_RECORD_FIELDS = (
     "incarnation", "seq", "topics", "owned", "owned_generation", "acked_generation",
     "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
     "since_generation", "legacy", "committed", "instance_id", "seat", "seat_ts", "reset_at",
-    "reset_done", "leaving",
+    "reset_done", "leaving", "admitted_in",
 )  # fmt: skip
 
 
@@ -419,6 +419,8 @@ def test_member_record_fields_are_the_ones_the_memo_fast_path_builds() -> None:
         # a clean leave's last record
         {"joined_at": 50, "prev_ts": 95, "since_generation": 2, "committed": {("t1", 3): 41},
          "leaving": True},
+        # an admitted newcomer's heartbeat (state.py, "Admission")
+        {"joined_at": 50, "prev_ts": 95, "since_generation": 5, "admitted_in": 4},
     ],
 )  # fmt: skip
 def test_a_memo_hit_keeps_every_field(extra: dict[str, object]) -> None:

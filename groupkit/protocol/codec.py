@@ -184,6 +184,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         doc["reset"] = {"at": v.reset_at, "done": encode_partitions(v.reset_done)}
     if v.leaving:  # optional: absent means false (and in every record that predates it)
         doc["leaving"] = True
+    if v.admitted_in:  # optional: absent means 0 (and in every record that predates it)
+        doc["admitted"] = v.admitted_in
     return doc
 
 
@@ -225,6 +227,8 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                         if m.instance_id is not None
                         else {}
                     ),
+                    # admitted joins only (state.py, "Admission")
+                    **({"admitted": m.admitted_in} if m.admitted_in else {}),
                 },
             ]
             for m in v.members
@@ -259,6 +263,8 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
                 "assigned": encode_partitions(c.assigned),
                 "revoke": encode_partitions(c.revoke),
                 "pending": encode_partitions(c.pending),
+                # optional: absent means none (and in every record that predates it)
+                **({"admit": encode_partitions(c.admit)} if c.admit else {}),
             }
             for m, c in v.members.items()
         },
@@ -463,7 +469,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.capacity, k.client, k.seen_generation, prev,
                                     k.since_generation, k.legacy, k.committed,
                                     k.instance_id, k.seat, k.seat_ts,
-                                    k.reset_at, k.reset_done, k.leaving)  # fmt: skip
+                                    k.reset_at, k.reset_done, k.leaving,
+                                    k.admitted_in)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected(
             RejectReason.TOO_LARGE, f"more than {MAX_CONTAINERS} JSON objects and arrays"
@@ -654,7 +661,18 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         seat_ts=seat_ts,
         **(_member_reset(doc, budget) if "reset" in doc else {}),
         leaving=_get(doc, "leaving", bool) if "leaving" in doc else False,
+        admitted_in=_admitted(doc, seen),
     )
+
+
+def _admitted(doc: Mapping[str, Any], seen: int) -> int:
+    """``admitted`` (optional): a generation the member had seen when it wrote the record."""
+    if "admitted" not in doc:
+        return 0
+    admitted = _nat(doc, "admitted")
+    if admitted > seen:
+        raise RecordRejected(RejectReason.BAD_VALUE, f"admitted {admitted} > seen_gen {seen}")
+    return admitted
 
 
 def _committed(
@@ -702,6 +720,11 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
             assigned=decode_partitions(_get(c, "assigned", dict), "assigned", budget),
             revoke=decode_partitions(_get(c, "revoke", dict), "revoke", budget),
             pending=decode_partitions(_get(c, "pending", dict), "pending", budget),
+            admit=(
+                decode_partitions(_get(c, "admit", dict), "admit", budget)
+                if "admit" in c
+                else EMPTY
+            ),
         )
     return AssignmentRecord(
         generation=_nat(doc, "gen"),
@@ -824,6 +847,7 @@ def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> 
         process=_str(doc, "proc") if "instance" in doc else None,
         instance_id=_str(doc, "instance") if "instance" in doc else None,
         process_since=_nat(doc, "proc_since") if "instance" in doc else 0,
+        admitted_in=_nat(doc, "admitted") if "admitted" in doc else 0,
     )
 
 

@@ -18,7 +18,10 @@ The member side is a diff: ``diff(owned, target) -> (added, revoked)``; eager an
 differ only in the targets the leader writes. The target is what the current generation grants
 the member, plus its *handoffs*: partitions pending for it whose owner has let go, which replay
 shows nobody else may hold (``GroupState.handoffs``); it takes those at the owner's release
-record, without waiting for the leader's follow-up grant.
+record, without waiting for the leader's follow-up grant. Less what it gives a newcomer the
+current generation admitted (``GroupState.admitted_away``), which it revokes at once. A
+newcomer so admitted is covered by no generation yet: its target is what its givers have let
+go (``GroupState.admission_handoffs``; state.py, "Admission").
 
 Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
 
@@ -441,11 +444,18 @@ class Member:
             assert group.assignment is not None
             # pending partitions their owner has let go, handed to us without a leader turn
             handed = group.handoffs(self.member_id)
-            target = group.assignment.assigned(self.member_id) | handed
+            # what we give the newcomer this generation admitted goes as a revocation would
+            away = group.admitted_away(self.member_id)
+            target = (group.assignment.assigned(self.member_id) - away) | handed
             if self.state in (JOINING, ACTIVE):
                 self._fire("covered")
-        elif self.state == ACTIVE:
-            self._fire("uncovered")
+        else:
+            if self.state == ACTIVE:
+                self._fire("uncovered")
+            if healthy and self.state == JOINING:
+                # a newcomer the current generation admitted takes what its members give it as
+                # they let go, before any generation covers it (state.py, "Admission")
+                handed = target = group.admission_handoffs(self.member_id)
         # Held: a process we replaced in our static seat may still run them (state.py); a
         # grant is taken, and acknowledged, only once nothing holds it.
         blocked = group.held() & target if self.instance_id is not None and target else EMPTY
@@ -604,6 +614,9 @@ class Member:
         seat = self._seat if self.instance_id is not None and basis is not None else None
         seat_ts = None
         me = group.members.get(self.member_id)
+        # the generation that admitted our membership, echoed like joined_at (state.py)
+        admitted = me.admitted_in if basis is not None and me is not None and \
+            me.proc == self.incarnation else 0  # fmt: skip
         if (self._seq == 1 and self.instance_id is not None and me is not None
                 and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
                 and group.is_live(self.member_id)):  # fmt: skip
@@ -632,6 +645,7 @@ class Member:
             seat_ts=seat_ts,
             reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
             leaving=leaving,
+            admitted_in=admitted,
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)

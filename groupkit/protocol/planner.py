@@ -53,9 +53,14 @@ outcome (``planned``), which is used only while the membership it was made for s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from groupkit.assignors import Assignor, get_assignor
+from groupkit.assignors import (
+    Assignor,
+    CooperativeStickyAssignor,
+    StickyAssignor,
+    get_assignor,
+)
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, basis_of, run_assignor
 from groupkit.protocol.records import (
     EMPTY,
@@ -343,7 +348,20 @@ class Planner:
             for i, c in covered.items()
         }
         phase = PHASE_COMPLETE if adj.complete else PHASE_PARTIAL
+        if phase == PHASE_COMPLETE and self._admits(fallback):
+            members = admit_newcomer(members, counts)
         return self._record(state, phase, members, counts, reason, fallback)
+
+    def _admits(self, fallback: AssignorFallback | None) -> bool:
+        """Whether this planner's complete generations name what a newcomer would get
+        (:func:`admit_newcomer`): cooperative, and the group's own assignor is a built-in
+        sticky one, whose plan for the newcomer keeps that (it keeps what members own while
+        the group is balanced). A user's assignor, or any other, plans every join itself."""
+        return (
+            self.protocol == RebalanceProtocol.COOPERATIVE
+            and fallback is None
+            and type(self.assignor) in (StickyAssignor, CooperativeStickyAssignor)
+        )
 
     def _record(
         self,
@@ -372,18 +390,50 @@ class Planner:
         return Decision(WRITE, reason, rec, key)
 
 
+def admit_newcomer(
+    members: Mapping[str, CoveredMember], counts: Mapping[str, int]
+) -> dict[str, CoveredMember]:
+    """``members`` with what each gives the next newcomer (``CoveredMember.admit``).
+
+    The newcomer's share of a group whose members all subscribe to the same topics:
+    ``partitions // (members + 1)``, taken one at a time from the member that owns the most
+    (ties: the larger id), its highest partition first. That is what a sticky assignor's plan
+    for the larger group keeps once the newcomer owns it: every member then owns within one
+    of every other. Nothing when the members' topics differ, or a newcomer's share is none.
+    """
+    if not members or len({c.topics for c in members.values()}) != 1:
+        return dict(members)
+    share = sum(counts.values()) // (len(members) + 1)
+    left = {m: sorted(c.assigned) for m, c in members.items()}
+    give: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    for _ in range(share):
+        m = max(left, key=lambda i: (len(left[i]), i))
+        if not left[m]:
+            break
+        give[m].append(left[m].pop())
+    return {m: replace(c, admit=frozenset(give[m])) for m, c in members.items()}
+
+
 def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, int | None]:
     """What the assignor should see as the member's ``(owned, generation)``.
 
     Its claims, except in eager phase 2: after revoke-all nobody claims anything, and a sticky
     assignor would start from scratch. The revoke record says what each member gave up, so
     that is what it owned (only advice for stickiness: phase 2 runs once nobody holds it).
+    And while the current generation has admitted a newcomer (state.py, "Admission"): what
+    its members give it counts as the newcomer's already, so that the plan that covers it
+    keeps it there rather than moving other partitions.
     """
     cur = state.assignment
     if cur is not None and cur.phase == PHASE_REVOKE and not m.claims:
         c = cur.members.get(mid)
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
+    adm = state.admission()
+    if adm is not None:
+        if adm[0] == mid:
+            return m.claims | adm[1], m.owned_generation or None
+        return m.claims - state.admitted_away(mid), m.owned_generation or None
     return m.claims, m.owned_generation or None
 
 

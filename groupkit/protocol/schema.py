@@ -138,6 +138,11 @@ class MemberRecord:
     #: (false) in every other record and in records that predate it; a reader that predates it
     #: ignores it and ends the membership at the tombstone, as before.
     leaving: bool = False
+    #: the generation in which the member's join was *admitted* (state.py, "Admission"),
+    #: echoed from its own replay like ``joined_at``, so that a reader of the compacted topic
+    #: that never saw the join reserves the admitted partitions alike; 0: none. Absent (0) in
+    #: records that predate it.
+    admitted_in: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,10 @@ class CoveredMember:
     assigned: Partitions
     revoke: Partitions
     pending: Partitions
+    #: of ``assigned``, what the member gives the next newcomer the group *admits* in this
+    #: generation, without a leader's turn (state.py, "Admission"); only in a complete
+    #: cooperative generation. Absent (empty) in records that predate it.
+    admit: Partitions = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +225,8 @@ class SnapshotMember:
     process: str | None = None
     instance_id: str | None = None
     process_since: int = 0
+    #: state.py, "Admission"; absent (0) in snapshots that predate it
+    admitted_in: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +323,7 @@ def member_record(
     seat_ts: int | None = None,
     reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
     leaving: bool = False,
+    admitted_in: int = 0,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -321,7 +333,8 @@ def member_record(
     ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
     ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
     in a join that takes a seat over (:attr:`MemberRecord.seat_ts`). ``leaving``: the last
-    record of a clean leave (:attr:`MemberRecord.leaving`).
+    record of a clean leave (:attr:`MemberRecord.leaving`). ``admitted_in``: the generation
+    that admitted the member's join (:attr:`MemberRecord.admitted_in`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -329,6 +342,8 @@ def member_record(
     seen = acked_generation if seen_generation is None else seen_generation
     if seen < acked_generation:
         raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
+    if not 0 <= admitted_in <= seen:
+        raise ValueError(f"admitted_in {admitted_in} not in [0, seen_generation {seen}]")
     legacy = prev_ts == "legacy"
     prev = None if isinstance(prev_ts, str) else prev_ts
     if prev is not None and joined_at is None:
@@ -369,6 +384,7 @@ def member_record(
         reset_at=-1 if reset is None else reset[0],
         reset_done=EMPTY if reset is None else _tps(reset[1]),
         leaving=leaving,
+        admitted_in=admitted_in,
     )
 
 
@@ -426,10 +442,12 @@ def covered_member(
     assigned: Iterable[tuple[str, int]] = (),
     revoke: Iterable[tuple[str, int]] = (),
     pending: Iterable[tuple[str, int]] = (),
+    admit: Iterable[tuple[str, int]] = (),
 ) -> CoveredMember:
     """One member's entry of an assignment record."""
     return CoveredMember(
-        incarnation, tuple(sorted(set(topics))), _tps(assigned), _tps(revoke), _tps(pending)
+        incarnation, tuple(sorted(set(topics))), _tps(assigned), _tps(revoke), _tps(pending),
+        _tps(admit),
     )
 
 

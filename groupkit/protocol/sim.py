@@ -691,7 +691,8 @@ class GroupSim:
             and a.protocol == RebalanceProtocol.COOPERATIVE
             and not leaving
         ):
-            kept = acts.revoke & a.target(sm.member_id)
+            # (what it gives a newcomer the generation admitted goes: state.py, "Admission")
+            kept = acts.revoke & (a.target(sm.member_id) - sm.state.admitted_away(sm.member_id))
             if kept:
                 self.errors.append(f"{sm.member_id} revoked {sorted(kept)} it keeps")
 

@@ -71,6 +71,35 @@ What one ``replay`` does:
      granting no partition that another live member may still hold (``unsafe_grant``). So even a
      buggy or forged leader cannot make two members own one partition.
 
+Admission (issue 14). A join takes partitions from their owners without the leader's turn:
+
+- A complete cooperative generation planned by a built-in sticky assignor names, per member,
+  what it gives the next newcomer (``CoveredMember.admit``: the newcomer's share, taken from
+  the members that own the most; ``planner.admit_newcomer``).
+- The first join record in that generation of a dynamic newcomer written caught up to it
+  (``seq`` 1, no ``prev_ts``, the current generation seen), subscribing to what every member
+  it covers subscribes to, and whose id the generation does not name, *admits* it
+  (:meth:`GroupState._admits_join`; ``MemberState.admitted_in``). At most one per generation.
+- From that record every member gives what its entry ``admit``s as it gives a partition a new
+  generation takes away (:meth:`GroupState.admitted_away`: it revokes, commits and lets go),
+  and the newcomer takes each at its owner's release, as a handoff
+  (:meth:`GroupState.admission_handoffs`). That is one hop: the owners read the join record
+  when the leader would, and do not wait for the leader's generation. The leader's plan that
+  covers the newcomer counts what it was admitted as its own (``planner._previous``), so the
+  sticky assignor keeps it there, and nothing else moves.
+- Safety is the handoff's: what the newcomer is admitted is *reserved* for it from its join
+  until its record says it has seen a newer generation (:meth:`GroupState.reserved`), so a
+  grant of it to anyone else is ``unsafe_grant``, its claim is no ``unowned_claim``, and a
+  hold its restart or leave starts covers it; it takes one only once nobody else may hold it.
+  Owners give only while the admitting generation is current; a newer one, planned with or
+  without the newcomer, says what they own from then on.
+- Every reader decides alike: the rule reads the join record, the current assignment and the
+  live members' ``admitted_in``, and the newcomer's later records echo its ``admitted_in``
+  (``MemberRecord.admitted_in``, like ``joined_at``), so a reader of the compacted topic that
+  never saw the join still reserves alike while the admitting generation is current (its
+  record is then the newest assignment record, which compaction keeps).
+  ``tests/test_protocol_admission.py`` proves it over random schedules.
+
 Static membership (KIP-345, issue 16). A member configured with ``group.instance.id`` is
 *static*: its member id is its instance id, the *seat* the group keeps for it, and its records
 carry ``instance_id``. Each process is still a new incarnation. Rules:
@@ -325,6 +354,9 @@ class MemberState:
     instance_id: str | None = None
     #: log time of the seat's current process's first record (its lag clock starts there)
     process_since: int = 0
+    #: the generation that admitted this membership's join (module docstring, "Admission");
+    #: 0: none
+    admitted_in: int = 0
 
     @property
     def ref(self) -> MemberRef:
@@ -424,6 +456,10 @@ class GroupState:
     #: ``{partition: member ids whose claims had it}``, a superset (:meth:`_may_hold_partition`)
     _claimers: dict[TopicPartition, set[str]] = field(default_factory=dict, repr=False,
                                                       compare=False)  # fmt: skip
+    #: per generation in the history, what its members ``admit`` (:meth:`_admits`)
+    _admit_sets: dict[int, Partitions] = field(default_factory=dict, repr=False, compare=False)
+    #: ids of members with ``admitted_in`` (stale entries are dropped when read)
+    _admitted_ids: set[str] = field(default_factory=set, repr=False, compare=False)
     #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
     _receivers: dict[
         int, tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]
@@ -517,13 +553,20 @@ class GroupState:
         ``unsafe_grant``; its claim by that member is no ``unowned_claim``; a hold started by
         that member's restart or leave covers it). Counting it before the owner lets go is
         only conservative: the member's own grant of it still waits for the owner
-        (:meth:`granted` does not include it, ``Planner`` keeps it pending)."""
-        if not self._pending_gens:
+        (:meth:`granted` does not include it, ``Planner`` keeps it pending).
+
+        An admitted newcomer's reservation ("Admission") works alike: what the generation that
+        admitted it has its members ``admit``, from its join until its record says it has seen
+        a newer generation. Every reader agrees on it: the join decides it, and the member's
+        later records echo it (``MemberRecord.admitted_in``)."""
+        if not self._pending_gens and not self._admitted_ids:
             return EMPTY
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
-        out = EMPTY
+        out = self._admission_reserved(m)
+        if not self._pending_gens:
+            return out
         first = max(m.seen_generation, m.since_generation, 1)
         for g in self._pending_gens:
             if g >= first:
@@ -531,6 +574,66 @@ class GroupState:
                 if m.named_by(c) and c.pending:
                     out = out | c.pending
         return out
+
+    def _admission_reserved(self, m: MemberState) -> Partitions:
+        """What is reserved for ``m`` (live) by the generation that admitted its join."""
+        g = m.admitted_in
+        if not g or g < m.seen_generation:
+            return EMPTY
+        a = self._history.get(g)
+        return self._admits(a) if a is not None else EMPTY
+
+    def _admits(self, a: AssignmentRecord) -> Partitions:
+        """Everything generation ``a``'s members ``admit`` (built once per generation)."""
+        got = self._admit_sets.get(a.generation)
+        if got is None:
+            got = self._admit_sets[a.generation] = frozenset().union(
+                *(c.admit for c in a.members.values())
+            )
+        return got
+
+    def admission(self) -> tuple[str, Partitions] | None:
+        """The newcomer the current generation admitted, and what its members give it
+        ("Admission"), or ``None``."""
+        a = self.assignment
+        if not self._admitted_ids or a is None:
+            return None
+        g = a.generation
+        for mid in list(self._admitted_ids):
+            m = self.members.get(mid)
+            if m is None or not m.admitted_in:
+                self._admitted_ids.discard(mid)  # the index keeps stale entries until read
+            elif m.admitted_in == g and self.is_live(mid):
+                return mid, self._admits(a)
+        return None
+
+    def admitted_away(self, member_id: str) -> Partitions:
+        """What this member gives the newcomer the current generation admitted: it revokes
+        them as it would revoke a partition a new generation takes away ("Admission")."""
+        adm = self.admission()
+        if adm is None or adm[0] == member_id:
+            return EMPTY
+        assert self.assignment is not None
+        c = self.assignment.members.get(member_id)
+        m = self.members.get(member_id)
+        return c.admit if c is not None and m is not None and m.named_by(c) else EMPTY
+
+    def admission_handoffs(self, member_id: str) -> Partitions:
+        """What the newcomer the current generation admitted may take now: what its members
+        give it that nobody else may hold any more (their owner's record let go), exactly as
+        :meth:`handoffs` hands pending partitions over, under the same conditions."""
+        adm = self.admission()
+        if adm is None or adm[0] != member_id or not self.knows_holds():
+            return EMPTY
+        if not self._history_complete():
+            return EMPTY
+        free = adm[1]
+        for h in self.holds:
+            if h.until > self.log_time:
+                free = free - h.partitions
+        return frozenset(
+            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
+        )
 
     def handoffs(self, member_id: str) -> Partitions:
         """Pending partitions of the current generation the member may take now, without the
@@ -626,6 +729,10 @@ class GroupState:
                     first = max(m.seen_generation, m.since_generation, 1)
                 if g >= first:
                     yield mid
+        for mid in tuple(self._admitted_ids):
+            m = self.members.get(mid)
+            if m is not None and self.is_live(mid) and p in self._admission_reserved(m):
+                yield mid
 
     def _receivers_of(
         self, g: int, a: AssignmentRecord
@@ -731,6 +838,10 @@ class GroupState:
             for mid, c in self.assignment.members.items():
                 for p in c.pending:
                     pending_for[p] = MemberRef(mid, c.incarnation)
+            adm = self.admission()
+            if adm is not None:  # what an admitted newcomer may take at this very record
+                for p in adm[1]:
+                    pending_for[p] = self.members[adm[0]].ref
         for p, o in v.committed:
             if not continues or old is None:
                 self.hints_ignored["not_continued"] += 1
@@ -928,6 +1039,7 @@ class GroupState:
                 m.incarnation = v.seat or v.incarnation
                 m.process, m.instance_id = v.incarnation, v.instance_id
                 m.process_since = old.process_since
+            m.admitted_in = v.admitted_in  # an echo, like joined_at ("Admission")
             new_membership = False
         else:
             if v.seen_generation > self.generation and old is not None:
@@ -954,6 +1066,7 @@ class GroupState:
                 if v.instance_id is not None:
                     m.incarnation = v.seat or v.incarnation
                     m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
+                m.admitted_in = v.admitted_in
             else:
                 # A new membership owns nothing: any claim in the record is void, because a
                 # process whose membership the log restarts has fenced itself (member.py).
@@ -967,6 +1080,8 @@ class GroupState:
                 )  # fmt: skip
                 if v.instance_id is not None:  # a new seat: known by this process
                     m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
+                elif self._admits_join(mid, v):
+                    m.admitted_in = self.generation
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
@@ -975,6 +1090,8 @@ class GroupState:
         self.members[mid] = m
         for p in m.claims:
             self._claimers.setdefault(p, set()).add(mid)
+        if m.admitted_in:
+            self._admitted_ids.add(mid)
         if v.leaving:
             # The leave's last record: the tombstone that follows it (another produce request,
             # which a reader may see later) takes effect right here, so nobody plans for the
@@ -992,6 +1109,33 @@ class GroupState:
             if (m.joined_at, mid) < (lead.joined_at, self.leader):
                 self.leader = mid
         return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
+
+    def _admits_join(self, mid: str, v: MemberRecord) -> bool:
+        """Whether this member record, which starts a new membership, is a join the current
+        generation admits ("Admission"): a dynamic newcomer's first record, written caught up
+        to the current generation, which is complete and cooperative and has its members
+        ``admit`` something; it subscribes to what every member it covers subscribes to; the
+        generation names no membership under its id; and no other live member was admitted in
+        it (an earlier membership under the same id does not count: a reader of the compacted
+        topic may never have seen it; what it may hold is held, as for any restart). Every
+        reader decides alike: the rule reads the record, the current assignment and the live
+        members' ``admitted_in``, which readers of the same offset agree on."""
+        a = self.assignment
+        if (
+            a is None
+            or v.legacy
+            or v.seq != 1
+            or v.prev_ts is not None
+            or v.seen_generation < a.generation
+            or a.protocol != _COOPERATIVE
+            or a.phase != PHASE_COMPLETE
+            or mid in a.members
+            or not self._admits(a)
+            or any(c.topics != v.topics for c in a.members.values())
+        ):
+            return False
+        adm = self.admission()
+        return adm is None or adm[0] == mid
 
     def _hold(self, old: MemberState) -> None:
         held = self.may_hold(old.member_id)
@@ -1141,6 +1285,7 @@ class GroupState:
             del self._history[g]
             self._pending_gens.discard(g)
             self._receivers.pop(g, None)
+            self._admit_sets.pop(g, None)
             self._gen_time.pop(g, None)  # is_lagging reads it only for generations in history
 
     def history(self) -> Iterator[AssignmentRecord]:
@@ -1256,6 +1401,8 @@ class GroupState:
         for m in st.members.values():
             for p in m.claims:
                 st._claimers.setdefault(p, set()).add(m.member_id)
+            if m.admitted_in:
+                st._admitted_ids.add(m.member_id)
         st._pending_gens = {
             g for g, a in st._history.items() if any(c.pending for c in a.members.values())
         }
@@ -1353,6 +1500,12 @@ def _check_consistent(a: AssignmentRecord) -> None:
             )
         if a.phase == PHASE_COMPLETE and c.pending:
             raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
+        if c.admit and (
+            a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or not c.admit <= c.assigned
+        ):
+            raise RecordRejected(
+                RejectReason.INCONSISTENT, f"{mid}: admits outside its complete cooperative grant"
+            )
         for p in c.assigned | c.pending:
             if p.partition >= counts.get(p.topic, 0) or p.topic not in c.topics:
                 raise RecordRejected(
