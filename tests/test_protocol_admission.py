@@ -31,7 +31,7 @@ from groupkit.protocol.records import (
 from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
 from groupkit.types import TopicPartition
-from tests.test_protocol_compaction import FullReader, agreed, replay
+from tests.test_protocol_compaction import FullReader, agreed, compacted_reader
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 from tests.test_protocol_jitter import JitterSchedule
 
@@ -116,16 +116,10 @@ class AdmissionSchedule(AdmissionRules):
             return
         if self.full is None or self.full.sim is not self.sim:
             self.full = FullReader(self.sim)
-        full = self.full.follow()
-        end = full.offset
-        if end < 0:
+        got = compacted_reader(self.sim, self.full, self.rng)
+        if got is None:
             return
-        rng = self.rng
-        clean_to = rng.choice([rng.randint(0, end), end - rng.randint(0, min(end, 30))])
-        if not self.full.admissible(clean_to):
-            return
-        retention = self.sim.session_timeout_ms * rng.choice([1, 2, 5])
-        fresh = replay(self.sim, self.sim.log.compacted(clean_to, self.sim.clock - retention))
+        fresh, full, clean_to = got
         if agreed(fresh) != agreed(full):
             base = [a == b for a, b in zip(agreed(fresh), agreed(full), strict=True)][:-2]
             if not all(base):
@@ -134,7 +128,7 @@ class AdmissionSchedule(AdmissionRules):
         TALLY["compared"] += 1
         if full.admission() is not None:
             TALLY["admissions"] += 1
-        assert admission_of(fresh) == admission_of(full), (clean_to, end)
+        assert admission_of(fresh) == admission_of(full), clean_to
 
     def teardown(self) -> None:
         if hasattr(self, "sim"):

@@ -105,8 +105,12 @@ class FullReader:
         return not any(o in self.rejected for o in last.values())
 
 
-def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str | None:
-    """Compact at a random point; ``None`` if the fresh reader agrees, else what differs."""
+def compacted_reader(
+    sim: GroupSim, full: FullReader, rng: random.Random
+) -> tuple[GroupState, GroupState, int] | None:
+    """``(fresh, full, clean_to)``: the full replay, and a fresh reader's of the log compacted
+    at a random point; ``None`` where that point cannot be had (see :meth:`FullReader.
+    admissible`) or nothing is in the log yet."""
     st = full.follow()
     end = st.offset
     if end < 0:
@@ -117,7 +121,16 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
         TALLY["inadmissible"] += 1
         return None
     retention = sim.session_timeout_ms * rng.choice([1, 2, 5])
-    fresh = replay(sim, sim.log.compacted(clean_to, sim.clock - retention))
+    return replay(sim, sim.log.compacted(clean_to, sim.clock - retention)), st, clean_to
+
+
+def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str | None:
+    """Compact at a random point; ``None`` if the fresh reader agrees, else what differs."""
+    got = compacted_reader(sim, full, rng)
+    if got is None:
+        return None
+    fresh, st, clean_to = got
+    end = st.offset
     TALLY["checked"] += 1
     if agreed(fresh) == agreed(st):
         return None
