@@ -23,9 +23,11 @@ import hypothesis.strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from groupkit.protocol.records import (
+    AssignmentKey,
     covered_member,
     decode,
     encode,
+    encode_key,
     member_record,
 )
 from groupkit.protocol.sim import GroupSim
@@ -249,3 +251,35 @@ def test_admission_fields_round_trip_and_a_future_admission_is_refused() -> None
     with pytest.raises(RecordRejected) as e:
         decode(raw_k, forged)
     assert e.value.reason == "bad_value"
+
+
+def test_a_clobbered_generation_of_a_leader_that_left_is_superseded_not_carried_over() -> None:
+    """The new leader re-asserts a clobbered generation only while the group is as it says. A
+    leader that left gave what it admitted to a newcomer, so a copy of its grant is unsafe:
+    every copy was rejected and clobbered the assignment again, and the new leader wrote
+    nothing else for good (tests/test_protocol_jitter.py found it in CI)."""
+    sim = stable_group(slow_plan_for="d")
+    a = sim.view().assignment
+    assert a is not None
+    old = sim.view().leader
+    assert old is not None and a.members[old].admit
+    d = sim.join("d")
+    for _ in range(200):  # d takes what it was admitted, the leader's own share included
+        sim.tick()
+        if d.member.owned == {p for c in a.members.values() for p in c.admit}:
+            break
+    else:
+        raise AssertionError("d was not handed its share")
+    sim.leave(old)
+    for _ in range(40):
+        sim.tick()
+        if sim.view().leader != old:
+            break
+    assert sim.view().leader != old
+    sim.inject(encode_key(AssignmentKey(sim.group)), b"\x01garbage")  # clobbers the assignment
+    sim.tick(5)
+    assert sim.view().assignment_clobbered
+    sim.settle(max_ticks=600)
+    final = sim.view().assignment
+    assert final is not None and old not in final.members
+    assert not sim.view().rejections["unsafe_grant"]

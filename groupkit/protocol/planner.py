@@ -230,9 +230,15 @@ class Planner:
             lead = state.members[state.leader]
             if MemberRef(cur.leader_id, cur.leader_incarnation) == lead.ref:
                 return Decision(WRITE, DecisionReason.REASSERT, cur, AssignmentKey(state.group))
-            # another leader wrote it: carry it over as a new generation of ours
-            return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
-                                DecisionReason.REASSERT, cur.fallback)  # fmt: skip
+            # Another leader wrote it: carry it over as a new generation of ours, unless the
+            # group changed since. Then the generation planned below supersedes it (compaction
+            # keeps that one), and a carried-over grant may no longer be safe: a member that
+            # left gave its partitions to one a newer join admitted, and every copy of its
+            # grant was rejected as unsafe, and clobbered the assignment again (found by
+            # tests/test_protocol_jitter.py in CI: a leader that did nothing else for good).
+            if self.rebalance_reason(state, partition_counts) is None:
+                return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
+                                    DecisionReason.REASSERT, cur.fallback)  # fmt: skip
         active = self.active_members(state)
         if not active:
             return Decision(NONE, DecisionReason.NO_ACTIVE_MEMBERS)
