@@ -134,8 +134,17 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
     TALLY["checked"] += 1
     if agreed(fresh) == agreed(st):
         return None
-    names = ("leader", "generation", "assignment", "live", "covered", "newcomers", "reserved",
-             "admission", "admitted")
+    names = (
+        "leader",
+        "generation",
+        "assignment",
+        "live",
+        "covered",
+        "newcomers",
+        "reserved",
+        "admission",
+        "admitted",
+    )
     diffs = [n for n, a, b in zip(names, agreed(fresh), agreed(st), strict=True) if a != b]
     for d in diffs:
         TALLY[d] += 1

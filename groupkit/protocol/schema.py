@@ -446,7 +446,11 @@ def covered_member(
 ) -> CoveredMember:
     """One member's entry of an assignment record."""
     return CoveredMember(
-        incarnation, tuple(sorted(set(topics))), _tps(assigned), _tps(revoke), _tps(pending),
+        incarnation,
+        tuple(sorted(set(topics))),
+        _tps(assigned),
+        _tps(revoke),
+        _tps(pending),
         _tps(admit),
     )
 
