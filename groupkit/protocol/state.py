@@ -601,8 +601,12 @@ class GroupState:
         g = a.generation
         for mid in list(self._admitted_ids):
             m = self.members.get(mid)
-            if m is None or not m.admitted_in:
-                self._admitted_ids.discard(mid)  # the index keeps stale entries until read
+            if m is None or not m.admitted_in or m.admitted_in < m.seen_generation:
+                # The index keeps stale entries until read; one whose record has seen a newer
+                # generation is done for good (its reservation too: _admission_reserved), so
+                # the index holds only the few admissions under way, not every member that
+                # was ever admitted (its records echo admitted_in for as long as they run).
+                self._admitted_ids.discard(mid)
             elif m.admitted_in == g and self.is_live(mid):
                 return mid, self._admits(a)
         return None
