@@ -16,7 +16,6 @@ admissions run without it), and shown in scenarios.
 from __future__ import annotations
 
 import os
-import random
 from collections import Counter
 
 import hypothesis.strategies as st
@@ -33,7 +32,7 @@ from groupkit.protocol.records import (
 from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
 from groupkit.types import TopicPartition
-from tests.test_protocol_compaction import FullReader, agreed, compacted_reader
+from tests.test_protocol_compaction import FullReaderRules, agreed, compacted_reader
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 from tests.test_protocol_jitter import JitterSchedule
 
@@ -98,7 +97,7 @@ def admission_of(st: GroupState) -> tuple[object, ...]:
     return (st.admission(), sorted(m for m in live if st.members[m].admitted_in == st.generation))
 
 
-class AdmissionSchedule(AdmissionRules):
+class AdmissionSchedule(AdmissionRules, FullReaderRules):
     """Checked against compacted readers too (test_protocol_compaction.py): at a random
     cleaning point after every step, a reader of the compacted log agrees with the full replay
     on the admission. Only where it agrees on the rest of what test_protocol_compaction.py
@@ -106,19 +105,13 @@ class AdmissionSchedule(AdmissionRules):
     without admissions (the issue's notes), and an admission read from a different
     generation would prove nothing."""
 
-    @initialize(seed=st.integers(0, 2**32 - 1))
-    def seed(self, seed: int) -> None:
-        self.rng = random.Random(seed)
-        self.full: FullReader | None = None
-
     @invariant()
     def check(self) -> None:
         super().check()
-        if not hasattr(self, "rng") or not hasattr(self, "sim"):
+        reader = self.full_reader()
+        if reader is None:
             return
-        if self.full is None or self.full.sim is not self.sim:
-            self.full = FullReader(self.sim)
-        got = compacted_reader(self.sim, self.full, self.rng)
+        got = compacted_reader(self.sim, reader, self.rng)
         if got is None:
             return
         fresh, full, clean_to = got

@@ -155,25 +155,40 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
     )
 
 
-class CompactedSchedule(GroupSchedule):
-    """The schedules of ``test_protocol_hypothesis``, checked against compacted readers too."""
+class FullReaderRules(GroupSchedule):
+    """A seeded random source for cleaning points, and the full replay of the current
+    simulation to compare compacted readers with (:meth:`full_reader`)."""
 
     @initialize(seed=st.integers(0, 2**32 - 1))
     def seed(self, seed: int) -> None:
         self.rng = random.Random(seed)
         self.full: FullReader | None = None
 
+    def full_reader(self) -> FullReader | None:
+        """The full replay of this simulation (a new one when the simulation is new);
+        ``None`` before the schedule has both its seed and its simulation."""
+        if not hasattr(self, "rng") or not hasattr(self, "sim"):
+            return None
+        if self.full is None or self.full.sim is not self.sim:
+            self.full = FullReader(self.sim)
+        return self.full
+
+
+class CompactedSchedule(FullReaderRules):
+    """The schedules of ``test_protocol_hypothesis``, checked against compacted readers too."""
+
     @invariant()
     def check(self) -> None:
         super().check()
-        if not hasattr(self, "rng") or not hasattr(self, "sim"):
+        before = getattr(self, "full", None)
+        full = self.full_reader()
+        if full is None:
             return
-        if self.full is None or self.full.sim is not self.sim:
-            self.full = FullReader(self.sim)
+        if full is not before:
             self.deadlines: dict[tuple[str, str], int] = {}
         self.check_deadlines()
         TALLY["ticks"] += 1
-        err = check_compacted(self.sim, self.full, self.rng)
+        err = check_compacted(self.sim, full, self.rng)
         if not TALLY_ONLY:
             assert err is None, err
 
