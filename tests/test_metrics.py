@@ -157,8 +157,6 @@ def test_every_metric_moves_with_the_group(
     )
     wait_for(lambda: (completed() or 0) >= 1, 15, "a completed rebalance")
     assert (value(r1, "groupkit_rebalance_duration_seconds_count") or 0) >= 1
-    # Between the first assignment record and the member's claim, 4 partitions were paused.
-    assert (value(r1, "groupkit_paused_partition_seconds_total") or 0) > 0
     assert (value(r1, "groupkit_control_records_written_total", kind="member") or 0) >= 1
     assert (value(r1, "groupkit_control_records_written_total", kind="assignment") or 0) >= 1
     assert (value(r1, "groupkit_control_records_read_total", kind="assignment") or 0) >= 1
@@ -249,6 +247,11 @@ def test_every_metric_moves_with_the_group(
              "the 4 partitions counted as lost")  # fmt: skip
     wait_for(lambda: value(r1, "groupkit_consumergroup_assigned_partitions") == 4, 30,
              "member 1 to own the 4 partitions again")  # fmt: skip
+    # Partitions were paused between an assignment record and the claim of each of the
+    # three assignments above (the join, the split, the loss). The leader integrates what it
+    # sees between its control turns: one turn that reads both records of a quick claim sees
+    # no pause, but not three times over.
+    assert (value(r1, "groupkit_paused_partition_seconds_total") or 0) > 0
 
 
 def test_no_registry_no_metrics_and_nothing_global_on_import() -> None:

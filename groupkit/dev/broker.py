@@ -47,6 +47,7 @@ import base64
 import contextlib
 import gc
 import os
+import random
 import re
 import shutil
 import signal
@@ -188,12 +189,45 @@ def new_cluster_id() -> str:
             return cid
 
 
+#: Ports this process has handed out: a cluster asks for several before any is bound.
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A loopback port nobody listens on right now, and no outgoing connection will take.
+
+    A port is handed out tens of seconds before its listener binds it (a fault proxy starts once
+    its cluster serves). ``bind(0)`` would pick it from the kernel's ephemeral range, where every
+    client connection made meanwhile takes its source port, so it is picked below that range;
+    and never twice by one process.
+    """
+    low, _ = _ephemeral_range()
+    lowest = 10000 if low > 12000 else 1024
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(lowest, low) if low > lowest else rng.randrange(1024, 65536)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded machine
+        s.bind(("127.0.0.1", 0))
+        picked: int = s.getsockname()[1]
+        _handed_out.add(picked)
+        return picked
 
 
 def _port_open(port: int) -> bool:
