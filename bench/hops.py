@@ -7,8 +7,8 @@ members compute. That count is what a protocol change can remove; the latency fo
 
 Scenarios, on a stable 3-member group (12 partitions), both protocols, with the range assignor
 and, for the cooperative protocol, also with ``cooperative-sticky``, whose complete generations
-name what a newcomer would get, so a join is *admitted* without the leader's turn (state.py,
-"Admission"):
+name what a newcomer would get and who inherits a leaver's partitions, so a join is *admitted*
+and a leave *inherited* without the leader's turn (state.py, "Admission", "Inheritance"):
 
 - ``join``: a 4th member joins. Hops from its join record's write to a stable group.
 - ``join_bounded``: the same, in a group whose leader writes snapshots (every half session)
@@ -20,11 +20,12 @@ name what a newcomer would get, so a join is *admitted* without the leader's tur
   from the crash, so it includes the session timeout and the heartbeat that carries the log
   time past it.
 
-"Owned": every running member processes exactly what the newest assignment targets for it
-(assigned and pending: a pending partition may be handed over at its owner's release, before
-the leader's follow-up grants it), and every partition is processed. "Stable" is
-:meth:`GroupSim.is_stable`: that, and the leader has nothing left to plan (so the
-acknowledgements the planner waits for count as hops).
+"Owned": from the first moment every running member processes what it processes once the group
+is stable, and goes on doing so (a pending partition handed over at its owner's release, a
+newcomer's admitted share, an heir's inheritance: all before the leader's generation grants
+them). "Stable" is :meth:`GroupSim.is_stable`: every running member processes exactly what the
+newest assignment targets for it, every partition is processed, and the leader has nothing
+left to plan (so the acknowledgements the planner waits for count as hops).
 
     python bench/hops.py    # prints the table, writes bench/results/hops.{json,md}
 """
@@ -38,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from groupkit.protocol.sim import GroupSim
+from groupkit.types import TopicPartition
 
 SCENARIOS = ("join", "join_bounded", "leave", "crash")
 PROTOCOLS = ("eager", "cooperative")
@@ -115,10 +117,9 @@ def measure(
         start = -1
     else:
         raise ValueError(f"unknown scenario {scenario!r}")
-    owned_at = None
+    seen: list[tuple[int, dict[TopicPartition, list[str]]]] = []  # (clock, who processes what)
     for _ in range((session_timeout_ms * 4) // tick_ms):
-        if owned_at is None and _all_owned(sim, gen0):
-            owned_at = sim.clock
+        seen.append((sim.clock, sim.owners()))
         if sim.is_stable():
             break
         sim.tick()
@@ -128,7 +129,17 @@ def measure(
     else:
         raise AssertionError(f"{protocol} {scenario}: not stable\n{sim.describe()}")
     end = sim.clock
-    assert owned_at is not None
+    if not _all_owned(sim, gen0):
+        raise AssertionError(f"{protocol} {scenario}: stable, yet not owned\n{sim.describe()}")
+    # owned from the first moment the running members process what they do once stable,
+    # and go on doing so: a pending partition taken at its owner's release, an admitted or
+    # inherited one taken before any generation grants it, count from their take
+    final = seen[-1][1]
+    owned_at = end
+    for clock, owners in reversed(seen):
+        if owners != final:
+            break
+        owned_at = clock
     if scenario == "crash":
         deadline = last_seen + session_timeout_ms
         first = next(r for r in sim.log.records if r.timestamp >= deadline)

@@ -7,6 +7,11 @@ newcomer takes each at its giver's release, without waiting for the leader to re
 write a generation (one control-log hop fewer: ``tests/test_protocol_hops.py``). The leader's
 plan that covers the newcomer then keeps it there.
 
+Inheritance (state.py, "Inheritance") is proven by the same schedules: the same generations name
+who inherits what a member owns, the schedules' members leave (also while the leader is paused,
+so that only their heirs move anything), and the compacted readers must agree on what every
+member inherits too. Its scenarios are in ``tests/test_protocol_inheritance.py``.
+
 Proven here over random schedules (the base schedule's rules and invariants, every one checked
 after every step, with compacted readers that must agree with the full replay on the admission
 and on every member's ``admitted_in``; and again with produce jitter; the leader paused so that
@@ -69,21 +74,34 @@ class AdmissionRules(GroupSchedule):
             topics = sorted({t for m in self.sim.view().live_members().values() for t in m.topics})
             self.sim.join(mid, topics or ["t0"])
 
+    @precondition(lambda self: len(self._alive()) >= 2)
+    @rule(data=st.data(), ms=st.integers(300, 3_000))
+    def leave_while_the_leader_is_paused(self, data: st.DataObject, ms: int) -> None:
+        """A member leaves cleanly while the leader cannot plan: only its heirs move anything
+        (state.py, "Inheritance")."""
+        leader = self.sim.view().leader
+        if leader in self.sim.members and not self.sim.members[leader].crashed:
+            self.sim.pause(leader, ms)
+        self.sim.leave(data.draw(st.sampled_from(self._alive())))
+
     def check_handoffs(self) -> None:
         """(7) What an admission hands to its newcomer is handed to it alone, and nobody else
-        may hold it; the givers are the current generation's members."""
+        may hold it; the givers are the current generation's members. (8) What an heir takes
+        by inheritance nobody else may hold, and it inherits it in the current generation."""
         super().check_handoffs()
         if not hasattr(self, "sim"):
             return
         for state in [self.sim.view(), *(sm.state for sm in self.sim.running())]:
-            adm = state.admission()
-            if adm is None:
-                continue
-            newcomer, admitted = adm
-            assert state.assignment is not None and newcomer not in state.assignment.members
             holders = state.holders()
-            for p in state.admission_handoffs(newcomer):
-                assert p in admitted and holders.get(p) == {newcomer}, (p, holders.get(p))
+            adm = state.admission()
+            if adm is not None:
+                newcomer, admitted = adm
+                assert state.assignment is not None and newcomer not in state.assignment.members
+                for p in state.admission_handoffs(newcomer):
+                    assert p in admitted and holders.get(p) == {newcomer}, (p, holders.get(p))
+            for m in state.live_members():
+                for p in state.inheritance_handoffs(m):
+                    assert p in state.inherited(m) and holders.get(p) == {m}, (p, holders.get(p))
 
 
 #: how often the compacted reader's base state (leader, generation, assignment, live members,
@@ -92,9 +110,13 @@ TALLY: Counter[str] = Counter()
 
 
 def admission_of(st: GroupState) -> tuple[object, ...]:
-    """What readers must agree on about the current generation's admission."""
+    """What readers must agree on about the current generation's admission and inheritance."""
     live = st.live_members()
-    return (st.admission(), sorted(m for m in live if st.members[m].admitted_in == st.generation))
+    return (
+        st.admission(),
+        sorted(m for m in live if st.members[m].admitted_in == st.generation),
+        {m: st.inherited(m) for m in live},
+    )
 
 
 class AdmissionSchedule(AdmissionRules, FullReaderRules):
@@ -116,13 +138,15 @@ class AdmissionSchedule(AdmissionRules, FullReaderRules):
             return
         fresh, full, clean_to = got
         if agreed(fresh) != agreed(full):
-            base = [a == b for a, b in zip(agreed(fresh), agreed(full), strict=True)][:-2]
+            base = [a == b for a, b in zip(agreed(fresh), agreed(full), strict=True)][:-3]
             if not all(base):
                 TALLY["base_disagreements"] += 1
                 return
         TALLY["compared"] += 1
         if full.admission() is not None:
             TALLY["admissions"] += 1
+        if any(full.inherited(m) for m in full.live_members()):
+            TALLY["inheritances"] += 1
         assert admission_of(fresh) == admission_of(full), clean_to
 
     def teardown(self) -> None:

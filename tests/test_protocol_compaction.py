@@ -16,6 +16,8 @@ the log as compacted at a random cleaning point; it must agree with the replay o
 - what the current generation's pending partitions are **reserved** for
   (``GroupState.reserved``): a grant that one reader rejects as unsafe another must not accept,
   and a handoff claimed by its target must be no ``unowned_claim`` for any of them.
+- the current generation's **admission** and what each member **inherits** from owners that are
+  gone (state.py, "Admission", "Inheritance"): reservations too.
 
 What need not agree: what was lost with the compacted records and matters no more. Holds and
 tombstones older than a session, rejection counters, and the assignment history the full reader
@@ -67,6 +69,8 @@ def agreed(st: GroupState) -> tuple[object, ...]:
         # older generation's is not agreed on: a reader may never see that generation's record
         st.admission(),
         sorted(m for m in live if st.members[m].admitted_in == st.generation),
+        # what each member inherits in the current generation (state.py, "Inheritance")
+        {m: st.inherited(m) for m in live},
     )
 
 
@@ -144,6 +148,7 @@ def check_compacted(sim: GroupSim, full: FullReader, rng: random.Random) -> str 
         "reserved",
         "admission",
         "admitted",
+        "inherited",
     )
     diffs = [n for n, a, b in zip(names, agreed(fresh), agreed(st), strict=True) if a != b]
     for d in diffs:

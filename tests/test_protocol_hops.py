@@ -32,7 +32,7 @@ EXPECTED = {
     ("cooperative", "range", "crash"): (2, 4),
     ("cooperative", "cooperative-sticky", "join"): (2, 4),
     ("cooperative", "cooperative-sticky", "join_bounded"): (2, 4),
-    ("cooperative", "cooperative-sticky", "leave"): (2, 3),
+    ("cooperative", "cooperative-sticky", "leave"): (1, 3),
     ("cooperative", "cooperative-sticky", "crash"): (1, 2),
 }
 

@@ -265,6 +265,7 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
                 "pending": encode_partitions(c.pending),
                 # optional: absent means none (and in every record that predates it)
                 **({"admit": encode_partitions(c.admit)} if c.admit else {}),
+                **({"inherit": encode_partitions(c.inherit)} if c.inherit else {}),
             }
             for m, c in v.members.items()
         },
@@ -723,6 +724,11 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
             admit=(
                 decode_partitions(_get(c, "admit", dict), "admit", budget)
                 if "admit" in c
+                else EMPTY
+            ),
+            inherit=(
+                decode_partitions(_get(c, "inherit", dict), "inherit", budget)
+                if "inherit" in c
                 else EMPTY
             ),
         )

@@ -21,7 +21,9 @@ shows nobody else may hold (``GroupState.handoffs``); it takes those at the owne
 record, without waiting for the leader's follow-up grant. Less what it gives a newcomer the
 current generation admitted (``GroupState.admitted_away``), which it revokes at once. A
 newcomer so admitted is covered by no generation yet: its target is what its givers have let
-go (``GroupState.admission_handoffs``; state.py, "Admission").
+go (``GroupState.admission_handoffs``; state.py, "Admission"). A member takes what it inherits
+from an owner that left the same way, as a handoff (``GroupState.inheritance_handoffs``;
+state.py, "Inheritance").
 
 Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
 
@@ -442,8 +444,9 @@ class Member:
         target = handed = EMPTY
         if covered:
             assert group.assignment is not None
-            # pending partitions their owner has let go, handed to us without a leader turn
-            handed = group.handoffs(self.member_id)
+            # pending partitions their owner has let go, handed to us without a leader turn,
+            # and what we inherit from an owner that left (state.py, "Inheritance")
+            handed = group.handoffs(self.member_id) | group.inheritance_handoffs(self.member_id)
             # what we give the newcomer this generation admitted goes as a revocation would
             away = group.admitted_away(self.member_id)
             target = (group.assignment.assigned(self.member_id) - away) | handed

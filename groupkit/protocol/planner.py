@@ -355,14 +355,16 @@ class Planner:
         }
         phase = PHASE_COMPLETE if adj.complete else PHASE_PARTIAL
         if phase == PHASE_COMPLETE and self._admits(fallback):
-            members = admit_newcomer(members, counts)
+            members = name_heirs(admit_newcomer(members, counts))
         return self._record(state, phase, members, counts, reason, fallback)
 
     def _admits(self, fallback: AssignorFallback | None) -> bool:
         """Whether this planner's complete generations name what a newcomer would get
-        (:func:`admit_newcomer`): cooperative, and the group's own assignor is a built-in
-        sticky one, whose plan for the newcomer keeps that (it keeps what members own while
-        the group is balanced). A user's assignor, or any other, plans every join itself."""
+        (:func:`admit_newcomer`) and who inherits what a leaver owns (:func:`name_heirs`):
+        cooperative, and the group's own assignor is a built-in sticky one, whose plan for
+        the newcomer, or without the leaver, keeps that (it keeps what members own while the
+        group is balanced). A user's assignor, or any other, plans every join and leave
+        itself."""
         return (
             self.protocol == RebalanceProtocol.COOPERATIVE
             and fallback is None
@@ -420,6 +422,26 @@ def admit_newcomer(
     return {m: replace(c, admit=frozenset(give[m])) for m, c in members.items()}
 
 
+def name_heirs(members: Mapping[str, CoveredMember]) -> dict[str, CoveredMember]:
+    """``members`` with what each inherits if another leaves (``CoveredMember.inherit``).
+
+    Per member, its partitions in order, each to the other member that owns the fewest
+    counting what it inherits from that member so far (ties: the smaller id). That is what a
+    sticky assignor's plan without the leaver keeps: every member then owns within one of
+    every other, if it did before. Nothing when the members' topics differ.
+    """
+    if len(members) < 2 or len({c.topics for c in members.values()}) != 1:
+        return dict(members)
+    inherit: dict[str, set[TopicPartition]] = {m: set() for m in members}
+    for leaver in sorted(members):
+        load = {m: len(c.assigned) for m, c in members.items() if m != leaver}
+        for p in sorted(members[leaver].assigned):
+            heir = min(load, key=lambda i: (load[i], i))
+            inherit[heir].add(p)
+            load[heir] += 1
+    return {m: replace(c, inherit=frozenset(inherit[m])) for m, c in members.items()}
+
+
 def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, int | None]:
     """What the assignor should see as the member's ``(owned, generation)``.
 
@@ -428,19 +450,24 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
     that is what it owned (only advice for stickiness: phase 2 runs once nobody holds it).
     And while the current generation has admitted a newcomer (state.py, "Admission"): what
     its members give it counts as the newcomer's already, so that the plan that covers it
-    keeps it there rather than moving other partitions.
+    keeps it there rather than moving other partitions. So does what a member inherits from
+    an owner that left (state.py, "Inheritance").
     """
     cur = state.assignment
     if cur is not None and cur.phase == PHASE_REVOKE and not m.claims:
         c = cur.members.get(mid)
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
+    inherited = state.inherited(mid)
     adm = state.admission()
     if adm is not None:
+        # a partition both admitted and inherited (its owner left after the join) counts
+        # for whoever claims it, else for the newcomer: never for two members
         if adm[0] == mid:
-            return m.claims | adm[1], m.owned_generation or None
-        return m.claims - state.admitted_away(mid), m.owned_generation or None
-    return m.claims, m.owned_generation or None
+            return m.claims | state.unclaimed_by_others(mid, adm[1]), m.owned_generation or None
+        owned = m.claims | (inherited - adm[1])
+        return owned - state.admitted_away(mid), m.owned_generation or None
+    return m.claims | inherited, m.owned_generation or None
 
 
 def _handed_off(state: GroupState, cur: AssignmentRecord, adj: Adjusted) -> bool:

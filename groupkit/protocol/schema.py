@@ -158,6 +158,11 @@ class CoveredMember:
     #: generation, without a leader's turn (state.py, "Admission"); only in a complete
     #: cooperative generation. Absent (empty) in records that predate it.
     admit: Partitions = frozenset()
+    #: of other members' ``assigned``, what this member *inherits* at once if their owner
+    #: leaves the group in this generation, without a leader's turn (state.py,
+    #: "Inheritance"); only in a complete cooperative generation. Absent (empty) in records
+    #: that predate it.
+    inherit: Partitions = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +448,7 @@ def covered_member(
     revoke: Iterable[tuple[str, int]] = (),
     pending: Iterable[tuple[str, int]] = (),
     admit: Iterable[tuple[str, int]] = (),
+    inherit: Iterable[tuple[str, int]] = (),
 ) -> CoveredMember:
     """One member's entry of an assignment record."""
     return CoveredMember(
@@ -452,6 +458,7 @@ def covered_member(
         _tps(revoke),
         _tps(pending),
         _tps(admit),
+        _tps(inherit),
     )
 
 

@@ -100,6 +100,28 @@ Admission (issue 14). A join takes partitions from their owners without the lead
   record is then the newest assignment record, which compaction keeps).
   ``tests/test_protocol_admission.py`` proves it over random schedules.
 
+Inheritance (issue 14). A clean leave hands its partitions over without the leader's turn:
+
+- A complete cooperative generation planned by a built-in sticky assignor names, per member,
+  what it *inherits* (``CoveredMember.inherit``): every partition of every other member has one
+  heir, the member that owns the fewest once the owner's earlier partitions went to their
+  heirs (``planner.name_heirs``): what a sticky plan without the owner keeps.
+- While that generation is current, once a partition's owner is *gone* (its membership ended:
+  the id is no member's any more, as after its ``leaving`` record, or names another
+  incarnation or a newer membership: :meth:`GroupState._owner_gone`), its heir takes it as
+  soon as nobody else may hold it, as a handoff (:meth:`GroupState.inheritance_handoffs`),
+  at the offset the leave's record committed. That is one hop: the heirs read the leave
+  when the leader would. The leader's plan without the owner counts what an heir inherits
+  as its own (``planner._previous``), so the sticky assignor keeps it there.
+- Safety is the handoff's: what a member inherits is *reserved* for it (it may hold it:
+  :meth:`GroupState.reserved`) in every generation it may still act on, from the moment
+  the owner is gone until its record says it has seen a newer generation. A crashed owner
+  is not gone (it is a member until the leader tombstones it), so its partitions wait for
+  the leader's plan as before; once gone, an owner never comes back under that membership.
+- Every reader decides alike, and needs no echo: the rule reads the assignment records of
+  the history and the members' newest records, as the pending reservations do. A reader of
+  the compacted topic that never saw the leave never saw the owner either: gone alike.
+
 Static membership (KIP-345, issue 16). A member configured with ``group.instance.id`` is
 *static*: its member id is its instance id, the *seat* the group keeps for it, and its records
 carry ``instance_id``. Each process is still a new incarnation. Rules:
@@ -456,6 +478,13 @@ class GroupState:
     #: ``{partition: member ids whose claims had it}``, a superset (:meth:`_may_hold_partition`)
     _claimers: dict[TopicPartition, set[str]] = field(default_factory=dict, repr=False,
                                                       compare=False)  # fmt: skip
+    #: the generations in ``_history`` that name heirs (``CoveredMember.inherit``):
+    #: :meth:`_inheritance_reserved` and :meth:`_may_hold_partition` read only those
+    _inherit_gens: set[int] = field(default_factory=set)
+    #: per generation in the history, ``{partition: its heir}`` (:meth:`_heirs_of`)
+    _heirs: dict[int, dict[TopicPartition, MemberRef]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: per generation in the history, what its members ``admit`` (:meth:`_admits`)
     _admit_sets: dict[int, Partitions] = field(default_factory=dict, repr=False, compare=False)
     #: ids of members with ``admitted_in`` (stale entries are dropped when read)
@@ -558,13 +587,14 @@ class GroupState:
         An admitted newcomer's reservation ("Admission") works alike: what the generation that
         admitted it has its members ``admit``, from its join until its record says it has seen
         a newer generation. Every reader agrees on it: the join decides it, and the member's
-        later records echo it (``MemberRecord.admitted_in``)."""
-        if not self._pending_gens and not self._admitted_ids:
+        later records echo it (``MemberRecord.admitted_in``). So does an heir's
+        ("Inheritance"): what a generation has it ``inherit`` from owners who are gone."""
+        if not self._pending_gens and not self._admitted_ids and not self._inherit_gens:
             return EMPTY
         m = self.members.get(member_id)
         if m is None or not self.is_live(member_id):
             return EMPTY
-        out = self._admission_reserved(m)
+        out = self._admission_reserved(m) | self._inheritance_reserved(m)
         if not self._pending_gens:
             return out
         first = max(m.seen_generation, m.since_generation, 1)
@@ -591,6 +621,84 @@ class GroupState:
                 *(c.admit for c in a.members.values())
             )
         return got
+
+    def _heirs_of(self, g: int, a: AssignmentRecord) -> dict[TopicPartition, MemberRef]:
+        """``{partition: (member, incarnation) that inherits it}`` in generation ``g``, built
+        once per generation ("Inheritance")."""
+        got = self._heirs.get(g)
+        if got is None:
+            got = self._heirs[g] = {
+                p: MemberRef(mid, c.incarnation) for mid, c in a.members.items() for p in c.inherit
+            }
+        return got
+
+    def _owner_gone(self, g: int, a: AssignmentRecord, p: TopicPartition) -> bool:
+        """Whether the membership generation ``g`` assigns ``p`` to has ended: its id is no
+        member's any more (it left, or was tombstoned), or names another incarnation, or a
+        membership that started after ``g`` ("Inheritance"). A function of the assignment
+        record and the members' newest records, so readers of the same offset agree."""
+        to = self._receivers_of(g, a)[0].get(p)
+        if to is None:
+            return False
+        o = self.members.get(to.member_id)
+        return o is None or o.incarnation != to.incarnation or o.since_generation > g
+
+    def _inheritance_reserved(self, m: MemberState) -> Partitions:
+        """What ``m`` (live) may inherit ("Inheritance"): in every generation it may still act
+        on (none older than the newest it has seen, none older than its membership) that
+        names heirs, what it ``inherit``s whose owner is gone."""
+        if not self._inherit_gens:
+            return EMPTY
+        first = max(m.seen_generation, m.since_generation, 1)
+        out: set[TopicPartition] = set()
+        for g in self._inherit_gens:
+            if first <= g <= self.generation:
+                a = self._history[g]
+                c = a.members.get(m.member_id)
+                if m.named_by(c) and c.inherit:
+                    out.update(p for p in c.inherit if self._owner_gone(g, a, p))
+        return frozenset(out)
+
+    def inherited(self, member_id: str) -> Partitions:
+        """What this member inherits in the current generation: what it ``inherit``s whose
+        owner is gone, and that no other member claims ("Inheritance"). The leader's plan
+        counts it as the member's own (``planner._previous``)."""
+        a = self.assignment
+        m = self.members.get(member_id)
+        if a is None or m is None or a.generation not in self._inherit_gens:
+            return EMPTY
+        c = a.members.get(member_id)
+        if not m.named_by(c) or not c.inherit or m.since_generation > a.generation:
+            return EMPTY
+        gone = frozenset(p for p in c.inherit if self._owner_gone(a.generation, a, p))
+        return self.unclaimed_by_others(member_id, gone)
+
+    def unclaimed_by_others(self, member_id: str, parts: Partitions) -> Partitions:
+        """Those of ``parts`` that no member but ``member_id`` claims."""
+        out = set()
+        for p in parts:
+            claimers = self._claimers.get(p, ())
+            if all(o == member_id or o not in self.members or p not in self.members[o].claims
+                   for o in claimers):  # fmt: skip
+                out.add(p)
+        return frozenset(out)
+
+    def inheritance_handoffs(self, member_id: str) -> Partitions:
+        """What this member may take now as an heir of the current generation: what it
+        inherits (:meth:`inherited`) that nobody else may hold any more, exactly as
+        :meth:`handoffs` hands pending partitions over, under the same conditions."""
+        if not self._inherit_gens or not self.is_live(member_id):
+            return EMPTY
+        got = self.inherited(member_id)
+        if not got or not self.knows_holds() or not self._history_complete():
+            return EMPTY
+        free = got
+        for h in self.holds:
+            if h.until > self.log_time:
+                free = free - h.partitions
+        return frozenset(
+            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
+        )
 
     def admission(self) -> tuple[str, Partitions] | None:
         """The newcomer the current generation admitted, and what its members give it
@@ -737,6 +845,18 @@ class GroupState:
             m = self.members.get(mid)
             if m is not None and self.is_live(mid) and p in self._admission_reserved(m):
                 yield mid
+        for g in self._inherit_gens:
+            if g > self.generation:
+                continue
+            a = self._history[g]
+            heir = self._heirs_of(g, a).get(p)
+            if heir is None:
+                continue
+            m = self.members.get(heir.member_id)
+            if m is None or m.incarnation != heir.incarnation or not self.is_live(m.member_id):
+                continue
+            if g >= max(m.seen_generation, m.since_generation, 1) and self._owner_gone(g, a, p):
+                yield m.member_id
 
     def _receivers_of(
         self, g: int, a: AssignmentRecord
@@ -846,6 +966,13 @@ class GroupState:
             if adm is not None:  # what an admitted newcomer may take at this very record
                 for p in adm[1]:
                     pending_for[p] = self.members[adm[0]].ref
+            a = self.assignment
+            if v.leaving and old is not None and a.generation in self._inherit_gens:
+                mine = a.members.get(old.member_id)
+                if old.named_by(mine):  # what its heirs inherit at this very record
+                    heirs = self._heirs_of(a.generation, a)
+                    for p in mine.assigned & heirs.keys():
+                        pending_for[p] = heirs[p]
         for p, o in v.committed:
             if not continues or old is None:
                 self.hints_ignored["not_continued"] += 1
@@ -1242,6 +1369,8 @@ class GroupState:
         self._gen_time[a.generation] = ts
         if any(c.pending for c in a.members.values()):
             self._pending_gens.add(a.generation)
+        if any(c.inherit for c in a.members.values()):
+            self._inherit_gens.add(a.generation)
         self._prune_history()
         if self.offset_hints:
             self._hint_granted(a)
@@ -1290,6 +1419,8 @@ class GroupState:
             self._pending_gens.discard(g)
             self._receivers.pop(g, None)
             self._admit_sets.pop(g, None)
+            self._inherit_gens.discard(g)
+            self._heirs.pop(g, None)
             self._gen_time.pop(g, None)  # is_lagging reads it only for generations in history
 
     def history(self) -> Iterator[AssignmentRecord]:
@@ -1410,6 +1541,9 @@ class GroupState:
         st._pending_gens = {
             g for g, a in st._history.items() if any(c.pending for c in a.members.values())
         }
+        st._inherit_gens = {
+            g for g, a in st._history.items() if any(c.inherit for c in a.members.values())
+        }
         st._reset_floor = record.reset_floor
         if record.reset is not None:
             r = record.reset
@@ -1518,3 +1652,19 @@ def _check_consistent(a: AssignmentRecord) -> None:
             if p in seen:
                 raise RecordRejected(RejectReason.INCONSISTENT, f"{p} given to two members")
             seen.add(p)
+    heirs: set[TopicPartition] = set()
+    for mid, c in a.members.items():
+        if not c.inherit:
+            continue
+        if a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or c.inherit & c.assigned:
+            raise RecordRejected(
+                RejectReason.INCONSISTENT, f"{mid}: inherits outside a complete cooperative one"
+            )
+        for p in c.inherit:
+            if p not in seen or p.topic not in c.topics:
+                raise RecordRejected(
+                    RejectReason.INCONSISTENT, f"{mid}: inherits {p}, nobody's or not subscribed"
+                )
+            if p in heirs:
+                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} has two heirs")
+            heirs.add(p)
