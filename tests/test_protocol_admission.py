@@ -82,7 +82,9 @@ class AdmissionRules(GroupSchedule):
         leader = self.sim.view().leader
         if leader in self.sim.members and not self.sim.members[leader].crashed:
             self.sim.pause(leader, ms)
-        self.sim.leave(data.draw(st.sampled_from(self._alive())))
+        mid = data.draw(st.sampled_from(self._alive()))
+        if self.sim.members[mid].member.state not in ("leaving", "left", "unjoined"):
+            self.sim.leave(mid)
 
     def check_handoffs(self) -> None:
         """(7) What an admission hands to its newcomer is handed to it alone, and nobody else

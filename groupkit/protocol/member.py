@@ -449,7 +449,12 @@ class Member:
             handed = group.handoffs(self.member_id) | group.inheritance_handoffs(self.member_id)
             # what we give the newcomer this generation admitted goes as a revocation would
             away = group.admitted_away(self.member_id)
-            target = (group.assignment.assigned(self.member_id) - away) | handed
+            # What we own that the generation makes pending for us we keep: it is ours to
+            # take, and another's reservation of it (an heir's of a partition we were
+            # admitted) only blocks its handoff to us, which we hold already.
+            mine = group.assignment.members.get(self.member_id)
+            keep = self.owned & mine.pending if mine is not None else EMPTY
+            target = (group.assignment.assigned(self.member_id) - away) | handed | keep
             if self.state in (JOINING, ACTIVE):
                 self._fire("covered")
         else:

@@ -121,6 +121,10 @@ Inheritance (issue 14). A clean leave hands its partitions over without the lead
 - Every reader decides alike, and needs no echo: the rule reads the assignment records of
   the history and the members' newest records, as the pending reservations do. A reader of
   the compacted topic that never saw the leave never saw the owner either: gone alike.
+- A partition both admitted and inherited (its giver left after the newcomer's join) is
+  reserved for both, so neither is handed it while the other may hold it; the one that holds
+  it keeps it (``Member.poll`` keeps what it owns that a generation makes pending for it),
+  and the leader's plan counts it for its holder, else for the newcomer.
 
 Static membership (KIP-345, issue 16). A member configured with ``group.instance.id`` is
 *static*: its member id is its instance id, the *seat* the group keeps for it, and its records
