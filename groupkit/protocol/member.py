@@ -452,8 +452,8 @@ class Member:
             # What we own that the generation makes pending for us we keep: it is ours to
             # take, and another's reservation of it (an heir's of a partition we were
             # admitted) only blocks its handoff to us, which we hold already.
-            mine = group.assignment.members.get(self.member_id)
-            keep = self.owned & mine.pending if mine is not None else EMPTY
+            entry = group.assignment.members.get(self.member_id)
+            keep = self.owned & entry.pending if entry is not None else EMPTY
             target = (group.assignment.assigned(self.member_id) - away) | handed | keep
             if self.state in (JOINING, ACTIVE):
                 self._fire("covered")
