@@ -243,11 +243,11 @@ class Planner:
         if not active:
             return Decision(NONE, DecisionReason.NO_ACTIVE_MEMBERS)
         reason = self.rebalance_reason(state, partition_counts)
-        holders = _holders(state)
-        reserved = _reserved(state)
         counts = _counts(active, partition_counts)
-
+        # Who holds and who is reserved what is asked only when a plan needs it: a leader
+        # asks at every control turn, and a stable cooperative group needs neither.
         if self.protocol == RebalanceProtocol.EAGER:
+            holders, reserved = _holders(state), _reserved(state)
             in_revoke = cur is not None and cur.phase == PHASE_REVOKE
             holding = [m for m in active if holders.get(m)]
             if reason is not None or in_revoke:
@@ -265,11 +265,13 @@ class Planner:
                 )  # fmt: skip
         elif reason is not None:
             return self._assign(
-                state, active, holders, reserved, counts, lags, reason, planned, defer
-            )
+                state, active, _holders(state), _reserved(state), counts, lags, reason, planned,
+                defer,
+            )  # fmt: skip
 
         assert cur is not None
         if cur.phase == PHASE_PARTIAL:
+            holders, reserved = _holders(state), _reserved(state)
             target = {m: cur.target(m) for m in cur.members}
             adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
