@@ -26,6 +26,7 @@ from collections import Counter
 import hypothesis.strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from groupkit.protocol.assign import AssignRequest
 from groupkit.protocol.records import (
     AssignmentKey,
     covered_member,
@@ -172,14 +173,24 @@ TestAdmissionJitterSchedule = AdmissionJitterSchedule.TestCase
 
 
 def stable_group(
-    assignor: str = "cooperative-sticky", partitions: int = 12, slow_plan_for: str = ""
+    assignor: str = "cooperative-sticky",
+    partitions: int = 12,
+    slow_plan_for: str = "",
+    slow_plan_without: str = "",
 ) -> GroupSim:
     """A stable cooperative group of a, b and c; the leader takes 2 s to plan for a group
-    with ``slow_plan_for`` in it (its assignor runs off the heartbeat path meanwhile)."""
+    with ``slow_plan_for`` in it, or without ``slow_plan_without`` (its assignor runs off the
+    heartbeat path meanwhile)."""
+
+    def plan_ms(req: AssignRequest) -> int:
+        slow = slow_plan_for in req.members or (
+            slow_plan_without and slow_plan_without not in req.members
+        )
+        return 2_000 if slow else 0
+
     sim = GroupSim({"t0": partitions}, protocol="cooperative", assignor=assignor,
                    session_timeout_ms=10_000, heartbeat_interval_ms=1_000, tick_ms=5,
-                   produce_delay_ms=10, fetch_delay_ms=10,
-                   plan_ms=lambda req: 2_000 if slow_plan_for in req.members else 0)  # fmt: skip
+                   produce_delay_ms=10, fetch_delay_ms=10, plan_ms=plan_ms)  # fmt: skip
     for m in ("a", "b", "c"):
         sim.join(m)
     sim.settle()
@@ -246,14 +257,14 @@ def test_only_the_first_newcomer_of_a_generation_is_admitted() -> None:
     assert a is not None and a.members["e"].assigned and a.members["d"].assigned
 
 
-def test_range_and_eager_groups_admit_nobody() -> None:
+def test_range_and_eager_groups_admit_nobody_and_name_no_heirs() -> None:
     for protocol, assignor in (("cooperative", "range"), ("eager", "cooperative-sticky")):
         sim = GroupSim({"t0": 12}, protocol=protocol, assignor=assignor)
         for m in ("a", "b", "c"):
             sim.join(m)
         sim.settle()
         a = sim.view().assignment
-        assert a is not None and not any(c.admit for c in a.members.values())
+        assert a is not None and not any(c.admit or c.inherit for c in a.members.values())
 
 
 def test_admission_fields_round_trip_and_a_future_admission_is_refused() -> None:

@@ -9,7 +9,8 @@ leader to read the leave and write a generation (one control-log hop fewer:
 
 The random schedules that prove it are ``tests/test_protocol_admission.py``'s (members leave in
 them, also while the leader is paused) and ``tests/test_protocol_compaction.py``'s (compacted
-readers agree on what every member inherits). These are the scenarios.
+readers agree on what every member inherits). These are the scenarios; that range and eager
+groups name no heirs is checked with their admissions there.
 """
 
 from __future__ import annotations
@@ -28,19 +29,6 @@ from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import _check_consistent
 from groupkit.types import TopicPartition
 from tests.test_protocol_admission import stable_group
-
-
-def slow_without(member: str, partitions: int = 12) -> GroupSim:
-    """A stable cooperative-sticky group of a, b and c whose leader takes 2 s to plan any
-    group without ``member`` (its assignor runs off the heartbeat path meanwhile)."""
-    sim = GroupSim({"t0": partitions}, protocol="cooperative", assignor="cooperative-sticky",
-                   session_timeout_ms=10_000, heartbeat_interval_ms=1_000, tick_ms=5,
-                   produce_delay_ms=10, fetch_delay_ms=10,
-                   plan_ms=lambda req: 0 if member in req.members else 2_000)  # fmt: skip
-    for m in ("a", "b", "c"):
-        sim.join(m)
-    sim.settle()
-    return sim
 
 
 def heirs(sim: GroupSim) -> dict[TopicPartition, str]:
@@ -64,7 +52,7 @@ def test_every_partition_has_one_heir_and_any_leave_leaves_the_group_balanced() 
 
 @pytest.mark.parametrize("leaver", ["c", "a"])  # a member, and the leader itself
 def test_a_leave_is_owned_without_the_leaders_turn(leaver: str) -> None:
-    sim = slow_without(leaver)  # the leader plans nothing without the leaver for 2 s
+    sim = stable_group(slow_plan_without=leaver)  # no plan without the leaver for 2 s
     gen0 = sim.view().generation
     assert sim.view().leader == "a"
     gone = sim.view().assignment.members[leaver].assigned  # type: ignore[union-attr]
@@ -122,16 +110,6 @@ def test_a_crashed_owner_is_not_inherited() -> None:
     else:
         raise AssertionError("no generation without c")
     assert set(sim.owners()) == sim.expected_partitions()
-
-
-def test_range_and_eager_groups_name_no_heirs() -> None:
-    for protocol, assignor in (("cooperative", "range"), ("eager", "cooperative-sticky")):
-        sim = GroupSim({"t0": 12}, protocol=protocol, assignor=assignor)
-        for m in ("a", "b", "c"):
-            sim.join(m)
-        sim.settle()
-        a = sim.view().assignment
-        assert a is not None and not any(c.inherit for c in a.members.values())
 
 
 def _record(

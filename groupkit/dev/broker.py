@@ -189,6 +189,16 @@ def new_cluster_id() -> str:
             return cid
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether ``port`` can be bound on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 #: Ports this process has handed out: a cluster asks for several before any is bound.
 _handed_out: set[int] = set()
 
@@ -214,15 +224,9 @@ def free_port() -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randrange(lowest, low) if low > lowest else rng.randrange(1024, 65536)
-        if port in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
+        if port not in _handed_out and port_is_free(port):
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded machine
         s.bind(("127.0.0.1", 0))
         picked: int = s.getsockname()[1]

@@ -208,20 +208,12 @@ def render(
 
 
 def _free_port(avoid: set[int], start: int) -> int:
-    from groupkit.dev.broker import free_port
+    from groupkit.dev.broker import free_port, port_is_free
 
     if start <= 0:
         return free_port()
-    import socket
-
     for port in range(start, start + 200):
-        if port in avoid:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
+        if port not in avoid and port_is_free(port, "0.0.0.0"):
             return port
     return free_port()
 
