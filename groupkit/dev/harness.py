@@ -206,10 +206,13 @@ class MemberProcess:
         return self.pauses[-1][0]
 
     def resume(self) -> float:
+        """SIGCONT; the time is read before the signal: the process may run (and report what it
+        did on waking) before this one reads the clock again."""
+        resumed = time.monotonic()
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
-        self.pauses[-1] = (self.pauses[-1][0], time.monotonic())
-        return self.pauses[-1][1]
+        self.pauses[-1] = (self.pauses[-1][0], resumed)
+        return resumed
 
     def close(self, timeout: float = 30) -> None:
         self.send("close")
