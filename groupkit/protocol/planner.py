@@ -460,16 +460,15 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
         c = cur.members.get(mid)
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
-    inherited = state.inherited(mid)
     adm = state.admission()
     if adm is not None:
         # a partition both admitted and inherited (its owner left after the join) counts
         # for whoever claims it, else for the newcomer: never for two members
         if adm[0] == mid:
             return m.claims | state.unclaimed_by_others(mid, adm[1]), m.owned_generation or None
-        owned = m.claims | (inherited - adm[1])
+        owned = m.claims | (state.inherited(mid) - adm[1])
         return owned - state.admitted_away(mid), m.owned_generation or None
-    return m.claims | inherited, m.owned_generation or None
+    return m.claims | state.inherited(mid), m.owned_generation or None
 
 
 def _handed_off(state: GroupState, cur: AssignmentRecord, adj: Adjusted) -> bool:

@@ -694,15 +694,7 @@ class GroupState:
         if not self._inherit_gens or not self.is_live(member_id):
             return EMPTY
         got = self.inherited(member_id)
-        if not got or not self.knows_holds() or not self._history_complete():
-            return EMPTY
-        free = got
-        for h in self.holds:
-            if h.until > self.log_time:
-                free = free - h.partitions
-        return frozenset(
-            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
-        )
+        return self._handed(member_id, got) if got else EMPTY
 
     def admission(self) -> tuple[str, Partitions] | None:
         """The newcomer the current generation admitted, and what its members give it
@@ -739,17 +731,9 @@ class GroupState:
         give it that nobody else may hold any more (their owner's record let go), exactly as
         :meth:`handoffs` hands pending partitions over, under the same conditions."""
         adm = self.admission()
-        if adm is None or adm[0] != member_id or not self.knows_holds():
+        if adm is None or adm[0] != member_id:
             return EMPTY
-        if not self._history_complete():
-            return EMPTY
-        free = adm[1]
-        for h in self.holds:
-            if h.until > self.log_time:
-                free = free - h.partitions
-        return frozenset(
-            p for p in free if all(o == member_id for o in self._may_hold_partition(p))
-        )
+        return self._handed(member_id, adm[1])
 
     def handoffs(self, member_id: str) -> Partitions:
         """Pending partitions of the current generation the member may take now, without the
@@ -778,11 +762,15 @@ class GroupState:
         m = self.members[member_id]
         if not m.named_by(c) or self.generation < m.since_generation:
             return EMPTY
-        if not self.knows_holds():
+        return self._handed(member_id, c.pending)
+
+    def _handed(self, member_id: str, parts: Partitions) -> Partitions:
+        """Those of ``parts`` that nobody but ``member_id`` may hold any more, for a reader that
+        knows what the full replay knows (:meth:`handoffs`): every handoff, pending, admitted
+        or inherited, is decided here alike."""
+        if not self.knows_holds() or not self._history_complete():
             return EMPTY
-        if not self._history_complete():
-            return EMPTY
-        free = c.pending
+        free = parts
         for h in self.holds:
             if h.until > self.log_time:
                 free = free - h.partitions
