@@ -86,8 +86,10 @@ class Run(FaultRun):
         return self.lc.leader(tp.topic, tp.partition)
 
     def finish(self) -> ChaosReport:
-        dead = [w.name for w in self.group.members.values() if not w.alive]
-        assert dead == [], f"members died: {dead}"
+        dead = [w for w in self.group.members.values() if not w.alive]
+        assert not dead, "members died:\n" + "\n".join(
+            f"--- {w.name} (exit {w.proc.poll()}):\n{w.log_tail()}" for w in dead
+        )
         super().finish()
         print(self.report.summary(), self.stable_after)
         return self.report
@@ -310,8 +312,7 @@ def test_broker_clock_skew(cluster: KafkaBackend, tmp_path: Path) -> None:
                 wait_for(lambda: run.leader(tp) == home, 3, f"node {home} to lead {tp} again")
 
             second = next(w for w in run.group.live() if w.owned() and w is not first)
-            run.freeze_through(second, to_home, PAUSE_S,
-                             "leadership back to the true-clock node")
+            run.freeze_through(second, to_home, PAUSE_S, "leadership back to the true-clock node")
             report = run.finish()
         assert_clean(report)
         assert all(t <= SKEW_SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())

@@ -39,11 +39,23 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant
 
-from groupkit.protocol.records import MemberKey, decode_key
+from groupkit.protocol.records import (
+    AssignmentKey,
+    AssignmentRecord,
+    MemberKey,
+    assignment_record,
+    covered_member,
+    decode_key,
+    encode,
+    encode_key,
+    encode_value,
+    member_record,
+)
 from groupkit.protocol.sim import GroupSim, LogRecord
 from groupkit.protocol.state import GroupState
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
@@ -322,3 +334,71 @@ def test_a_newcomer_that_starts_from_the_compacted_log_is_covered() -> None:
     c = sim.members["c"]
     assert c.state.leader == "a" and not c.state.rejections["not_leader"]
     assert c.state.covers("c") and c.member.owned
+
+
+def test_a_reasserted_generation_keeps_its_time_and_place_for_a_compacted_reader() -> None:
+    # Found by the random schedules (state.py, "Re-assertion"); here as records. Generation 1
+    # covers c, whose next record starts a new membership (no prev_ts: it had not read its first
+    # back). A forged record then clobbers generation 1's on the assignment key, and the leader
+    # re-asserts it. Compacted, the log keeps only the re-assertion, after c's restart: a fresh
+    # reader saw c start under no generation, so it took generation 1's grant for the new
+    # membership's, and rejected generation 2, which gives those partitions to a, as unsafe.
+    def member(mid: str, seq: int, ts: int, prev: int | None, owned: str = "", gen: int = 0,
+               joined: int | None = None) -> tuple[bytes, bytes | None]:  # fmt: skip
+        return encode(*member_record(
+            "g", mid, incarnation=f"i-{mid}", seq=seq, topics=["t0"],
+            owned=[("t0", int(p)) for p in owned], owned_generation=gen if owned else 0,
+            acked_generation=gen, joined_at=joined if prev is not None else None,
+            prev_ts=prev, since_generation=1 if prev is not None else 0,
+        ))  # fmt: skip
+
+    def generation(gen: int, leader: str, grants: dict[str, str]) -> AssignmentRecord:
+        return assignment_record(
+            "g", generation=gen, leader_id=leader, leader_incarnation=f"i-{leader}",
+            leader_joined_at=0, protocol="eager", phase="complete", assignor="range",
+            partition_counts={"t0": 4},
+            members={m: covered_member(f"i-{m}", ["t0"], [("t0", int(p)) for p in ps])
+                     for m, ps in grants.items()},
+        )[1]  # fmt: skip
+
+    akey = encode_key(AssignmentKey("g"))
+    gen1 = generation(1, "a", {"a": "01", "c": "23"})
+    log: list[tuple[bytes, bytes | None, int]] = [
+        (*member("a", 1, 0, None), 0),
+        (*member("a", 2, 50, 0, joined=0), 50),
+        (*member("c", 1, 100, None), 100),
+        (akey, encode_value(AssignmentKey("g"), gen1), 150),  # generation 1: offset 3
+        (*member("a", 3, 200, 50, "01", 1, joined=0), 200),
+        (*member("a", 4, 1_000, 200, "01", 1, joined=0), 1_000),
+        (*member("c", 2, 1_300, None), 1_300),  # c restarts (its session: 1 s)
+        (akey, encode_value(AssignmentKey("g"), replace(gen1, leader_id="c",
+                                                        leader_incarnation="i-c")), 1_300),
+    ]  # fmt: skip
+    sim = GroupSim({"t0": 4}, protocol="eager", session_timeout_ms=1_000)
+    full = sim.new_state()
+    for o, (k, v, ts) in enumerate(log):
+        full.replay(o, k, v, ts)
+    assert full.rejections["not_leader"] == 1 and full.assignment_clobbered
+    assert full.members["c"].since_generation == 2
+    reassertion = full.reassertion()
+    assert reassertion == gen1 and reassertion.origin == (3, 150)
+    log.append((akey, encode_value(AssignmentKey("g"), reassertion), 1_350))
+    log.append((*member("a", 5, 1_400, 1_000, "01", 1, joined=0), 1_400))
+    gen2 = generation(2, "a", {"a": "0123"})
+    log.append((akey, encode_value(AssignmentKey("g"), gen2), 1_450))
+    last: dict[bytes | None, int] = {}
+    for o, (k, _, _) in enumerate(log[:-1]):
+        last[k] = o
+    fresh = sim.new_state()
+    for o, (k, v, ts) in enumerate(log):
+        if o == len(log) - 1:
+            assert fresh.members["c"].since_generation == full.members["c"].since_generation
+            assert fresh.assignment_offset == 3 and fresh.is_lagging("c") == full.is_lagging("c")
+            assert fresh.reassertion().origin == (3, 150)
+        if o in last.values() or o == len(log) - 1:  # compacted below the last record
+            fresh.replay(o, k, v, ts)
+        if o >= len(log) - 3:
+            full.replay(o, k, v, ts)
+    assert not fresh.rejections and not full.rejections["unsafe_grant"]
+    assert fresh.generation == full.generation == 2
+    assert agreed(fresh) == agreed(full)

@@ -90,6 +90,17 @@ def test_assignment_record_round_trip_and_tombstone() -> None:
     assert tv is None and decode(tk, tv) == (MemberKey("g", "m1"), None)
 
 
+def test_a_reassertion_names_its_origin_and_equals_the_record_it_repeats() -> None:
+    """state.py, "Re-assertion": ``origin`` round-trips, is optional, and is no part of the
+    generation (a re-assertion equals the first record)."""
+    _, first = decode(*an_assignment())
+    assert isinstance(first, AssignmentRecord) and first.origin is None
+    again = dataclasses.replace(first, origin=(12, 3_400))
+    _, v = decode(*encode(AssignmentKey("g"), again))
+    assert isinstance(v, AssignmentRecord) and v.origin == (12, 3_400) and v == first
+    assert "origin" not in records._assignment_doc(first)
+
+
 def a_fallback_assignment(
     fallback: AssignorFallback | None, signer: HmacSigner | None = None
 ) -> tuple[bytes, bytes | None]:
@@ -234,6 +245,9 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, _value({**GOOD_MEMBER, "seen_gen": -1}), "bad_value"),
         (AKEY, _value({"gen": 1}), "missing_field"),
         (AKEY, _value({**GOOD_ASSIGNMENT, "fallback": "raised"}), "wrong_type"),
+        (AKEY, _value({**GOOD_ASSIGNMENT, "origin": [3]}), "bad_value"),
+        (AKEY, _value({**GOOD_ASSIGNMENT, "origin": [3, -1]}), "bad_value"),
+        (AKEY, _value({**GOOD_ASSIGNMENT, "origin": {"offset": 3}}), "wrong_type"),
         (
             AKEY,
             _value({**GOOD_ASSIGNMENT, "fallback": {"reason": "raised", "detail": ""}}),

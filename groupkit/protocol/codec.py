@@ -273,6 +273,8 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
     if v.fallback is not None:  # optional: absent means the group's own assignor planned it
         f = v.fallback
         doc["fallback"] = {"reason": f.reason, "detail": f.detail, "assignor": f.assignor}
+    if v.origin is not None:  # optional: a re-assertion's only
+        doc["origin"] = list(v.origin)
     return doc
 
 
@@ -743,7 +745,15 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
         partition_counts=tuple(sorted(counts.items())),
         members=members,
         fallback=_fallback(doc) if "fallback" in doc else None,
+        origin=_origin(doc) if "origin" in doc else None,
     )
+
+
+def _origin(doc: Mapping[str, Any]) -> tuple[int, int]:
+    o = _get(doc, "origin", list)
+    if len(o) != 2 or not all(_is_int(x) and x >= 0 for x in o):
+        raise RecordRejected(RejectReason.BAD_VALUE, "origin: [offset, log time] expected")
+    return o[0], o[1]
 
 
 def _fallback(doc: Mapping[str, Any]) -> AssignorFallback:

@@ -229,7 +229,9 @@ class Planner:
         if state.assignment_clobbered and cur is not None:
             lead = state.members[state.leader]
             if MemberRef(cur.leader_id, cur.leader_incarnation) == lead.ref:
-                return Decision(WRITE, DecisionReason.REASSERT, cur, AssignmentKey(state.group))
+                return Decision(
+                    WRITE, DecisionReason.REASSERT, state.reassertion(), AssignmentKey(state.group)
+                )
             # Another leader wrote it: carry it over as a new generation of ours, unless the
             # group changed since. Then the generation planned below supersedes it (compaction
             # keeps that one), and a carried-over grant may no longer be safe: a member that

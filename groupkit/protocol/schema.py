@@ -15,7 +15,7 @@ accepts.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from groupkit.protocol.vocab import Phase, RebalanceProtocol
@@ -196,6 +196,11 @@ class AssignmentRecord:
     members: Mapping[str, CoveredMember]
     #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
     fallback: AssignorFallback | None = None
+    #: A re-assertion's (state.py, "Re-assertion"): ``(offset, log time)`` of the record that
+    #: first wrote this generation. A reader that never saw that record (compacted away) takes
+    #: the generation's time and place from it. Not part of the generation: a re-assertion
+    #: equals the record it repeats. ``None`` in every first record of a generation.
+    origin: tuple[int, int] | None = field(default=None, compare=False)
 
     def assigned(self, member_id: str) -> Partitions:
         c = self.members.get(member_id)

@@ -276,19 +276,32 @@ Where agreement cannot be had: if the newest record of a key below the cleaner's
 the full replay rejected (a copy of an old record, an assignment of a deposed leader),
 compaction kept it and dropped the one that counted. The protocol repairs that: the leader
 re-asserts a clobbered assignment (:attr:`GroupState.assignment_clobbered`), and the member's
-next heartbeat supersedes its record. Two processes running with one member id at once are not
-told apart by a reader that sees only the newest record of that id: that includes two
+next heartbeat supersedes its record. Two processes running with one member id at once are
+not told apart by a reader that sees only the newest record of that id: that includes two
 processes started with one ``group.instance.id`` while both run (their safety does not rest on
 agreement: the newer one takes only what holds released, and the older one stops). And
 tombstones must outlive a session (``delete.retention.ms`` >= ``session.timeout.ms``; Kafka's
 default is a day): the hold a tombstone starts is unknown to a reader that never saw it.
+
+Re-assertion. The re-asserted record equals the one it repeats, and names where and when that
+one was written (``AssignmentRecord.origin``: its offset and log time;
+:meth:`GroupState.reassertion`). A reader of the compacted topic that never saw the first
+record meets the generation only at the re-assertion, later in the log, and takes the origin as
+the generation's time and place. Two things depend on it. A laggard is one a generation covered
+for ``rebalance.timeout`` (:meth:`GroupState.is_lagging`), counted from the generation's
+time. And a membership that started between the two records started, for the full replay, under
+that generation: it is covered only from the next one (``since_generation``), and only that
+generation could have admitted its join. The compacted reader saw it start under an older
+generation, so it corrects both when the re-assertion arrives (found by the random compaction
+schedules: the compacted reader counted an old grant as still takeable by the restarted member,
+and rejected the leader's next generation as ``unsafe_grant``).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TypeGuard
 
 from groupkit.errors import RecordRejected
@@ -476,6 +489,11 @@ class GroupState:
     assignment_clobbered: bool = False
     _history: dict[int, AssignmentRecord] = field(default_factory=dict)
     _gen_time: dict[int, int] = field(default_factory=dict)
+    #: memberships started since the current generation was applied:
+    #: ``{member id: (offset, the record that started it)}`` ("Re-assertion")
+    _started: dict[str, tuple[int, MemberRecord]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: the generations in ``_history`` that make some partition pending: :meth:`reserved`
     #: reads only those (it runs for every member at every member record and grant check)
     _pending_gens: set[int] = field(default_factory=set)
@@ -1178,6 +1196,7 @@ class GroupState:
                 # First sight of a member whose earlier records were compacted away (see the
                 # module docstring): trust its claims and its echoed joined_at.
                 assert v.joined_at is not None
+                self._started.pop(mid, None)
                 m = _from_record(
                     mid, v, ts,
                     claims=v.owned,
@@ -1205,6 +1224,7 @@ class GroupState:
                     m.process, m.instance_id, m.process_since = v.incarnation, v.instance_id, ts
                 elif self._admits_join(mid, v):
                     m.admitted_in = self.generation
+                self._started[mid] = (offset, v)
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
@@ -1321,6 +1341,7 @@ class GroupState:
 
     def _apply_leave(self, offset: int, k: MemberKey) -> Replayed:
         old = self.members.pop(k.member_id, None)
+        self._started.pop(k.member_id, None)
         if old is not None:
             if old.last_seen + self.session_timeout_ms > self.log_time:
                 self.members[k.member_id] = old  # may_hold needs it present and live
@@ -1359,6 +1380,9 @@ class GroupState:
         self.assignment_clobbered = False
         self._history[a.generation] = a
         self._gen_time[a.generation] = ts
+        if a.origin is not None:
+            self._from_origin(a, offset, ts)
+        self._started.clear()
         if any(c.pending for c in a.members.values()):
             self._pending_gens.add(a.generation)
         if any(c.inherit for c in a.members.values()):
@@ -1367,6 +1391,34 @@ class GroupState:
         if self.offset_hints:
             self._hint_granted(a)
         return Replayed(offset, ReplayKind.ASSIGNMENT, k)
+
+    def _from_origin(self, a: AssignmentRecord, offset: int, ts: int) -> None:
+        """A generation first met at its re-assertion ("Re-assertion"): its time and place are
+        the origin's (never later than this record's), and a membership that started after
+        the origin started under it."""
+        assert a.origin is not None
+        origin, origin_ts = min(a.origin[0], offset), min(a.origin[1], ts)
+        self.assignment_offset = origin
+        self._gen_time[a.generation] = origin_ts
+        for mid, (at, v) in sorted(self._started.items(), key=lambda kv: kv[1][0]):
+            m = self.members.get(mid)
+            if at <= origin or m is None or m.incarnation != v.incarnation:
+                continue
+            m.since_generation = max(m.since_generation, a.generation + 1)
+            if m.admitted_in and m.admitted_in < a.generation:
+                m.admitted_in = 0  # under an older generation, which the full replay never had
+            if not m.admitted_in and m.process is None and self._admits_join(mid, v):
+                m.admitted_in = a.generation
+                self._admitted_ids.add(mid)
+
+    def reassertion(self) -> AssignmentRecord:
+        """The current generation's record as the leader re-asserts it ("Re-assertion")."""
+        a = self.assignment
+        if a is None:
+            raise ValueError("no generation to re-assert")
+        if a.origin is not None:
+            return a
+        return replace(a, origin=(self.assignment_offset, self._gen_time[a.generation]))
 
     def _check_leader(self, a: AssignmentRecord) -> None:
         lead = self.members.get(self.leader) if self.leader is not None else None
