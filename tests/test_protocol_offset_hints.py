@@ -212,6 +212,21 @@ def test_the_first_receiver_starts_at_the_release_and_its_claim_ends_the_hint() 
     assert log.hints("b") == {} and not log.st.offset_hints
 
 
+def test_a_newer_generation_that_keeps_the_partition_pending_for_its_target_keeps_it() -> None:
+    """A partial generation written after the release (the leader plans for a newcomer that
+    the owners' admission already served, say) still names ``b`` as the target of t-2 and
+    t-3: ``b`` starts at the release's offsets. Were they pending for another member, that
+    member would look them up (the hint was for ``b``)."""
+    log = _moving()
+    assert log.grant(1800, "partial", a=((0, 1), (), ()), b=((), (), (2, 3))) == "assignment"
+    assert log.hints("b") == {2: 50, 3: 60}
+    log = _moving()
+    assert log.beat("c", 1750) == "member" and log.beat("c", 1760) == "member"
+    assert log.grant(1800, "partial", a=((0, 1), (), ()), b=((), (), (2,)),
+                     c=((), (), (3,))) == "assignment"  # fmt: skip
+    assert log.hints("b") == {2: 50} and log.hints("c") == {}
+
+
 def test_a_partition_granted_to_another_member_is_looked_up() -> None:
     """``b`` acknowledges the grant without taking it (it was fenced, say): the leader grants
     the partitions elsewhere, and that member looks the offsets up: ``b`` may have committed."""

@@ -201,10 +201,11 @@ starts there instead of looking its committed offset up (:meth:`GroupState.hints
   is ignored and counted in :attr:`GroupState.hints_ignored` (never rejects the record).
 - It is for the *first* member that receives the partition after that release: the member it
   was pending for at the release (the target that may take it at once, by handoff), else the
-  first accepted generation that assigns it names its receiver (member id and incarnation). It is
-  dropped when a later generation does not assign the partition to that receiver, and when any
-  member's record (accepted or not) claims the partition: from then on an owner may have
-  committed further, so a later owner looks the offset up.
+  first accepted generation that assigns it (or makes it pending for a member) names its
+  receiver (member id and incarnation). It is dropped when a later generation neither assigns
+  the partition to that receiver nor makes it pending for it, and when any member's record
+  (accepted or not) claims the partition: from then on an owner may have committed further, so
+  a later owner looks the offset up.
 - It is used within a session (by log time) of the release, and dropped when the group has
   no live member left. The committed offsets of a group whose members do not join the broker's
   group can be rewritten at any time (``kafka-consumer-groups --reset-offsets`` finds it empty);
@@ -992,12 +993,13 @@ class GroupState:
                 self.offset_hints[p] = OffsetHint(o, self.log_time, pending_for.get(p))
 
     def _hint_granted(self, a: AssignmentRecord) -> None:
-        """Name each hint's receiver at the first generation that assigns its partition; drop
-        it when a later one does not assign it to that receiver."""
+        """Name each hint's receiver at the first generation that assigns its partition or
+        makes it pending for a member; drop it when a later one does neither for that receiver
+        (a partial generation after a release keeps the partition pending for its target)."""
         hints = self.offset_hints
         to: dict[TopicPartition, MemberRef] = {}
         for mid, c in a.members.items():
-            for p in c.assigned & hints.keys():
+            for p in (c.assigned | c.pending) & hints.keys():
                 to[p] = MemberRef(mid, c.incarnation)
         since = self.log_time - self.session_timeout_ms
         for p, h in list(hints.items()):
