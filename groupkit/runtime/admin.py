@@ -89,7 +89,14 @@ def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: floa
     deadline = time.monotonic() + timeout
     last = "no metadata yet"
     while time.monotonic() < deadline:
-        md = admin.list_topics(topic=name, timeout=max(0.5, min(5.0, deadline - time.monotonic())))
+        try:
+            md = admin.list_topics(
+                topic=name, timeout=max(0.5, min(5.0, deadline - time.monotonic()))
+            )
+        except KafkaException as e:  # one request timed out, a broker restarting: ask again
+            last = str(e)
+            time.sleep(0.05)
+            continue
         t = md.topics.get(name)
         if t is not None and t.error is None:
             ready = [p for p in t.partitions.values() if p.leader >= 0 and p.error is None]
@@ -111,23 +118,30 @@ def create_topic(
     timeout: float = 30.0,
     exist_ok: bool = False,
 ) -> bool:
-    """Create ``name`` and wait until it is usable. Returns False if it existed (``exist_ok``)."""
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, replication_factor, config=dict(config or {}))],
-        operation_timeout=timeout,
-    )
-    created = True
-    try:
-        futures[name].result(timeout=timeout)
-    except KafkaException as e:
-        err: Any = e.args[0] if e.args else None
-        if (
-            exist_ok
-            and isinstance(err, KafkaError)
-            and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
-        ):
-            created = False
-        else:
-            raise BrokerError(f"could not create topic {name!r}: {err}") from e
+    """Create ``name`` and wait until it is usable. Returns False if it existed (``exist_ok``).
+
+    A retriable refusal (a controller moving, a broker restarting) is asked again until
+    ``timeout``; after one, "already exists" is our own earlier request's doing."""
+    deadline = time.monotonic() + timeout
+    retried = False
+    while True:
+        futures = admin.create_topics(
+            [NewTopic(name, partitions, replication_factor, config=dict(config or {}))],
+            operation_timeout=max(1.0, deadline - time.monotonic()),
+        )
+        try:
+            futures[name].result(timeout=max(1.0, deadline - time.monotonic()))
+            created = True
+            break
+        except KafkaException as e:
+            err: Any = e.args[0] if e.args else None
+            code = err.code() if isinstance(err, KafkaError) else None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS and (exist_ok or retried):
+                created = retried
+                break
+            if code is None or not err.retriable() or time.monotonic() >= deadline:
+                raise BrokerError(f"could not create topic {name!r}: {err}") from e
+            retried = True
+            time.sleep(0.1)  # the controller answers again within moments; nothing to wait on
     wait_for_topic(admin, name, partitions if created else 1, timeout)
     return created

@@ -158,7 +158,10 @@ def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while True:
         wait = max(0.5, min(5.0, deadline - time.monotonic()))
-        t = admin.list_topics(topic=name, timeout=wait).topics.get(name)
+        try:
+            t = admin.list_topics(topic=name, timeout=wait).topics.get(name)
+        except KafkaException:  # one request timed out, a broker restarting: ask again
+            t = None
         if t is not None and t.error is None and t.partitions:
             return len(t.partitions)
         if time.monotonic() >= deadline:
@@ -181,10 +184,13 @@ def check_control_topic(
             break
         except KafkaException as e:
             # On a cluster, the broker asked may not know yet of a topic that another member
-            # just created through another broker: ask again, until the deadline.
+            # just created through another broker, or may be restarting: ask again, until
+            # the deadline.
             err = e.args[0] if e.args else None
-            unknown = isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-            if not unknown or time.monotonic() >= deadline:
+            again = isinstance(err, KafkaError) and (
+                err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or err.retriable()
+            )
+            if not again or time.monotonic() >= deadline:
                 raise BrokerError(f"cannot read the settings of control topic {name!r}: {e}") from e
             time.sleep(0.1)  # metadata reaches every broker within moments; nothing to wait on
     for key, want in REQUIRED_CONFIG.items():
