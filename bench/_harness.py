@@ -255,6 +255,18 @@ def load() -> dict[str, float]:
     return {"load1": round(one, 2), "load5": round(five, 2), "load15": round(fifteen, 2)}
 
 
+def settle_load(below: float, at_most: float) -> dict[str, float]:
+    """Wait (up to ``at_most`` seconds) for the 1-min load to fall to ``below``; the load then.
+
+    Contenders run one after another: without this, each inherits the load the one before it
+    left (1-min average 6 to 15 at the start of a 10 x 48 run's later contenders, against 1 to
+    7 at the first), and the last one measured, groupkit, paid for it."""
+    deadline = time.monotonic() + at_most
+    while os.getloadavg()[0] > below and time.monotonic() < deadline:
+        time.sleep(1.0)  # the kernel's average; no event to wait on
+    return load()
+
+
 @contextlib.contextmanager
 def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any:
     """The bench's one broker: ``bootstrap`` if given, else a local one with ``extra``."""

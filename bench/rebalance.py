@@ -53,7 +53,16 @@ from confluent_kafka.admin import (
 )
 
 from bench._common import bar_chart, median, write_results
-from bench._harness import Group, broker, create_topic, load, measure, pct, versions
+from bench._harness import (
+    Group,
+    broker,
+    create_topic,
+    load,
+    measure,
+    pct,
+    settle_load,
+    versions,
+)
 from groupkit.dev.harness import LoadProducer, wait_for
 
 # name -> (kind, protocol)
@@ -255,12 +264,16 @@ def main() -> None:
                     help="seconds between the producer's records to each partition: the "
                          "resolution of 'consuming again', and the load (0.01: ~1 core of a "
                          "local broker at 48 partitions)")
+    ap.add_argument("--settle-load", type=float, default=4.0,
+                    help="before each contender, wait for the 1-min load to fall to this")
+    ap.add_argument("--settle-max", type=float, default=150.0,
+                    help="seconds to wait for --settle-load at most (0: do not wait)")
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
     args = ap.parse_args()
     if args.quick:
         args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.6
-        args.settings, args.cpu_window = "tuned", 0.5
+        args.settings, args.cpu_window, args.settle_max = "tuned", 0.5, 0.0
         if args.contenders == ",".join(CONTENDERS):
             args.contenders = QUICK_CONTENDERS
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
@@ -271,8 +284,10 @@ def main() -> None:
     with paced_topic(args, "rebalance") as (work, boot, topic, _pacer):
         for setting in settings:
             for name in contenders:
-                print(f"{name} [{setting}] ...", flush=True)
+                at_start = settle_load(args.settle_load, args.settle_max)
+                print(f"{name} [{setting}] (load {at_start['load1']}) ...", flush=True)
                 runs.append(run_contender(boot, topic, work, name, setting, args))
+                runs[-1]["load_at_start"] = at_start
     report(runs, args, load_before, time.monotonic() - t_start)
 
 
@@ -312,6 +327,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "gk_coop_unowned_ps_stayed_max": max(coop_stayed, default=float("nan")),
         "gk_coop_stayed_never_unowned": bool(coop_stayed) and max(coop_stayed) == 0,
     }
+    start_loads = ", ".join(f"{r['contender']} [{r['setting']}] {r['load_at_start']['load1']}"
+                            for r in runs if "load_at_start" in r)  # fmt: skip
     cpu_notes = ", ".join(f"{r['contender']} [{r['setting']}] {r['idle_cpu_per_member'] * 100:.1f}%"
                           for r in runs)  # fmt: skip
     notes = [
@@ -324,6 +341,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "before. Ratios against groupkit cooperative (tuned) in the same run.",
         f"Targets: {targets}",
         f"Idle CPU per member (share of one core): {cpu_notes}",
+        f"1-min load as each contender started (after waiting up to {args.settle_max:g} s for "
+        f"it to fall to {args.settle_load:g}): {start_loads}",
         f"Versions: {versions()}; load before {load_before}, after {load()}; "
         f"{seconds:.0f} s.",
     ]
