@@ -129,7 +129,8 @@ def leaves(events: list[Event], window_s: float) -> list[dict[str, Any]]:
 
 
 def _table(rows: list[dict[str, Any]], cols: list[str], events: list[Event], what: str,
-           window_s: float, raw: bool) -> None:  # fmt: skip
+           window_s: float, raw: bool, skip: int = 0) -> None:  # fmt: skip
+    """One row per event; the median row leaves out the first ``skip`` (the group forming)."""
     print("member  " + "  ".join(f"{c:>14}" for c in cols) + f"   (ms from {what})")
     for j in rows:
         cells = [f"{j[c]:14.1f}" if j[c] is not None else f"{'-':>14}" for c in cols]
@@ -141,9 +142,11 @@ def _table(rows: list[dict[str, Any]], cols: list[str], events: list[Event], wha
                     rest = {k: v for k, v in e.items()
                             if k not in ("timestamp", "event", "group", "level")}  # fmt: skip
                     print(f"    {(t - t0) * 1000:8.1f} {m} {e['event']} {rest}")
+    measured = rows[skip:]
+    note = f"   (rows after the first {skip})" if skip else ""
     print("median  " + "  ".join(
-        f"{statistics.median(v):14.1f}" if (v := [j[c] for j in rows if j[c] is not None])
-        else f"{'-':>14}" for c in cols))  # fmt: skip
+        f"{statistics.median(v):14.1f}" if (v := [j[c] for j in measured if j[c] is not None])
+        else f"{'-':>14}" for c in cols) + note)  # fmt: skip
 
 
 def main() -> None:
@@ -151,11 +154,15 @@ def main() -> None:
     ap.add_argument("directory", type=Path, help="a GK_BENCH_KEEP directory")
     ap.add_argument("--window", type=float, default=1.5, help="seconds after each subscribe")
     ap.add_argument("--raw", action="store_true", help="also print every event of each join")
+    ap.add_argument("--members", type=int, default=10,
+                    help="the bench's group size: its first joins are the group forming, left "
+                         "out of the joins' median")  # fmt: skip
     args = ap.parse_args()
     events = load(args.directory)
     join_cols = ["subscribe", "caught up", "join read", "planned", "first release",
                  "last release", "all assigned"]  # fmt: skip
-    _table(phases(events, args.window), join_cols, events, "subscribe()", args.window, args.raw)
+    _table(phases(events, args.window), join_cols, events, "subscribe()", args.window, args.raw,
+           args.members)  # fmt: skip
     leave_cols = ["released", "appended", "planned", "first assigned", "all assigned"]
     print()
     _table(leaves(events, args.window), leave_cols, events, "close()", args.window, args.raw)
