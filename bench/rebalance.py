@@ -270,6 +270,7 @@ def main() -> None:
                     help="seconds to wait for --settle-load at most (0: do not wait)")
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
+    ap.add_argument("--name", default="rebalance", help="results file name (without suffix)")
     args = ap.parse_args()
     if args.quick:
         args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.6
@@ -346,7 +347,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"Versions: {versions()}; load before {load_before}, after {load()}; "
         f"{seconds:.0f} s.",
     ]
-    out = write_results("rebalance", columns, rows, title="Rebalance latency and unavailability: "
+    out = write_results(args.name, columns, rows, title="Rebalance latency and unavailability: "
                         "groupkit vs the broker's protocols (same broker, same run)",
                         results_dir=args.results_dir, notes=notes,
                         extra={"runs": runs, "targets": targets, "versions": versions(),
@@ -354,7 +355,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
                                "seconds": seconds, "args": vars(args)})  # fmt: skip
     labels = [f"{r['contender']} [{r['setting']}]" for r in runs]
     bar_chart(
-        out / "rebalance.png", list(EVENTS),
+        out / f"{args.name}.png", list(EVENTS),
         {lab: [summ[(r["contender"], r["setting"], e)]["p50"] * ms for e in EVENTS]
          for lab, r in zip(labels, runs, strict=True)},
         "ms from event to every partition owned and consuming (log)",
