@@ -301,14 +301,10 @@ def test_an_aborted_batch_is_fetched_again_and_committed_once(
     ``consume``: processed again, they are in the output once."""
     src = topic_factory(partitions=1, prefix="in")
     dst = topic_factory(partitions=1, prefix="out")
-    p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(20):
-        p.produce(src, value=str(i).encode())
-    assert p.flush(30) == 0
-    # Closed here, not left to the frame: the traceback of the RuntimeError caught below still
-    # refers to this frame at the session's end, so the producer outlived the broker (the
-    # "1 librdkafka client(s) were still alive" of every CI run).
-    p.close()
+    # The shared helper, not a producer of this frame: the traceback of the RuntimeError caught
+    # below still refers to this frame at the session's end, and a producer held by it outlived
+    # the broker (the "1 librdkafka client(s) were still alive" of every CI run).
+    groupharness.produce(bootstrap, src, {0: 20})
     consumer = GroupConsumer({
         "bootstrap.servers": bootstrap, "group.id": unique_name("g"),
         "auto.offset.reset": "earliest", "session.timeout.ms": 3000,
