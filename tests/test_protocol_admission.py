@@ -208,6 +208,34 @@ def test_a_complete_generation_names_the_newcomers_share_from_the_most_loaded() 
     assert left == [3, 4, 4]
 
 
+def test_a_newcomers_share_comes_from_as_few_givers_as_balance_allows_leader_last() -> None:
+    """9 members owning 6, 6, 6, 5 x 6 of 48 give a tenth its 4 from 3 givers (one gives 2),
+    not one each from 4; among members tied for the most, the leader gives last. Every member
+    still ends within one of every other, the newcomer included."""
+    from groupkit.protocol.planner import admit_newcomer
+
+    sizes = {f"m{i}": 6 if i < 3 else 5 for i in range(9)}
+    nxt, members = 0, {}
+    for m, n in sizes.items():
+        members[m] = covered_member(m, ["t"], assigned=[("t", p) for p in range(nxt, nxt + n)])
+        nxt += n
+    for leader in ("m0", "m8", None):
+        got = admit_newcomer(members, {"t": 48}, leader)
+        admit = {m: c.admit for m, c in got.items()}
+        givers = [m for m, a in admit.items() if a]
+        assert sum(map(len, admit.values())) == 4 and len(givers) == 3
+        assert all(admit[m] <= members[m].assigned for m in admit)
+        after = [sizes[m] - len(admit[m]) for m in sizes] + [4]
+        assert max(after) - min(after) <= 1
+        if leader is not None:
+            assert leader not in givers or sizes[leader] == 6  # an owner of the most gives
+    # tied for the most, the leader is spared: 4 x 4 give a fifth 3, one each, not the leader
+    even = {m: covered_member(m, ["t"], assigned=[("t", 4 * i + p) for p in range(4)])
+            for i, m in enumerate("abcd")}  # fmt: skip
+    got = admit_newcomer(even, {"t": 16}, "d")
+    assert not got["d"].admit and all(len(got[m].admit) == 1 for m in "abc")
+
+
 def test_a_join_is_owned_without_the_leaders_turn() -> None:
     sim = stable_group(slow_plan_for="d")  # the leader plans nothing for d for 2 s
     st0 = sim.view()
