@@ -269,6 +269,38 @@ def test_the_plan_that_covers_the_newcomer_keeps_what_it_was_admitted() -> None:
     assert st.admission() is None and st.members["d"].admitted_in and not st._admitted_ids
 
 
+def test_the_plan_for_a_join_waits_until_the_newcomer_owns_its_share() -> None:
+    """Planner.admission_under_way: no generation is written while the newcomer takes what it
+    was admitted; the next is written once its record claims all of it, and covers it."""
+    sim = stable_group()
+    g = sim.view().generation
+    share = {p for c in sim.view().assignment.members.values() for p in c.admit}  # type: ignore[union-attr]
+    sim.join("d")
+    while sim.view().generation == g:
+        sim.tick()
+        assert not sim.violations(), sim.violations()
+    st = sim.view()
+    assert st.members["d"].claims == share  # its record claimed all of it first
+    assert st.assignment is not None and st.assignment.members["d"].assigned == share
+
+
+def test_a_giver_that_cannot_let_go_holds_the_plan_back_half_a_session_at_most() -> None:
+    sim = stable_group()  # session 10 s
+    a = sim.view().assignment
+    assert a is not None
+    g = sim.view().generation
+    giver = min(m for m, c in a.members.items() if c.admit and m != sim.view().leader)
+    sim.pause(giver, 8_000)  # frozen: it neither lets go nor heartbeats, yet stays live
+    sim.join("d")
+    joined = sim.clock
+    while sim.view().generation == g:
+        sim.tick()
+        assert not sim.violations(), sim.violations()
+        assert sim.clock - joined < 6_000, "the plan waited past half a session"
+    assert sim.clock - joined >= 5_000 - 100  # it did wait (the others' share came at once)
+    assert sim.view().assignment.members["d"].assigned  # type: ignore[union-attr]
+
+
 def test_only_the_first_newcomer_of_a_generation_is_admitted() -> None:
     sim = stable_group(slow_plan_for="d")
     sim.join("d")

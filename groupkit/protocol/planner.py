@@ -204,6 +204,35 @@ class Planner:
             return DecisionReason.PROTOCOL_CHANGED
         return None
 
+    def admission_under_way(self, state: GroupState) -> bool:
+        """Whether the plan for a join waits: the current generation admitted the newcomer
+        (state.py, "Admission"), which does not own its share yet, and nothing else changed.
+
+        The plan that covers the newcomer keeps what it was admitted, so it is not needed for
+        the newcomer to own that; made meanwhile, it only raced the givers' releases. A giver
+        whose release came after it no longer gave by admission (the new generation says what
+        it owns) but by that generation's revocation, which the newcomer takes only once it
+        acknowledged the generation and read its acknowledgement back: 100-250 ms more at the
+        bench's load, in about half the traced joins (bench/results/trace_joins.md, session
+        17). So the plan waits until the newcomer's record claims its share, or another
+        member joins or leaves, or half a session passed since the join (a giver that cannot
+        let go holds the group's plan back no longer than that; the plan would take the same
+        partitions from it anyway)."""
+        adm = state.admission()
+        cur = state.assignment
+        if adm is None or cur is None:
+            return False
+        mid, share = adm
+        newcomer = state.members[mid]
+        if share <= newcomer.claims:
+            return False
+        active = self.active_members(state)
+        if set(active) != set(cur.members) | {mid} or not all(
+            active[i].named_by(c) and active[i].topics == c.topics for i, c in cur.members.items()
+        ):
+            return False
+        return state.log_time - newcomer.joined_at < state.session_timeout_ms // 2
+
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""
         return self.plan(state, partition_counts, defer=True).action == NEED_LAGS
@@ -266,6 +295,8 @@ class Planner:
                     reason or DecisionReason.REVOCATION_ACKNOWLEDGED, planned, defer,
                 )  # fmt: skip
         elif reason is not None:
+            if reason == DecisionReason.MEMBERSHIP_CHANGED and self.admission_under_way(state):
+                return Decision(WAIT, DecisionReason.AWAITING_ADMISSION)
             return self._assign(
                 state, active, _holders(state), _reserved(state), counts, lags, reason, planned,
                 defer,

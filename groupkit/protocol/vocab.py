@@ -90,6 +90,9 @@ class DecisionReason(StrEnum):
     # a rebalance under way
     AWAITING_REVOCATION = "awaiting_revocation"
     AWAITING_ACKNOWLEDGEMENT = "awaiting_acknowledgement"
+    AWAITING_ADMISSION = "awaiting_admission"
+    """A newcomer is taking its share from its givers (state.py, "Admission"): the plan that
+    covers it waits until it owns it (``Planner.admission_under_way``)."""
     REVOCATION_ACKNOWLEDGED = "revocation_acknowledged"
     REASSERT = "reassert"
     """The current assignment again, under this leader (a leader that restarted)."""
