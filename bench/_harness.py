@@ -34,8 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` (replication factor 1) and wait until its partitions are usable."""
-    admin.create_topic(AdminClient({"bootstrap.servers": bootstrap}), topic, partitions)
+    """Create ``topic`` (replication factor 1) and wait until its partitions are usable.
+
+    Its records are stamped with the broker's append time (``LogAppendTime``), so a record's
+    age when a member gets it (``bench/_worker.py``) counts from when the broker had it, not
+    from the producer's call (on a loaded machine a record can wait in the producer's queue
+    for seconds before it is sent)."""
+    admin.create_topic(AdminClient({"bootstrap.servers": bootstrap}), topic, partitions,
+                       config={"message.timestamp.type": "LogAppendTime"})  # fmt: skip
 
 
 @dataclass

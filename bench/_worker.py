@@ -169,9 +169,13 @@ def main() -> None:
                 p = msg.partition()
                 if p in waiting:
                     waiting.discard(p)
-                    audit.write("first", tp=[args.topic, p], t=t)
+                    # age: how long the record waited since it was produced (ms)
+                    audit.write("first", tp=[args.topic, p], t=t,
+                                age=round(time.time() * 1000 - msg.timestamp()[1], 1))  # fmt: skip
         if count and t - flushed >= 0.05:
-            audit.write("n", n=count, t=t)
+            # age: of the record this poll returned (ms): how far behind the producer it is
+            age = round(time.time() * 1000 - msg.timestamp()[1], 1) if msg is not None else None
+            audit.write("n", n=count, t=t, age=age)
             count, flushed = 0, t
         if args.kind == "gk" and t - checked >= 0.02:
             checked = t
