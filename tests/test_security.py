@@ -333,14 +333,17 @@ def test_a_member_without_read_on_its_group_is_told_by_poll_then_starts_once_all
 
 
 def _settled(*consumers: GroupConsumer) -> bool:
-    """Every consumer's replay shows a complete assignment that every member acknowledged."""
+    """Every consumer's replay shows a complete assignment that covers every one of them and
+    that every member acknowledged. (Covers: a newcomer owns its admitted share before the
+    generation that covers it is written, Planner.admission_under_way.)"""
+    ids = {c.member_id for c in consumers}
     for c in consumers:
         if c.coordinator is None:
             return False
         with c.coordinator.lock:
             st = c.coordinator.state
             a = st.assignment
-            if a is None or a.phase != "complete" or any(
+            if a is None or a.phase != "complete" or not ids <= set(a.members) or any(
                 m not in st.members or st.members[m].acked_generation != a.generation
                 for m in a.members
             ):

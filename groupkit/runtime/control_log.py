@@ -59,9 +59,12 @@ _DENIED = frozenset(
 
 
 #: A partition whose leadership is still being taken over (librdkafka does not always mark
-#: these retriable on a watermark query).
+#: these retriable on a watermark query), or that the client's metadata does not know yet
+#: (``_UNKNOWN_PARTITION``, a local error: on the three-broker cluster a member's catch-up
+#: asked before its metadata named the partition, and its control loop died of it in CI).
 _NOT_LED = frozenset(
     {
+        KafkaError._UNKNOWN_PARTITION,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError.UNKNOWN_TOPIC_OR_PART,
