@@ -11,10 +11,10 @@ of the call, not of a Python start-up. It appends one JSON line per fact to ``--
 - ``{"e": "assign" | "revoke" | "lost", "tps": [[topic, partition], ...]}``: written inside the
   rebalance callbacks (ownership as the application sees it, for both kinds alike; the audit
   format of groupkit.dev.harness, which reads it);
-- ``{"e": "first", "tp": [topic, partition]}``: the first record of a partition after it was
-  assigned (the partition is *consuming again*);
-- ``{"e": "n", "n": count}``: records polled since the last such fact, at most every 50 ms
-  (for the records/s dip);
+- ``{"e": "first", "tp": [topic, partition], "age": ms}``: the first record of a partition after
+  it was assigned (the partition is *consuming again*), and how long ago the broker appended it;
+- ``{"e": "n", "n": count, "age": ms}``: records polled since the last such fact, at most every
+  50 ms (for the records/s dip), and the age of the last (how far behind the broker);
 - ``{"e": "state", "leader": bool, "generation": n}`` (groupkit) when either changes;
 - ``{"e": "caught", "n": records}`` (groupkit), written after ``subscribe()`` once the member
   has caught up with its control partition (``GroupConsumer()`` starts that, so usually before):
@@ -78,6 +78,12 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
         # e.g. GK_BENCH_RDKAFKA_DEBUG=cgrp: librdkafka's own debug log, to stderr (the .out)
         **({"debug": d, "log_level": 7} if (d := os.environ.get("GK_BENCH_RDKAFKA_DEBUG")) else {}),
     }
+
+
+def age_ms(msg: Any) -> float:
+    """How long ago the broker appended ``msg`` (ms): the bench topic stamps records with
+    their append time (``bench/_harness.create_topic``)."""
+    return round(time.time() * 1000 - msg.timestamp()[1], 1)
 
 
 def audit_catch_up(consumer: Any, audit: Audit) -> None:
@@ -169,13 +175,9 @@ def main() -> None:
                 p = msg.partition()
                 if p in waiting:
                     waiting.discard(p)
-                    # age: how long the record waited since it was produced (ms)
-                    audit.write("first", tp=[args.topic, p], t=t,
-                                age=round(time.time() * 1000 - msg.timestamp()[1], 1))  # fmt: skip
+                    audit.write("first", tp=[args.topic, p], t=t, age=age_ms(msg))
         if count and t - flushed >= 0.05:
-            # age: of the record this poll returned (ms): how far behind the producer it is
-            age = round(time.time() * 1000 - msg.timestamp()[1], 1) if msg is not None else None
-            audit.write("n", n=count, t=t, age=age)
+            audit.write("n", n=count, t=t, age=age_ms(msg) if msg is not None else None)
             count, flushed = 0, t
         if args.kind == "gk" and t - checked >= 0.02:
             checked = t

@@ -204,7 +204,7 @@ class Planner:
             return DecisionReason.PROTOCOL_CHANGED
         return None
 
-    def admission_under_way(self, state: GroupState) -> bool:
+    def admission_under_way(self, state: GroupState, active: Mapping[str, MemberState]) -> bool:
         """Whether the plan for a join waits: the current generation admitted the newcomer
         (state.py, "Admission"), which does not own its share yet, and nothing else changed.
 
@@ -217,7 +217,7 @@ class Planner:
         17). So the plan waits until the newcomer's record claims its share, or another
         member joins or leaves, or half a session passed since the join (a giver that cannot
         let go holds the group's plan back no longer than that; the plan would take the same
-        partitions from it anyway)."""
+        partitions from it anyway). ``active``: :meth:`active_members`, as the caller has it."""
         adm = state.admission()
         cur = state.assignment
         if adm is None or cur is None:
@@ -226,7 +226,6 @@ class Planner:
         newcomer = state.members[mid]
         if share <= newcomer.claims:
             return False
-        active = self.active_members(state)
         if set(active) != set(cur.members) | {mid} or not all(
             active[i].named_by(c) and active[i].topics == c.topics for i, c in cur.members.items()
         ):
@@ -295,7 +294,8 @@ class Planner:
                     reason or DecisionReason.REVOCATION_ACKNOWLEDGED, planned, defer,
                 )  # fmt: skip
         elif reason is not None:
-            if reason == DecisionReason.MEMBERSHIP_CHANGED and self.admission_under_way(state):
+            joining = reason == DecisionReason.MEMBERSHIP_CHANGED
+            if joining and self.admission_under_way(state, active):
                 return Decision(WAIT, DecisionReason.AWAITING_ADMISSION)
             return self._assign(
                 state, active, _holders(state), _reserved(state), counts, lags, reason, planned,
