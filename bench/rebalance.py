@@ -287,13 +287,17 @@ def main() -> None:
             for name in contenders:
                 at_start = settle_load(args.settle_load, args.settle_max)
                 print(f"{name} [{setting}] (load {at_start['load1']}) ...", flush=True)
-                n0, t0 = pacer.count, time.monotonic()
+                n0, t0, q0 = pacer.count, time.monotonic(), len(pacer.queued)
                 runs.append(run_contender(boot, topic, work, name, setting, args))
                 runs[-1]["load_at_start"] = at_start
                 # the share of the asked-for records the producer wrote meanwhile (it skips a
                 # round it is late for): how steady the load each contender ran under was
                 asked = (time.monotonic() - t0) * args.partitions / args.period
                 runs[-1]["produced_share"] = round((pacer.count - n0) / asked, 3)
+                queued = sorted(pacer.queued[q0:]) or [0]
+                runs[-1]["producer_queued"] = {"p50": queued[len(queued) // 2],
+                                               "p99": queued[len(queued) * 99 // 100],
+                                               "max": queued[-1]}  # fmt: skip
     report(runs, args, load_before, time.monotonic() - t_start)
 
 
@@ -335,7 +339,9 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
     }
     start_loads = ", ".join(f"{r['contender']} [{r['setting']}] {r['load_at_start']['load1']}"
                             for r in runs if "load_at_start" in r)  # fmt: skip
-    produced = ", ".join(f"{r['contender']} [{r['setting']}] {r['produced_share'] * 100:.0f}%"
+    produced = ", ".join(f"{r['contender']} [{r['setting']}] {r['produced_share'] * 100:.0f}% "
+                         f"(queued p50 {r['producer_queued']['p50']}, max "
+                         f"{r['producer_queued']['max']})"
                          for r in runs if "produced_share" in r)  # fmt: skip
     cpu_notes = ", ".join(f"{r['contender']} [{r['setting']}] {r['idle_cpu_per_member'] * 100:.1f}%"
                           for r in runs)  # fmt: skip
@@ -351,7 +357,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"Idle CPU per member (share of one core): {cpu_notes}",
         f"1-min load as each contender started (after waiting up to {args.settle_max:g} s for "
         f"it to fall to {args.settle_load:g}): {start_loads}",
-        f"Records the producer wrote, of those asked for, during each contender: {produced}.",
+        f"Records the producer wrote, of those asked for, during each contender (it skips a "
+        f"round while two are undelivered), and the records waiting in its queue: {produced}.",
         f"Versions: {versions()}; load before {load_before}, after {load()}; "
         f"{seconds:.0f} s.",
     ]
