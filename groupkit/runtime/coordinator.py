@@ -464,6 +464,8 @@ class Coordinator:
                 )
             )
             self.needs_service = True
+            _log.debug("hop.handoff", member=self.member_id, assign=len(acts.assign),
+                       revoke=len(new_revoke), lost=len(acts.lost))  # fmt: skip
             for e in acts.events:
                 _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
                           what=e, generation=acts.generation)  # fmt: skip
