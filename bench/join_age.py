@@ -300,8 +300,8 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
         f"{args.members} members (cooperative, cooperative-sticky), {args.partitions} "
         f"partitions, {args.trials} trials a point; young {args.young:.0f} s, old "
         f"{args.old:.0f} s (old trials in the {args.trials * args.slot:.0f} s before it); "
-        f"producer: one record per partition every 10 ms ({dropped_rounds} rounds dropped with "
-        "its queue full). Each group on its own control topic.",
+        f"producer: one record per partition every 10 ms ({dropped_rounds} rounds skipped while "
+        "two were undelivered). Each group on its own control topic.",
         "join: subscribe() → every partition owned and consuming again (as rebalance.py). first "
         "record: → the newcomer's first record. caught up: → the newcomer has replayed its control "
         "partition; replayed: control records replayed to catch up "
