@@ -102,8 +102,11 @@ def main() -> None:
     ap.add_argument("--group", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--audit", required=True)
-    ap.add_argument("--protocol", required=True,
-                    help="gk: eager|cooperative; native: range|cooperative-sticky|consumer")
+    ap.add_argument(
+        "--protocol",
+        required=True,
+        help="gk: eager|cooperative; native: range|cooperative-sticky|consumer",
+    )
     ap.add_argument("--assignor", default="cooperative-sticky")
     ap.add_argument("--session-ms", type=int, default=0, help="0: the client's default")
     ap.add_argument("--heartbeat-ms", type=int, default=0)
@@ -185,6 +188,7 @@ def main() -> None:
             if state != lead:
                 lead = state
                 audit.write("state", leader=state[0], generation=state[1])
+
 
 if __name__ == "__main__":
     main()

@@ -298,8 +298,11 @@ def main() -> None:
         "aio_loop_lag",
         ["consumer", "phase", "ticks", "lag p50 ms", "lag p99 ms", "lag max ms", "load1"],
         rows,
-        extra={"load_before": load_before, "hold_s": args.hold,
-               "took": [r["took"] for r in results]},
+        extra={
+            "load_before": load_before,
+            "hold_s": args.hold,
+            "took": [r["took"] for r in results],
+        },
         title="Event-loop lag while a member polls, rebalances and commits (same run, same loop)",
         results_dir=args.results_dir,
         notes=notes,

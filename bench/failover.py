@@ -86,8 +86,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=48)
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--protocol", default="cooperative")
-    ap.add_argument("--settings", default="1000/100,3000/300,10000/1000",
-                    help="session/heartbeat ms pairs")
+    ap.add_argument(
+        "--settings", default="1000/100,3000/300,10000/1000", help="session/heartbeat ms pairs"
+    )
     ap.add_argument("--gap", type=float, default=1.0)
     ap.add_argument("--bootstrap")
     ap.add_argument("--results-dir", type=Path, default=None)
@@ -108,7 +109,8 @@ def main() -> None:
             try:
                 for session, heartbeat in settings:
                     res[f"{session}/{heartbeat}"] = run_setting(
-                        boot, topic, work, session, heartbeat, args)
+                        boot, topic, work, session, heartbeat, args
+                    )
             finally:
                 pacer.stop()
     seconds = time.monotonic() - t_start

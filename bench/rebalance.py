@@ -252,22 +252,38 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=48)
     ap.add_argument("--trials", type=int, default=10)
-    ap.add_argument("--default-kill-trials", type=int, default=3,
-                    help="kill trials with default (45 s) sessions, each costs the session")
+    ap.add_argument(
+        "--default-kill-trials",
+        type=int,
+        default=3,
+        help="kill trials with default (45 s) sessions, each costs the session",
+    )
     ap.add_argument("--session-ms", type=int, default=1000, help="tuned session timeout")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="tuned heartbeat interval")
     ap.add_argument("--settings", default="tuned,default")
     ap.add_argument("--contenders", default=",".join(CONTENDERS))
     ap.add_argument("--cpu-window", type=float, default=3.0, help="seconds of idle-CPU sampling")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds of steady state before events")
-    ap.add_argument("--period", type=float, default=0.01,
-                    help="seconds between the producer's records to each partition: the "
-                         "resolution of 'consuming again', and the load (0.01: ~1 core of a "
-                         "local broker at 48 partitions)")
-    ap.add_argument("--settle-load", type=float, default=4.0,
-                    help="before each contender, wait for the 1-min load to fall to this")
-    ap.add_argument("--settle-max", type=float, default=150.0,
-                    help="seconds to wait for --settle-load at most (0: do not wait)")
+    ap.add_argument(
+        "--period",
+        type=float,
+        default=0.01,
+        help="seconds between the producer's records to each partition: the "
+        "resolution of 'consuming again', and the load (0.01: ~1 core of a "
+        "local broker at 48 partitions)",
+    )
+    ap.add_argument(
+        "--settle-load",
+        type=float,
+        default=4.0,
+        help="before each contender, wait for the 1-min load to fall to this",
+    )
+    ap.add_argument(
+        "--settle-max",
+        type=float,
+        default=150.0,
+        help="seconds to wait for --settle-load at most (0: do not wait)",
+    )
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
     ap.add_argument("--name", default="rebalance", help="results file name (without suffix)")
@@ -359,8 +375,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"it to fall to {args.settle_load:g}): {start_loads}",
         f"Records the producer wrote, of those asked for, during each contender (it skips a "
         f"round while two are undelivered), and the records waiting in its queue: {produced}.",
-        f"Versions: {versions()}; load before {load_before}, after {load()}; "
-        f"{seconds:.0f} s.",
+        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
     ]
     out = write_results(args.name, columns, rows, title="Rebalance latency and unavailability: "
                         "groupkit vs the broker's protocols (same broker, same run)",

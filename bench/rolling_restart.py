@@ -168,8 +168,9 @@ def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="one trial, 3 members, 6 partitions, two contenders")
+    ap.add_argument(
+        "--quick", action="store_true", help="one trial, 3 members, 6 partitions, two contenders"
+    )
     ap.add_argument("--members", type=int, default=5)
     ap.add_argument("--partitions", type=int, default=20)
     ap.add_argument("--trials", type=int, default=3)

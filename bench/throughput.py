@@ -121,10 +121,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--bootstrap")
     ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--fetch-queue-backoff-ms", type=int, default=None,
-                    help="librdkafka fetch.queue.backoff.ms for both consumers (default: "
-                    "librdkafka's 1000: once a consumer's queue is full its next fetch waits "
-                    "up to 1 s, which often dominates this bench; 10 measures the consumers)")
+    ap.add_argument(
+        "--fetch-queue-backoff-ms",
+        type=int,
+        default=None,
+        help="librdkafka fetch.queue.backoff.ms for both consumers (default: "
+        "librdkafka's 1000: once a consumer's queue is full its next fetch waits "
+        "up to 1 s, which often dominates this bench; 10 measures the consumers)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.records, args.partitions, args.runs = 20_000, 2, 1
@@ -172,10 +176,18 @@ def main() -> None:
         # With librdkafka's default fetch.queue.backoff.ms a run often stalls ~1 s (a full
         # queue postpones the next fetch), so runs fall into two rates for either consumer and
         # a median can mix them: each run's ratio to the plain run just before it is shown.
-        "Per-run ratios to the plain run before it: " + "; ".join(
-            f"{mode} " + ", ".join(f"{p / g:.2f}" for (p, _), (g, _) in
-                                   zip(res[("plain", mode)], res[("groupkit", mode)], strict=True))
-            for mode in MODES) + ".",
+        "Per-run ratios to the plain run before it: "
+        + "; ".join(
+            f"{mode} "
+            + ", ".join(
+                f"{p / g:.2f}"
+                for (p, _), (g, _) in zip(
+                    res[("plain", mode)], res[("groupkit", mode)], strict=True
+                )
+            )
+            for mode in MODES
+        )
+        + ".",
         f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
     ]
     out = write_results(

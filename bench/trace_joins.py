@@ -86,8 +86,11 @@ def phases(events: list[Event], window_s: float) -> list[dict[str, Any]]:
         releases = _since(near, t0, "!" + who, "hop.released", t_read)
         assigned = _since(near, t0, who, "hop.assigned")
         # the newest catch-up of the newcomer's before the window's end (usually before t0)
-        caught = [(t - t0) * 1000 for t, m, x in events
-                  if m == who and x["event"] == "hop.caught_up" and t < t0 + window_s][-1:]
+        caught = [
+            (t - t0) * 1000
+            for t, m, x in events
+            if m == who and x["event"] == "hop.caught_up" and t < t0 + window_s
+        ][-1:]
         joins.append({
             "member": who,
             "t0": t0,

@@ -111,4 +111,3 @@ def test_member_cut_off_then_healed(
         report = run.finish()
     assert_clean(report)
     assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
-

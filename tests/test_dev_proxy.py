@@ -97,9 +97,7 @@ def test_cut_holds_and_heal_forwards_in_order(echo_port: int) -> None:
         assert set(proxy.clients()) >= {"m.control-writer", "m.control-reader"}
         proxy.heal(cut)
         assert recv_exactly(writer, 12) == b"held-1held-2"  # nothing lost, in order
-        assert recv_exactly(late, len(request(b"m.control-writer"))) == request(
-            b"m.control-writer"
-        )
+        assert recv_exactly(late, len(request(b"m.control-writer"))) == request(b"m.control-writer")
         for s in (writer, reader, late):
             s.close()
 
@@ -111,7 +109,7 @@ def connect_nowait(port: int, client_id: bytes) -> socket.socket:
 
 
 def test_one_direction(echo_port: int) -> None:
-    """"up" holds what the client sends; "down" lets it reach the upstream but holds replies."""
+    """ "up" holds what the client sends; "down" lets it reach the upstream but holds replies."""
     port = free_port()
     with FaultProxy({port: echo_port}) as proxy:
         s = connect(port, b"c")

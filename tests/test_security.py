@@ -343,9 +343,14 @@ def _settled(*consumers: GroupConsumer) -> bool:
         with c.coordinator.lock:
             st = c.coordinator.state
             a = st.assignment
-            if a is None or a.phase != "complete" or not ids <= set(a.members) or any(
-                m not in st.members or st.members[m].acked_generation != a.generation
-                for m in a.members
+            if (
+                a is None
+                or a.phase != "complete"
+                or not ids <= set(a.members)
+                or any(
+                    m not in st.members or st.members[m].acked_generation != a.generation
+                    for m in a.members
+                )
             ):
                 return False
     return True

@@ -215,8 +215,11 @@ def test_a_static_member_past_max_poll_interval_keeps_its_seat(
     # Only `other` polls: `slow` overruns max.poll.interval.ms (its loop stops writing), and
     # stays stalled for half its session: nobody takes its partitions meanwhile, and the
     # group's generation does not change.
-    ctl = {"bootstrap.servers": conf["bootstrap.servers"], "group.id": conf["group.id"],
-           "groupkit.control.topic": conf["groupkit.control.topic"]}
+    ctl = {
+        "bootstrap.servers": conf["bootstrap.servers"],
+        "group.id": conf["group.id"],
+        "groupkit.control.topic": conf["groupkit.control.topic"],
+    }
     # the leader done: no follow-up generation to come (see _static_group)
     pump([slow, other], lambda: describe_group(ctl, with_lag=False)["state"] == "Stable", 30,
          "the group Stable")  # fmt: skip
