@@ -169,18 +169,23 @@ def measure(group: Group, t0: float, t_end: float, baseline_s: float = 1.0,
     """The numbers of one event at ``t0``, from every member's facts up to ``t_end``."""
     group.refresh()
     ivs = group.intervals(t_end)
-    firsts: dict[tuple[str, TP], list[float]] = {}
+    # (time the member got it, its age then in ms: how long after the broker appended it)
+    firsts: dict[tuple[str, TP], list[tuple[float, float]]] = {}
     counts: list[tuple[float, int]] = []
     for m in group.members.values():
         for f in m.facts():
             if f["e"] == "first":
-                firsts.setdefault((m.name, (f["tp"][0], f["tp"][1])), []).append(f["t"])
+                age = f.get("age")
+                firsts.setdefault((m.name, (f["tp"][0], f["tp"][1])), []).append(
+                    (f["t"], math.nan if age is None else age)
+                )
             elif f["e"] == "n":
                 counts.append((f["t"], f["n"]))
     ready_at, owned_at = t0, t0
     moved = 0
     unowned = {"moved": 0.0, "stayed": 0.0}
     longest = 0.0
+    ages: list[float] = []  # of each moved partition's first record under its new owner
     for p in sorted(group.parts):
         pv = ivs.get(p, [])
         before = _owner_at(pv, t0 - 1e-6)
@@ -191,8 +196,11 @@ def measure(group: Group, t0: float, t_end: float, baseline_s: float = 1.0,
         moved += is_moved
         if final[0] > t0:
             owned_at = max(owned_at, final[0])
-            fs = [t for t in firsts.get((final[2], p), []) if t >= final[0]]
-            ready_at = max(ready_at, min(fs) if fs else math.inf)
+            fs = [f for f in firsts.get((final[2], p), []) if f[0] >= final[0]]
+            first = min(fs) if fs else None
+            ready_at = max(ready_at, first[0] if first else math.inf)
+            if first is not None:
+                ages.append(first[1])
         g = _gaps(pv, t0, t_end)
         unowned["moved" if is_moved else "stayed"] += sum(g)
         longest = max(longest, max(g, default=0.0))
@@ -215,6 +223,10 @@ def measure(group: Group, t0: float, t_end: float, baseline_s: float = 1.0,
         "moved": float(moved),
         "base_rps": base,
         "dip": 1 - lo / base if base > 0 else float("nan"),
+        # The oldest of those first records, when its member got it (ms since the broker
+        # appended it): the longest a record waited because of the event. Small while
+        # "consuming again" is late: the new owner was waiting for a record to exist.
+        "first_age_max_ms": max(ages) if ages else math.nan,
     }
 
 

@@ -243,6 +243,8 @@ def summarize(run: dict[str, Any], event: str) -> dict[str, float]:
         "ps_stayed_max": max(col("unowned_ps_stayed"), default=float("nan")),
         "moved": median(col("moved")),
         "dip": median(col("dip")),
+        # (trials measured before the audit had ages have none)
+        "first_age": pct([t.get("first_age_max_ms", float("nan")) for t in ts], 0.5),
     }
 
 
@@ -324,8 +326,8 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
     gk_ref = {e: summ.get(("groupkit cooperative", "tuned", e), {}).get("p50", float("nan"))
               for e in EVENTS}  # fmt: skip
     columns = ["event", "contender", "setting", "session/hb ms", "trials", "p50 ms", "p95 ms",
-               "owned p50 ms", "longest unowned ms", "unowned p·s moved", "unowned p·s stayed",
-               "moved", "rec/s dip", "p50 / gk coop"]  # fmt: skip
+               "owned p50 ms", "first record age ms", "longest unowned ms", "unowned p·s moved",
+               "unowned p·s stayed", "moved", "rec/s dip", "p50 / gk coop"]  # fmt: skip
     rows = []
     for e in EVENTS:
         for r in runs:
@@ -334,6 +336,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
                 e, r["contender"], r["setting"], r["session_heartbeat_ms"],
                 f"{s['n']}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
                 round(s["p50"] * ms, 1), round(s["p95"] * ms, 1), round(s["owned_p50"] * ms, 1),
+                round(s["first_age"], 1),
                 round(s["longest"] * ms, 1), round(s["ps_moved"], 3), round(s["ps_stayed"], 3),
                 s["moved"], f"{s['dip'] * 100:.0f}%", round(s["p50"] / gk_ref[e], 1),
             ])  # fmt: skip
@@ -366,9 +369,12 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"(kill with default 45 s sessions: {args.default_kill_trials}); producer: one record "
         f"per partition every {args.period * 1000:g} ms.",
         "p50/p95: event → every partition owned and consuming again. owned: → every partition "
-        "owned. unowned p·s: partition-seconds without an owner, for partitions that moved vs "
-        "stayed with their owner. rec/s dip: lowest 100 ms bin until stable vs the second "
-        "before. Ratios against groupkit cooperative (tuned) in the same run.",
+        "owned. first record age: of the moved partitions' first records under their new "
+        "owners, the oldest when its member got it (ms after the broker appended it; p50 of "
+        "the trials): small while consuming again trails owned means the new owner was "
+        "waiting for a record to exist. unowned p·s: partition-seconds without an owner, for "
+        "partitions that moved vs stayed with their owner. rec/s dip: lowest 100 ms bin until "
+        "stable vs the second before. Ratios against groupkit cooperative (tuned) in the same run.",
         f"Targets: {targets}",
         f"Idle CPU per member (share of one core): {cpu_notes}",
         f"1-min load as each contender started (after waiting up to {args.settle_max:g} s for "
