@@ -312,10 +312,10 @@ def main() -> None:
                 # round it is late for): how steady the load each contender ran under was
                 asked = (time.monotonic() - t0) * args.partitions / args.period
                 runs[-1]["produced_share"] = round((pacer.count - n0) / asked, 3)
-                queued = sorted(pacer.queued[q0:]) or [0]
-                runs[-1]["producer_queued"] = {"p50": queued[len(queued) // 2],
-                                               "p99": queued[len(queued) * 99 // 100],
-                                               "max": queued[-1]}  # fmt: skip
+                queued = [float(q) for q in pacer.queued[q0:]] or [0.0]
+                runs[-1]["producer_queued"] = {
+                    k: round(pct(queued, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+                }
     report(runs, args, load_before, time.monotonic() - t_start)
 
 

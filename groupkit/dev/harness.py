@@ -435,7 +435,7 @@ class LoadProducer:
             return
         value = b"x" * 64
         if len(producer) >= 2 * self.partitions:
-            # The last round is not delivered yet: the broker (or this machine) is slower than
+            # Two rounds are not delivered yet: the broker (or this machine) is slower than
             # the asked rate. Queueing more would make every record seconds old on arrival and
             # bring them to the broker in bursts; a bench wants fresh records at a lower rate.
             self.dropped_rounds += 1
