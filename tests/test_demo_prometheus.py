@@ -45,6 +45,9 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTITIONS = 12
+#: Prometheus stamps a sample with its scrape's start; the member reads the offsets during the
+#: scrape, which Prometheus abandons after this long (the fixture's ``scrape_timeout``).
+SCRAPE_TIMEOUT_S = 1.0
 
 
 class Prometheus:
@@ -77,7 +80,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[Prometheus, Path]]:
     (demo_dir / "prometheus").mkdir(parents=True)
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        f"global:\n  scrape_interval: 1s\n  scrape_timeout: {SCRAPE_TIMEOUT_S:g}s\n"
         "scrape_configs:\n  - job_name: groupkit-demo\n    file_sd_configs:\n"
         f"      - files: ['{demo_dir / 'prometheus' / 'targets.json'}']\n"
     )
@@ -215,7 +218,10 @@ def test_demo_scraped_by_prometheus(
             series_before = prom.scalar(f"count({lag_series})", at=t1)
             # The same scrapes, partition by partition, sum to the same number.
             assert before == prom.scalar(partitions_sum, at=t1)
-            time.sleep(0.2)
+            # A sample stamped at or before t1 may come from a scrape still reading offsets up
+            # to SCRAPE_TIMEOUT_S later: measure only once every such scrape has ended, or the
+            # "before" sum may be younger than the measurement (CI saw 2493 < 2530 so).
+            time.sleep(max(0.0, t1 + SCRAPE_TIMEOUT_S + 0.1 - time.time()))
             measured = admin_lag(admin, group, topic)
             t2 = time.time()
             # Each member's next scrape must ask the brokers after t2 (its offsets are reused
