@@ -59,7 +59,15 @@ def native_config(args: argparse.Namespace) -> dict[str, Any]:
             conf["heartbeat.interval.ms"] = args.heartbeat_ms
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
+    conf.update(rdkafka_debug())
     return conf
+
+
+def rdkafka_debug() -> dict[str, Any]:
+    """e.g. GK_BENCH_RDKAFKA_DEBUG=cgrp,fetch: librdkafka's own debug log, to stderr (the
+    .out), for either kind of member."""
+    d = os.environ.get("GK_BENCH_RDKAFKA_DEBUG")
+    return {"debug": d, "log_level": 7} if d else {}
 
 
 def gk_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -75,8 +83,7 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
         "groupkit.control.topic": args.control_topic,
         "log_level": 3,
         **({"group.instance.id": args.instance_id} if args.instance_id else {}),
-        # e.g. GK_BENCH_RDKAFKA_DEBUG=cgrp: librdkafka's own debug log, to stderr (the .out)
-        **({"debug": d, "log_level": 7} if (d := os.environ.get("GK_BENCH_RDKAFKA_DEBUG")) else {}),
+        **rdkafka_debug(),
     }
 
 

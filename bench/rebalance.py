@@ -101,6 +101,7 @@ def paced_topic(
         work = Path(os.environ.get("GK_BENCH_KEEP") or tmp)
         work.mkdir(parents=True, exist_ok=True)
         props = broker_properties(args.session_ms, args.heartbeat_ms)
+        props.update(kv.split("=", 1) for kv in getattr(args, "broker_property", None) or ())
         with broker(args.bootstrap, work / "broker", props) as boot:
             topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
@@ -210,6 +211,14 @@ def run_contender(
     }  # fmt: skip
 
 
+def _property(kv: str) -> str:
+    """``KEY=VALUE`` (argparse reports anything else as a bad argument)."""
+    key, sep, _ = kv.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{kv!r} is not KEY=VALUE")
+    return kv
+
+
 def kill_timeout(kind: str, protocol: str, session: int) -> float:
     return (session or 45_000) / 1000
 
@@ -287,6 +296,11 @@ def main() -> None:
         help="seconds to wait for --settle-load at most (0: do not wait)",
     )
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
+    ap.add_argument(
+        "--broker-property", action="append", metavar="KEY=VALUE", type=_property,
+        help="a property of the local broker (again for more), e.g. "
+        "group.coordinator.append.linger.ms=0; the results name them",
+    )  # fmt: skip
     ap.add_argument("--results-dir", type=Path, default=None)
     ap.add_argument("--name", default="rebalance", help="results file name (without suffix)")
     args = ap.parse_args()
@@ -367,7 +381,10 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
     notes = [
         f"{args.members} members, {args.partitions} partitions, {args.trials} trials "
         f"(kill with default 45 s sessions: {args.default_kill_trials}); producer: one record "
-        f"per partition every {args.period * 1000:g} ms.",
+        f"per partition every {args.period * 1000:g} ms. Broker: Kafka's defaults but the "
+        f"group minimums the tuned settings need"
+        + (f", and {', '.join(args.broker_property)}" if args.broker_property else "")
+        + ".",
         "p50/p95: event → every partition owned and consuming again. owned: → every partition "
         "owned. first record age: of the moved partitions' first records under their new "
         "owners, the oldest when its member got it (ms after the broker appended it; p50 of "

@@ -27,6 +27,11 @@ Per clean leave (a member's ``hop.closing`` event, ``close()``'s start), from th
 - ``first assigned``, ``all assigned``: → the first and last ``hop.assigned`` of the others
   (before the next member's ``subscribe()``).
 
+Then the poll thread's part of each hand-off (``hop.released``, ``hop.assigned``): ``picked``,
+from the control thread queueing it to the poll thread starting it; ``stop``, ``on_revoke`` and
+the unassign; ``commit``, the commit before the release; ``assign``, the ``incremental_assign``
+call (it holds the GIL while librdkafka's main thread serves it).
+
 Slow phases under load usually show a member's control thread not scheduled for a few hundred
 ms (no event of it at all meanwhile): look at the raw timeline with ``--raw``.
 """
@@ -152,6 +157,21 @@ def _table(rows: list[dict[str, Any]], cols: list[str], events: list[Event], wha
         else f"{'-':>14}" for c in cols) + note)  # fmt: skip
 
 
+def handoff_steps(events: list[Event]) -> None:
+    """The poll thread's part of every hand-off (all members, the group forming included),
+    from the fields of ``hop.released`` and ``hop.assigned``: p50 / p90 / max ms."""
+    fields = {"hop.released": ("picked_ms", "stop_ms", "commit_ms"),
+              "hop.assigned": ("picked_ms", "assign_ms")}  # fmt: skip
+    print("hand-off step                 n      p50      p90      max   (ms)")
+    for kind, names in fields.items():
+        for name in names:
+            v = sorted(e[name] for _, _, e in events if e["event"] == kind and name in e)
+            if v:
+                p90 = v[min(len(v) - 1, int(0.9 * len(v)))]
+                print(f"{kind[4:]:>8} {name:<14} {len(v):6} {statistics.median(v):8.1f} "
+                      f"{p90:8.1f} {v[-1]:8.1f}")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("directory", type=Path, help="a GK_BENCH_KEEP directory")
@@ -169,6 +189,8 @@ def main() -> None:
     leave_cols = ["released", "appended", "planned", "first assigned", "all assigned"]
     print()
     _table(leaves(events, args.window), leave_cols, events, "close()", args.window, args.raw)
+    print()
+    handoff_steps(events)
 
 
 if __name__ == "__main__":

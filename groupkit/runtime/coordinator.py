@@ -97,6 +97,9 @@ class Handoff:
     #: offsets, commit them, then report :meth:`Coordinator.reset_applied` with ``reset_at``
     reset: Mapping[TopicPartition, int] = field(default_factory=dict)
     reset_at: int = -1
+    #: ``time.monotonic()`` when the control thread queued it (hop events: how long the
+    #: ``poll`` thread took to start it)
+    queued_at: float = field(default_factory=time.monotonic)
 
 
 class Fence(NamedTuple):

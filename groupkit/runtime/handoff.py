@@ -148,7 +148,7 @@ class HandoffExecutor:
         if h.revoke:
             revoke = h.revoke & frozenset(data.owned)
             if revoke:
-                self.revoke(revoke, h.revoke)
+                self.revoke(revoke, h.revoke, queued_at=h.queued_at)
             else:
                 c.released(h.revoke)
         if h.assign:
@@ -161,9 +161,15 @@ class HandoffExecutor:
                     hook.assigning(add)
                     if hook.owns_offsets:
                         hinted = {}
+                t_assign = time.monotonic()
                 data.assign(add, hinted)
+                now = time.monotonic()
+                # (hop events: the wait for the poll thread, and the assign call itself, which
+                # holds the GIL while librdkafka's main thread serves it)
                 _log.debug("hop.assigned", member=c.member_id, generation=h.generation,
-                           partitions=len(add), at_hint=len(hinted))  # fmt: skip
+                           partitions=len(add), at_hint=len(hinted),
+                           picked_ms=round((t_assign - h.queued_at) * 1000, 1),
+                           assign_ms=round((now - t_assign) * 1000, 1))  # fmt: skip
                 if self.on_assign is not None:
                     self.on_assign(self._consumer, ktps(add))
         if h.reset:
@@ -235,17 +241,23 @@ class HandoffExecutor:
         release: Partitions,
         wait: float | None = None,
         leave: bool = False,
+        queued_at: float | None = None,
     ) -> None:
         """Give up ``parts`` (owned): offsets noted, ``on_revoke``, unassigned; ``release``
-        (``parts`` and any revoked partition no longer owned) is released once committed."""
+        (``parts`` and any revoked partition no longer owned) is released once committed.
+        ``queued_at``: when the hand-off was queued (``Handoff.queued_at``; hop events)."""
+        t0 = time.monotonic()
         offsets = self._data.revoke_offsets(parts)
         if self.on_revoke is not None:
             self.on_revoke(self._consumer, ktps(parts))
         self._data.unassign(parts)
         for hook in self.hooks:  # e.g. its transactions ended before the release
             hook.revoked(parts)
+        # (hop events: the poll thread's start after the hand-off, and on_revoke + unassign)
+        stopping = (t0 if queued_at is None else queued_at, t0)
         # Released (and so grantable to the next owner) only once committed.
-        self.commit_then_release(parts, offsets, release, wait=wait, leave=leave)
+        self.commit_then_release(parts, offsets, release, wait=wait, leave=leave,
+                                 stopping=stopping)  # fmt: skip
 
     def commit_then_release(
         self,
@@ -254,6 +266,7 @@ class HandoffExecutor:
         release: Partitions,
         wait: float | None = None,
         leave: bool = False,
+        stopping: tuple[float, float] | None = None,
     ) -> None:
         """Commit ``offsets`` of revoked ``parts``, then tell the control loop they are free.
 
@@ -317,9 +330,12 @@ class HandoffExecutor:
             if outcome != "done":
                 return
             now = time.monotonic()
+            queued, started = stopping or (t0, t0)
             _log.debug("hop.released", member=c.member_id, partitions=len(release),
                        commit_ms=round((now - t0) * 1000, 1),
-                       rpc_ms=round((now - t_rpc) * 1000, 1))  # fmt: skip
+                       rpc_ms=round((now - t_rpc) * 1000, 1),
+                       picked_ms=round((started - queued) * 1000, 1),
+                       stop_ms=round((t0 - started) * 1000, 1))  # fmt: skip
             c.released(release, leave=leave, committed=committed)
 
         r = _Retry(attempt, finish)
