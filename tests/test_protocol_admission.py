@@ -284,6 +284,36 @@ def test_the_plan_for_a_join_waits_until_the_newcomer_owns_its_share() -> None:
     assert st.assignment is not None and st.assignment.members["d"].assigned == share
 
 
+def test_the_covering_plan_waits_a_heartbeat_after_the_claim_unless_the_group_changes() -> None:
+    """Planner.cover_after_ms (the heartbeat interval, as the runtime gives it): the plan that
+    covers the newcomer is not made until that much log time after the record that claimed
+    its share, and is made within a heartbeat after that; a member leaving meanwhile ends the
+    wait (the plan is then needed for more than bookkeeping)."""
+    for leave_meanwhile in (False, True):
+        sim = stable_group()  # heartbeat 1 s
+        g = sim.view().generation
+        share = {p for c in sim.view().assignment.members.values() for p in c.admit}  # type: ignore[union-attr]
+        sim.join("d")
+        while sim.view().members.get("d") is None or sim.view().members["d"].claims != share:
+            sim.tick()
+            assert sim.view().generation == g
+        claimed = sim.view().share_claimed_at("d")
+        assert claimed is not None
+        if leave_meanwhile:
+            leaver = max(m for m in ("a", "b", "c") if m != sim.view().leader)
+            sim.leave(leaver)
+        while sim.view().generation == g:
+            sim.tick()
+            assert not sim.violations(), sim.violations()
+        planned = sim.view().log_time
+        if leave_meanwhile:
+            assert planned - claimed < 1_000, "a leave ended the wait"
+        else:
+            assert 1_000 <= planned - claimed <= 2_000 + 100, planned - claimed
+        a = sim.view().assignment
+        assert a is not None and share <= a.members["d"].assigned
+
+
 def test_a_giver_that_cannot_let_go_holds_the_plan_back_half_a_session_at_most() -> None:
     sim = stable_group()  # session 10 s
     a = sim.view().assignment

@@ -155,12 +155,19 @@ class Planner:
     """Plans generations for a group with one assignor and one protocol. Stateless."""
 
     def __init__(
-        self, assignor: str | Assignor = "range", protocol: str = RebalanceProtocol.COOPERATIVE
+        self,
+        assignor: str | Assignor = "range",
+        protocol: str = RebalanceProtocol.COOPERATIVE,
+        cover_after_ms: int = 0,
     ) -> None:
+        """``cover_after_ms``: how long (log time) the plan that covers an admitted newcomer
+        waits after the newcomer claimed its share (:meth:`admission_under_way`); the runtime
+        gives the heartbeat interval."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         self.assignor = get_assignor(assignor) if isinstance(assignor, str) else assignor
         self.protocol = protocol
+        self.cover_after_ms = cover_after_ms
 
     # ------------------------------------------------------------------ queries
 
@@ -217,20 +224,30 @@ class Planner:
         17). So the plan waits until the newcomer's record claims its share, or another
         member joins or leaves, or half a session passed since the join (a giver that cannot
         let go holds the group's plan back no longer than that; the plan would take the same
-        partitions from it anyway). ``active``: :meth:`active_members`, as the caller has it."""
+        partitions from it anyway). ``active``: :meth:`active_members`, as the caller has it.
+
+        And once the newcomer claims its share, the plan still waits ``cover_after_ms`` of log
+        time (the heartbeat interval): the plan, its record, and every member's record that
+        acknowledges it are a burst of control-plane work in every member, and made at once
+        they competed with the start of the partitions that just moved, whose first records
+        came after the plan in most joins of the bench (the plan changes nothing the newcomer
+        owns). Any other change of the group ends the wait, as above."""
         adm = state.admission()
         cur = state.assignment
         if adm is None or cur is None:
             return False
         mid, share = adm
         newcomer = state.members[mid]
-        if share <= newcomer.claims:
-            return False
         if set(active) != set(cur.members) | {mid} or not all(
             active[i].named_by(c) and active[i].topics == c.topics for i, c in cur.members.items()
         ):
             return False
-        return state.log_time - newcomer.joined_at < state.session_timeout_ms // 2
+        if state.log_time - newcomer.joined_at >= state.session_timeout_ms // 2:
+            return False
+        if share <= newcomer.claims:
+            claimed = state.share_claimed_at(mid)
+            return claimed is not None and state.log_time - claimed < self.cover_after_ms
+        return True
 
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""

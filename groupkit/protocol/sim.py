@@ -218,10 +218,16 @@ class GroupSim:
         assignor_timeout_ms: int | None = None,
         produce_jitter_ms: int = 0,
         seed: int = 0,
+        cover_after_ms: int | None = None,
     ) -> None:
         self.group = group
         self.partitions = dict(partitions)
-        self.planner = Planner(assignor, protocol)
+        # Planner.cover_after_ms: by default the runtime's, a heartbeat
+        self.planner = Planner(
+            assignor,
+            protocol,
+            cover_after_ms=heartbeat_interval_ms if cover_after_ms is None else cover_after_ms,
+        )
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms

@@ -512,6 +512,10 @@ class GroupState:
     _admit_sets: dict[int, Partitions] = field(default_factory=dict, repr=False, compare=False)
     #: ids of members with ``admitted_in`` (stale entries are dropped when read)
     _admitted_ids: set[str] = field(default_factory=set, repr=False, compare=False)
+    #: per admitted newcomer, the log time of its first record that claimed all it was
+    #: admitted (:meth:`share_claimed_at`); only the leader's timing reads it, so a state
+    #: restored from a snapshot may lack it
+    _share_claimed: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     #: per generation in the history, who it assigns each partition to (:meth:`_receivers_of`)
     _receivers: dict[
         int, tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]
@@ -730,9 +734,19 @@ class GroupState:
                 # the index holds only the few admissions under way, not every member that
                 # was ever admitted (its records echo admitted_in for as long as they run).
                 self._admitted_ids.discard(mid)
+                self._share_claimed.pop(mid, None)
             elif m.admitted_in == g and self.is_live(mid):
                 return mid, self._admits(a)
         return None
+
+    def share_claimed_at(self, member_id: str) -> int | None:
+        """Log time of the first record of the newcomer the current generation admitted that
+        claimed everything it was admitted, or ``None`` (not yet, another newcomer, or not
+        seen by this replay: a state restored from a snapshot)."""
+        adm = self.admission()
+        if adm is None or adm[0] != member_id:
+            return None
+        return self._share_claimed.get(member_id)
 
     def admitted_away(self, member_id: str) -> Partitions:
         """What this member gives the newcomer the current generation admitted: it revokes
@@ -1227,6 +1241,7 @@ class GroupState:
                 elif self._admits_join(mid, v):
                     m.admitted_in = self.generation
                 self._started[mid] = (offset, v)
+                self._share_claimed.pop(mid, None)  # a new membership claims its share anew
             new_membership = not first_sight
         if v.committed:
             self._hint_released(old, v, continues and old is not None)
@@ -1237,6 +1252,12 @@ class GroupState:
             self._claimers.setdefault(p, set()).add(mid)
         if m.admitted_in:
             self._admitted_ids.add(mid)
+            if mid not in self._share_claimed and m.claims:
+                adm = self.admission()
+                if adm is not None and adm[0] == mid and adm[1] <= m.claims:
+                    self._share_claimed[mid] = ts
+        elif self._share_claimed:
+            self._share_claimed.pop(mid, None)
         if v.leaving:
             # The leave's last record: the tombstone that follows it (another produce request,
             # which a reader may see later) takes effect right here, so nobody plans for the

@@ -211,7 +211,8 @@ class Coordinator:
             max_clock_skew_ms=cfg.max_clock_skew_ms,
             instance_id=cfg.instance_id,
         )
-        self.planner = Planner(cfg.assignor, cfg.protocol)
+        self.planner = Planner(cfg.assignor, cfg.protocol,
+                               cover_after_ms=cfg.heartbeat_interval_ms)  # fmt: skip
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
