@@ -200,6 +200,23 @@ def test_a_reset_of_an_empty_group_is_rejected() -> None:
     assert sim.view().reset is None
 
 
+def test_a_copy_of_a_reset_of_an_empty_group_is_refused_once_members_live() -> None:
+    """A reset refused because nobody lived to carry it out is no less stale when a copy of
+    it lands after members joined (hypothesis found a member applying such a copy, then
+    committing the old reset's offsets): the refused reset raises the floor too."""
+    sim = GroupSim({"t": 2}, signer=KEY)
+    at = sim.reset({TP("t", 0): 1})
+    assert sim.view().rejections == {"reset_of_empty_group": 1}
+    sim.join("a")
+    sim.settle()
+    r = sim.log.records[at]
+    sim.inject(r.key, r.value)
+    sim.tick(5)
+    st = sim.view()
+    assert st.rejections.get("stale_reset") == 1 and st.reset is None
+    assert not sim.violations() and not sim.errors
+
+
 def test_forged_and_malformed_resets_are_rejected_and_counted() -> None:
     sim = _running(None, signer=KEY)
     k, v = reset_record("g", "x", {TP("t", 0): 0})

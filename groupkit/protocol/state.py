@@ -1511,7 +1511,10 @@ class GroupState:
         live = self.live_members()
         if not live:
             # Nobody would carry it out, and the state forgets it when the group empties:
-            # the operator's tool commits an empty group's offsets itself.
+            # the operator's tool commits an empty group's offsets itself. A copy of it that
+            # lands later (a retried produce, a replay) must not be carried out then, when
+            # members live again: it is as stale as the copy of an accepted reset.
+            self._reset_floor = offset
             raise RecordRejected(RejectReason.RESET_OF_EMPTY_GROUP, v.reset_id)
         offsets = dict(v.offsets)
         self._reset_floor = offset
