@@ -203,8 +203,10 @@ def test_garbage_in_the_control_topic_is_rejected_counted_and_harmless(
         p.produce(ctl, key=k, value=v, partition=part)
     assert p.flush(10) == 0
     b.subscribe([topic])
-    pump([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30,
-         "a and b to share the topic")  # fmt: skip
+    # (b owns its share before a generation covers it: that one comes a heartbeat later,
+    # Planner.cover_after_ms)
+    pump([a, b], lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2
+         and a.generation == b.generation, 30, "a and b to share the topic, covered")  # fmt: skip
     for c in (a, b):
         assert c.coordinator is not None
         rejected = c.coordinator.state.rejections
