@@ -42,8 +42,13 @@ import argparse
 import datetime
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._harness import pct
 
 Event = tuple[float, str, dict[str, Any]]  # (wall time s, member name, the log line)
 
@@ -165,11 +170,10 @@ def handoff_steps(events: list[Event]) -> None:
     print("hand-off step                 n      p50      p90      max   (ms)")
     for kind, names in fields.items():
         for name in names:
-            v = sorted(e[name] for _, _, e in events if e["event"] == kind and name in e)
+            v = [float(e[name]) for _, _, e in events if e["event"] == kind and name in e]
             if v:
-                p90 = v[min(len(v) - 1, int(0.9 * len(v)))]
-                print(f"{kind[4:]:>8} {name:<14} {len(v):6} {statistics.median(v):8.1f} "
-                      f"{p90:8.1f} {v[-1]:8.1f}")  # fmt: skip
+                print(f"{kind[4:]:>8} {name:<14} {len(v):6} "
+                      + " ".join(f"{pct(v, q):8.1f}" for q in (0.5, 0.9, 1.0)))  # fmt: skip
 
 
 def main() -> None:
