@@ -228,6 +228,7 @@ def test_a_group_works_with_credentials_and_acls(
           and a.generation == b.generation,
           60, "two members sharing 4 partitions, covered, consuming 40 records", got)  # fmt: skip
     assert all(m.error() is None for m in got), [m.error() for m in got if m.error()]
+    assert {a.generation} == {b.generation}
     owned_a = {p.partition for p in a.assignment()}
     owned_b = {p.partition for p in b.assignment()}
     assert owned_a | owned_b == {0, 1, 2, 3} and not owned_a & owned_b
