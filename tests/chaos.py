@@ -6,7 +6,8 @@ against a broker (or a three-broker cluster) this run starts itself, so it can s
 restart it, and every wait is bounded.
 
 1. Start a broker, a topic, a keyed producer and ``members`` worker processes (one of them
-   reads its control log slowly).
+   reads its control log slowly), planned by ``assignor`` (groupkit's default,
+   ``cooperative-sticky``, unless given).
 2. Inject faults, first one of each kind in a fixed order, then at random (seeded) until the
    duration is up: kill -9 a member; freeze a member (SIGSTOP) past its session timeout, then
    continue it (a zombie); kill the leader in the middle of a rebalance; stop and restart the
@@ -198,6 +199,7 @@ class Chaos(FaultRun):
         margin_s: float = 20.0,
         seed: int = 7,
         protocol: str = "cooperative",
+        assignor: str = "cooperative-sticky",
         brokers: int = 1,
         log: Callable[[str], None] = print,
     ) -> None:
@@ -228,8 +230,8 @@ class Chaos(FaultRun):
         # -1: the brokers' default replication factor (3 on the cluster)
         create_topic(self.admin, self.topic, partitions, replication_factor=-1)
         group = WorkerGroup(self.bootstrap, "chaos-group", [self.topic], workdir,
-                            protocol=protocol, session_timeout_ms=session_timeout_ms,
-                            extra=extra)  # fmt: skip
+                            protocol=protocol, assignor=assignor,
+                            session_timeout_ms=session_timeout_ms, extra=extra)  # fmt: skip
         super().__init__(group, LoadProducer.keyed(self.bootstrap, self.topic, 200),
                          {(self.topic, p) for p in range(partitions)}, session_timeout_ms / 1000,
                          margin_s, log)  # fmt: skip
@@ -447,6 +449,9 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=600, help="seconds of random faults")
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--protocol", default="cooperative")
+    # groupkit's default; a sticky assignor is also the one whose joins and leaves hand
+    # partitions over without the leader (admission, inheritance: protocol/state.py)
+    ap.add_argument("--assignor", default="cooperative-sticky")
     ap.add_argument(
         "--brokers",
         type=int,
@@ -460,10 +465,10 @@ def main() -> int:
         workdir = Path(args.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         session = 3000 if args.brokers == 1 else 4000  # the cluster's allows for the skew
-        chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol, brokers=args.brokers,
-                      session_timeout_ms=session)  # fmt: skip
+        chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol, assignor=args.assignor,
+                      brokers=args.brokers, session_timeout_ms=session)  # fmt: skip
         report = chaos.run(args.duration)
-    print(f"seed {args.seed}: {len(report.faults)} faults")
+    print(f"seed {args.seed}, {args.protocol} / {args.assignor}: {len(report.faults)} faults")
     for f in report.faults:
         print(f"  {f}")
     print(report.summary())
