@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer
 
 from groupkit.errors import ConfigError, UnknownAssignorError
 from groupkit.runtime.config import GroupConfig
@@ -23,7 +24,22 @@ def test_librdkafka_never_auto_commits_but_groupkit_does() -> None:
     cfg = GroupConfig.from_dict({**BASE, "enable.auto.commit": True})
     assert cfg.enable_auto_commit is True
     assert cfg.data_consumer["enable.auto.commit"] is False
-    assert "session.timeout.ms" not in cfg.data_consumer
+
+
+def test_the_data_consumer_gives_up_a_commit_within_groupkits_session() -> None:
+    """librdkafka holds a commit that finds no coordinator for its session.timeout.ms (the data
+    consumer uses it for nothing else): groupkit's, not librdkafka's 45 s
+    (tests/test_stale_commits.py shows it on a broker)."""
+    cfg = GroupConfig.from_dict({**BASE, "session.timeout.ms": 3000})
+    assert cfg.data_consumer["session.timeout.ms"] == 3000 == cfg.session_timeout_ms
+    assert GroupConfig.from_dict(BASE).data_consumer["session.timeout.ms"] == 10_000
+    # A static member's session may be longer than librdkafka accepts of a consumer whose
+    # max.poll.interval.ms is its default, 300 s: the handle must still be made.
+    long = GroupConfig.from_dict({**BASE, "session.timeout.ms": 600_000,
+                                  "max.poll.interval.ms": 900_000})  # fmt: skip
+    assert long.session_timeout_ms == 600_000
+    assert long.data_consumer["session.timeout.ms"] == 300_000
+    Consumer(long.data_consumer).close()
 
 
 def test_security_settings_reach_every_internal_client() -> None:

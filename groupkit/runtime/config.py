@@ -20,7 +20,9 @@ joins the broker's group).
 
 The data consumer never joins the broker's group: it only ``assign()``s, and uses ``group.id``
 for committed offsets. groupkit commits itself (librdkafka's auto-commit is off), because a
-commit must be refused once the member is fenced, which librdkafka's timer cannot know.
+commit must be refused once the member is fenced, which librdkafka's timer cannot know. It does
+get groupkit's ``session.timeout.ms``: librdkafka holds a commit that finds no coordinator for
+that long, and only that.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ _CONNECTION_KEYS = {
     "metadata.max.age.ms",
     "allow.auto.create.topics",
 }
+
+#: the largest ``session.timeout.ms`` librdkafka accepts of the data consumer: no more than its
+#: ``max.poll.interval.ms``, librdkafka's default of 300 s (groupkit takes that key over)
+_DATA_CONSUMER_MAX_SESSION_MS = 300_000
 
 # Group-coordination keys librdkafka would act on; groupkit takes them over.
 _GROUP_KEYS = {
@@ -273,6 +279,14 @@ class GroupConfig:
         }
         # groupkit commits itself (see the module docstring); librdkafka must not.
         data["enable.auto.commit"] = False
+        # A commit that finds no coordinator waits for one for librdkafka's session.timeout.ms
+        # (``rd_kafka_cgrp_defer_offset_commit``; 45 s by default), then fails. Sent when the
+        # coordinator returns, it could land after the member's partitions went to others and
+        # rewind what they committed (the soak saw one land 12 s late, through two more broker
+        # restarts). The data consumer never joins a group, so librdkafka uses its session for
+        # nothing else: groupkit's bounds the wait (tests/test_stale_commits.py), as far as
+        # librdkafka lets it.
+        data["session.timeout.ms"] = min(session, _DATA_CONSUMER_MAX_SESSION_MS)
         data.setdefault("enable.auto.offset.store", True)
         data["auto.offset.reset"] = reset
         return cls(
