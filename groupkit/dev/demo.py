@@ -603,6 +603,10 @@ def run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    # SIGINT too, explicitly: a process started by a script's background job (or by anything
+    # that ignores SIGINT) inherits it ignored, and Python leaves it so: Ctrl-C, or a test's
+    # SIGINT, would do nothing.
+    previous_int = signal.signal(signal.SIGINT, terminate)
     demo = Demo(args)
     try:
         return demo.run()
@@ -614,6 +618,7 @@ def run(args: argparse.Namespace) -> int:
             demo.stop()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def main(argv: list[str] | None = None) -> int:
