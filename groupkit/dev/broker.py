@@ -917,12 +917,16 @@ class LocalCluster(_StartedInWith):
         n.start(timeout=timeout, fresh=False)
 
     def leader(self, topic: str, partition: int, timeout: float = 30.0) -> int:
-        """The node id leading ``topic``'s ``partition`` now (-1 while it has none)."""
+        """The node id leading ``topic``'s ``partition`` now (-1 while it has none, or while
+        the node that answered does not know the partition yet: a topic just created, seen by
+        a node just restarted)."""
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({**self.client_config(), "log_level": 0})
         md = admin.list_topics(topic, timeout=timeout)
-        leader: int = md.topics[topic].partitions[partition].leader
+        t = md.topics.get(topic)
+        p = None if t is None else t.partitions.get(partition)
+        leader: int = -1 if p is None else p.leader
         return leader
 
 
