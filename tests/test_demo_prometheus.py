@@ -142,16 +142,18 @@ def test_demo_scraped_by_prometheus(
     # Started with SIGINT ignored, as a script's background job (a CI runner's, say) starts it:
     # the demo must still stop on it (step 5).
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
-         "--members", "3", "--partitions", str(PARTITIONS), "--rate", "300", "--max-rate", "50",
-         "--churn-interval", "6", "--churn-for", "13", "--produce-seconds", "18",
-         "--duration", "120", "--metrics-port", "0", "--state-dir", str(demo_dir),
-         "--no-table"],
-        stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
-    signal.signal(signal.SIGINT, handler)
+    try:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
+             "--members", "3", "--partitions", str(PARTITIONS), "--rate", "300",
+             "--max-rate", "50", "--churn-interval", "6", "--churn-for", "13",
+             "--produce-seconds", "18", "--duration", "120", "--metrics-port", "0",
+             "--state-dir", str(demo_dir), "--no-table"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, handler)  # this process's Ctrl-C, whatever Popen did
 
     def status() -> dict[str, Any]:
         try:
