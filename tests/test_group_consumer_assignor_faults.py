@@ -99,10 +99,16 @@ def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
                 if msg is not None and msg.error() is None:
                     seen.add(msg.partition())
         owned = [tp for c in group for tp in c.assignment()]
+        # Newcomers own their admitted shares before a generation covers them (the covering
+        # one waits a heartbeat after their claims, Planner.cover_after_ms): the generation
+        # counted below is the one that covers every member, as each member replays it.
+        ids = {c.member_id for c in group}
         return (
             sorted(tp.partition for tp in owned) == list(range(PARTITIONS))
             and len(seen) == PARTITIONS
-        )
+            and all(c.coordinator is not None
+                    and all(c.coordinator.state.covers(i) for i in ids) for c in group)
+        )  # fmt: skip
 
     wait_for(fully_assigned_and_consuming, 60, "every partition owned once and consumed", step=0)
     for c in group:
