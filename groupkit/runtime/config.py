@@ -34,6 +34,7 @@ from typing import Any
 from groupkit.errors import ConfigError
 from groupkit.protocol.records import PROTOCOLS
 from groupkit.protocol.vocab import RebalanceProtocol
+from groupkit.runtime.client_log import with_client_log
 
 # groupkit.* keys: name -> (default, parser, description)
 _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
@@ -279,6 +280,7 @@ class GroupConfig:
         }
         # groupkit commits itself (see the module docstring); librdkafka must not.
         data["enable.auto.commit"] = False
+        data = with_client_log(data)  # silent until the app configures logging
         # A commit that finds no coordinator waits for one for librdkafka's session.timeout.ms
         # (``rd_kafka_cgrp_defer_offset_commit``; 45 s by default), then fails. Sent when the
         # coordinator returns, it could land after the member's partitions went to others and
@@ -328,8 +330,10 @@ class GroupConfig:
         ``role`` names the client: its ``client.id`` is the user's (or ``groupkit``) with
         ``.role`` appended, so broker logs, request metrics and a fault proxy can tell a
         member's control reader, control writer, admin and telemetry producer apart (the data
-        consumer keeps the user's own ``client.id``, which client-id quotas may name)."""
+        consumer keeps the user's own ``client.id``, which client-id quotas may name).
+
+        The client's librdkafka log goes to groupkit's loggers (:mod:`.client_log`)."""
         conf = {**self.connection, **overrides}
         if role is not None:
             conf["client.id"] = f"{self.connection.get('client.id', 'groupkit')}.{role}"
-        return conf
+        return with_client_log(conf)

@@ -23,6 +23,7 @@ without delivering anything in between (``_MAX_REPLACEMENTS`` times) fails the c
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from confluent_kafka import (
 
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
+from groupkit.runtime.client_log import ClientLog
 from groupkit.runtime.config import GroupConfig
 
 _T = TypeVar("_T")
@@ -78,6 +80,13 @@ _NOT_LED = frozenset(
 #: Fatal producer errors in a row, with no record delivered in between, after which the writer
 #: stops replacing its producer and fails (e.g. a broker that cannot do idempotence at all).
 _MAX_REPLACEMENTS = 5
+
+#: How long :meth:`ControlWriter.warm` waits for the producer id once a learned broker is up:
+#: two of librdkafka's own retries (500 ms each), after which the first write waits as it would.
+_PID_WAIT_S = 1.0
+#: The pause before asking again after a broker refused a producer id (its controller hands it
+#: a block of ids within a few ms of the refusal).
+_PID_RETRY_S = 0.02
 
 
 def _denied(err: KafkaError | None) -> bool:
@@ -272,6 +281,10 @@ class ControlWriter:
         self._failed: list[tuple[DeliveryCallback, KafkaError]] = []
         self._lock = threading.Lock()  # the producer, _broken and _failed
         self._warm = False
+        #: set while the current producer holds a producer id (see :meth:`warm`)
+        self._pid = threading.Event()
+        #: set when a producer-id request failed and librdkafka will retry on its own timer
+        self._pid_refused = threading.Event()
         self._closed = False
         self._producer = self._new_producer()
 
@@ -287,10 +300,18 @@ class ControlWriter:
             if user_error_cb is not None:
                 user_error_cb(err)
 
+        self._pid.clear()
+        debug = str(self._cfg.connection.get("debug") or "")
         producer = Producer(
             self._cfg.client_config(
                 "control-writer",
                 **{
+                    "logger": ClientLog(
+                        self._watch_pid, forward=self._cfg.connection.get("logger")
+                    ),
+                    # The eos context's few lines (state changes of the producer id) are how
+                    # warm() learns the id is assigned: nothing else of librdkafka's says so.
+                    "debug": ",".join(c for c in (debug, "eos") if c),
                     "enable.idempotence": True,
                     "acks": "all",
                     "linger.ms": 0,
@@ -302,6 +323,16 @@ class ControlWriter:
         )
         return producer
 
+    def _watch_pid(self, level: int, fac: str, message: str) -> None:
+        """Follow the producer id through librdkafka's log (its ``eos`` debug context)."""
+        if fac == "IDEMPSTATE":
+            if message.endswith("-> Assigned"):
+                self._pid.set()
+            elif "Assigned ->" in message:  # an epoch bump or a reset: the id is asked again
+                self._pid.clear()
+        elif fac == "GETPID" and level >= logging.WARNING:  # "Failed to acquire ...: retrying"
+            self._pid_refused.set()
+
     def _fatal(self, err: KafkaError) -> None:
         """Note a fatal error: a refusal fails the writer, anything else replaces the producer."""
         if self.failure is not None:
@@ -312,20 +343,59 @@ class ControlWriter:
             self._broken = err
 
     def warm(self, timeout: float = 10.0) -> None:
-        """Learn the topic's metadata before the first write.
+        """Make the producer ready to write: the topic's metadata known and a producer id held.
 
-        A cold idempotent producer delivered its first record 0.5-1 s after ``produce``
-        (librdkafka 2.16, loopback broker); after this call (~60 ms) it takes a few ms. The
-        first record is a member's join, so this is most of a join's latency. Once done (e.g.
-        by :class:`ControlClients` before the member joins), only the refusal check is left.
+        An idempotent producer sends nothing before the broker gives it a producer id, and
+        librdkafka asks for one in three cases only: when the producer starts (no broker is
+        connected yet, so it cannot), when a metadata response arrives, and on a 500 ms timer.
+        It asks only a broker it learned from metadata, not the bootstrap connection. So:
+
+        1. Metadata is requested until a learned broker answers it (``orig_broker_id`` >= 0).
+           An answer from the bootstrap connection arrives while no learned broker is up; the
+           request it triggers finds none, and the producer id would then wait for the timer:
+           a first record delivered 0.5-1 s after ``produce`` (librdkafka 2.16, a loopback
+           broker, one start in five to two in three, more often on a loaded machine). An
+           answer from a learned broker triggers the request on a connection that is up.
+        2. The producer id is awaited (its state change, in the ``eos`` debug log), within
+           :data:`_PID_WAIT_S`. A broker that has just started answers the first request
+           "coordinator load in progress" while it takes a block of ids from the controller;
+           librdkafka would retry 500 ms later, so each refusal asks for metadata again, which
+           asks for the id again at once.
+
+        A member's first record is its join, so this is most of a join's latency. Once done
+        (e.g. by :class:`ControlClients` before the member joins), only the refusal check is
+        left. If the producer id does not come within the bound, the first write waits for it
+        as librdkafka's own retries allow; nothing else changes.
         """
         if not self._warm:
-            try:
-                self._producer.list_topics(self.topic, timeout=timeout)
-            except KafkaException as e:
-                raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
+            deadline = time.monotonic() + timeout
+            self._learn_metadata(deadline)
+            pid_deadline = min(deadline, time.monotonic() + _PID_WAIT_S)
+            while not self._pid.is_set() and self.failure is None and self._broken is None:
+                left = pid_deadline - time.monotonic()
+                if left <= 0:
+                    break
+                # serves the log lines that say where the producer id is (nothing is written
+                # before the warm-up ends, so no delivery callback runs here)
+                self._producer.poll(min(left, 0.005))
+                if self._pid_refused.is_set():
+                    self._pid_refused.clear()
+                    time.sleep(min(max(0.0, pid_deadline - time.monotonic()), _PID_RETRY_S))
+                    self._learn_metadata(deadline)
             self._warm = True
         self.service(0)  # a refusal that came with the connection is raised here
+
+    def _learn_metadata(self, deadline: float) -> None:
+        """Ask for the topic's metadata until a learned broker (not bootstrap) answers."""
+        while True:
+            try:
+                md = self._producer.list_topics(
+                    self.topic, timeout=max(0.001, deadline - time.monotonic())
+                )
+            except KafkaException as e:
+                raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
+            if md.orig_broker_id >= 0 or time.monotonic() >= deadline:
+                return
 
     def _refused(self, err: KafkaError) -> BrokerError:
         return BrokerError(
