@@ -375,9 +375,9 @@ class ControlWriter:
                 left = pid_deadline - time.monotonic()
                 if left <= 0:
                     break
-                # serves the log lines that say where the producer id is (nothing is written
-                # before the warm-up ends, so no delivery callback runs here)
-                self._producer.poll(min(left, 0.005))
+                # serves the log lines that say where the producer id is, and raises a refusal
+                # (nothing is written before the warm-up ends: no delivery callback runs here)
+                self.service(min(left, 0.005))
                 if self._pid_refused.is_set():
                     self._pid_refused.clear()
                     time.sleep(min(max(0.0, pid_deadline - time.monotonic()), _PID_RETRY_S))
