@@ -80,8 +80,9 @@ class Group(harness.Group[Member]):
         self.parts: set[TP] = {(topic, p) for p in range(partitions)}
         self._n = 0
 
-    def spawn(self, instance_id: str | None = None) -> Member:
-        """``instance_id``: its ``group.instance.id`` (a static member)."""
+    def spawn(self, instance_id: str | None = None, at_once: bool = False) -> Member:
+        """``instance_id``: its ``group.instance.id`` (a static member). ``at_once``: it
+        subscribes as soon as its consumer is built (a new worker), not when told to."""
         name = f"m{self._n:02d}"
         self._n += 1
         audit = self.workdir / f"{self.group}-{name}.jsonl"
@@ -92,6 +93,7 @@ class Group(harness.Group[Member]):
             "--session-ms", str(self.session_ms), "--heartbeat-ms", str(self.heartbeat_ms),
             "--control-topic", self.control_topic,
             *(["--instance-id", instance_id] if instance_id else []),
+            *(["--at-once"] if at_once else []),
         ]  # fmt: skip
         proc, out = self.popen(f"{self.group}-{name}", cmd, ROOT)
         return self.add(Member(name, proc, AuditLog(audit), out))

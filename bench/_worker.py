@@ -6,7 +6,8 @@ of the call, not of a Python start-up. It appends one JSON line per fact to ``--
 (line-buffered, so a kill -9 loses nothing written before it), all times ``time.monotonic()``
 (CLOCK_MONOTONIC, comparable across processes on one machine):
 
-- ``{"e": "ready"}`` consumer built; ``{"e": "sub"}`` just before ``subscribe()``;
+- ``{"e": "start"}`` just before the consumer is built (``--at-once`` only);
+  ``{"e": "ready"}`` consumer built; ``{"e": "sub"}`` just before ``subscribe()``;
   ``{"e": "leave"}`` just before ``close()``; ``{"e": "closed"}`` after it;
 - ``{"e": "assign" | "revoke" | "lost", "tps": [[topic, partition], ...]}``: written inside the
   rebalance callbacks (ownership as the application sees it, for both kinds alike; the audit
@@ -120,6 +121,9 @@ def main() -> None:
     ap.add_argument("--control-topic", default="__groupkit")
     ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
     ap.add_argument("--instance-id", default=None, help="group.instance.id: a static member")
+    ap.add_argument("--at-once", action="store_true",
+                    help="subscribe as soon as the consumer is built, as a new worker does, "
+                         "instead of waiting for the command")  # fmt: skip
     args = ap.parse_args()
     # GK_BENCH_LOGS: JSON lines with ms timestamps, to trace each hop; else warnings only.
     bench_logs = bool(os.environ.get("GK_BENCH_LOGS"))
@@ -148,6 +152,8 @@ def main() -> None:
 
     threading.Thread(target=read_stdin, daemon=True).start()
     consumer: Any
+    if args.at_once:
+        audit.write("start")
     if args.kind == "gk":
         from groupkit import GroupConsumer
 
@@ -156,7 +162,7 @@ def main() -> None:
         consumer = Consumer(native_config(args))
     audit.write("ready")
     # Idle until told to join: no client activity beyond what construction started.
-    cmd = commands.get()
+    cmd = "subscribe" if args.at_once else commands.get()
     if cmd != "subscribe":
         consumer.close()
         return
