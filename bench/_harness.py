@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -26,6 +25,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
+from bench._common import commit
+from bench._common import pct as pct  # the benches import it from here too
 from groupkit.dev import harness
 from groupkit.dev.harness import TP, AuditLog, MemberProcess, tps, wait_for
 from groupkit.runtime import admin
@@ -230,29 +231,6 @@ def measure(group: Group, t0: float, t_end: float, baseline_s: float = 1.0,
         # "consuming again" is late: the new owner was waiting for a record to exist.
         "first_age_max_ms": max(ages) if ages else math.nan,
     }
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(x for x in xs if x == x)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    f = math.floor(k)
-    c = min(f + 1, len(xs) - 1)
-    return xs[f] + (xs[c] - xs[f]) * (k - f)
-
-
-def commit() -> str:
-    """The checked-out commit the bench ran (``+dirty`` with uncommitted changes)."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, timeout=10).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, text=True, capture_output=True,
-                               timeout=10).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def versions() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Benchmark: the leader's heartbeat gaps while its assignor plans a large group (issue 19).
+"""Benchmark: the leader's heartbeat gaps while its assignor plans a large group.
 
 The leader's control thread writes its heartbeats; the assignor runs on a worker thread
 (runtime/planning.py, ``PlanRunner``). This drives a ``PlanRunner`` exactly as the coordinator
@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import write_results
+from bench._common import begin, write_results
 from groupkit.assignors import Assignor, RangeAssignor, get_assignor
 from groupkit.protocol.assign import AssignRequest, basis_of
 from groupkit.protocol.records import encode, member_record
@@ -98,6 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    started = begin()
     cases: list[tuple[str, Assignor, int, int]] = (
         [("balanced", get_assignor("balanced"), 4_000, 80),
          ("busy", BusyAssignor(0.5), 1_000, 10)]
@@ -120,13 +121,15 @@ def main() -> None:
                      round(sum(over) / max(1, len(over)) * 1000, 1)])  # fmt: skip
     write_results(
         "assignor_heartbeats",
+        "quick" if args.quick else "full",
         ["assignor", "partitions", "members", "inline_plan_s (= gap before)", "threaded_plan_s",
          "outcome", "turns", "max_gap_ms", "p99_gap_ms", "mean_gap_ms"],
         rows,
+        started=started,
         title="Leader heartbeat gaps while its assignor plans (turn every 20 ms)",
         notes=[
-            "inline_plan_s: the assignor on the control thread, as before issue 19: no "
-            "heartbeat for that long.",
+            "inline_plan_s: the assignor run inline on the control thread: no heartbeat for "
+            "that long.",
             "threaded: the assignor on PlanRunner's worker thread; gaps between the control "
             "thread's turns (20 ms poll wait + the GIL handed over every 5 ms).",
         ],

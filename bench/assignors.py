@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import median, timed_runs, write_results
+from bench._common import begin, median, timed_runs, write_results
 
 HERE = Path(__file__).resolve().parent
 KAFKA_CLIENTS = "4.1.1"
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = QUICK if args.quick else FULL
     # The machine is shared: the load around the run says how far absolute times can be
     # trusted; the ratios between implementations in one run are the numbers to quote.
+    started = begin()
     load_before = os.getloadavg()
     jars = None if args.no_java else ensure_jars()
     me = [sys.executable, str(Path(__file__).resolve())]
@@ -443,9 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         " result over max(total / members, heaviest partition), under the same lags.",
     ]
     write_results(
-        "assignors" if not args.quick else "assignors.quick",
+        "assignors",
+        "quick" if args.quick else "full",
         columns,
         rows,
+        started=started,
         extra={
             "runs": runs,
             "kafka_clients": KAFKA_CLIENTS,

@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bar_chart, write_results
-from bench._harness import Group, broker, create_topic, load, measure, pct, versions
+from bench._common import Chart, begin, versions_note, write_results
+from bench._harness import Group, broker, create_topic, measure, pct, versions
 from groupkit.dev.harness import LoadProducer, wait_for
 
 
@@ -97,7 +97,7 @@ def main() -> None:
         args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.5
         args.settings = "1000/100"
     settings = [tuple(int(x) for x in s.split("/")) for s in args.settings.split(",")]
-    load_before = load()
+    started = begin()
     t_start = time.monotonic()
     res: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gk-bench-failover-") as tmp:
@@ -113,22 +113,31 @@ def main() -> None:
                     )
             finally:
                 pacer.stop()
-    seconds = time.monotonic() - t_start
+    report(res, args, started, time.monotonic() - t_start)
+
+
+def report(res: dict[str, list[dict[str, float]]], args: argparse.Namespace,
+           started: dict[str, Any], seconds: float,
+           vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write the run's entry (``res``: the trials per session/heartbeat; ``vers``: the
+    versions, else this checkout's)."""
+    vers = vers or versions()
     rows, ok = [], True
     for key, trials in res.items():
         session, heartbeat = (int(x) for x in key.split("/"))
         bound = (session + heartbeat) / 1000
         good = [t for t in trials if t.get("ok")]
-        # The target is the issue's: a new leader has a stable assignment (every partition
-        # owned by a live member). Consuming again adds the grant's hand-off and first fetch.
+        # The target: a new leader has a stable assignment (every partition owned by a live
+        # member). Consuming again adds the grant's hand-off and first fetch.
         owned = [t["owned_s"] for t in good]
         st = [t["stable_s"] for t in good]
         nl = [t["new_leader_s"] for t in good]
         within = sum(1 for s in owned if s <= bound)
         ok = ok and within == len(trials)
         rows.append([key, len(good), round(pct(nl, 0.5) * 1000), round(pct(owned, 0.5) * 1000),
-                     round(pct(owned, 0.95) * 1000), round(max(owned, default=float("nan")) * 1000),
-                     round(pct(st, 0.5) * 1000), round(bound * 1000),
+                     round(pct(owned, 0.9) * 1000), round(pct(owned, 0.95) * 1000),
+                     round(max(owned, default=float("nan")) * 1000),
+                     round(pct(st, 0.5) * 1000), round(pct(st, 0.9) * 1000), round(bound * 1000),
                      round(pct(owned, 0.5) / bound, 2), f"{within}/{len(trials)}"])  # fmt: skip
     targets = {"all_assigned_within_session_plus_heartbeat": ok}
     notes = [
@@ -138,26 +147,27 @@ def main() -> None:
         "place); consuming: and each has handed out a record again. Bound: session timeout + "
         "one heartbeat interval, against assigned.",
         f"Targets: {targets}",
-        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
+        versions_note(vers, seconds),
     ]
-    out = write_results(
-        "failover",
-        ["session/hb ms", "trials", "new leader p50 ms", "assigned p50 ms", "assigned p95 ms",
-         "assigned max ms", "consuming p50 ms", "bound ms", "p50 / bound", "within bound"],
-        rows,
-        title="Leader failover: kill -9 the groupkit leader, time to a stable assignment",
-        results_dir=args.results_dir, notes=notes,
-        extra={"trials": res, "targets": targets, "versions": versions(),
-               "load_before": load_before, "load_after": load(), "seconds": seconds,
-               "args": vars(args)},
+    chart = Chart(
+        list(res),
+        {"new leader p50": [r[2] for r in rows], "assigned p50": [r[3] for r in rows],
+         "consuming p50": [r[7] for r in rows],
+         "bound (session + heartbeat)": [r[9] for r in rows]},
+        "ms after kill -9 of the leader", title="Leader failover (groupkit): p50, p90 whisker",
+        errors={"assigned p50": [r[4] for r in rows], "consuming p50": [r[8] for r in rows]},
     )  # fmt: skip
-    keys = list(res)
-    bar_chart(out / "failover.png", keys,
-              {"new leader p50": [r[2] for r in rows], "assigned p50": [r[3] for r in rows],
-               "consuming p50": [r[6] for r in rows],
-               "bound (session + heartbeat)": [r[7] for r in rows]},
-              "ms after kill -9 of the leader", title="Leader failover (groupkit)",
-              errors={"assigned p50": [r[4] for r in rows]})  # fmt: skip
+    write_results(
+        "failover", f"{args.members}x{args.partitions} {args.protocol}",
+        ["session/hb ms", "trials", "new leader p50 ms", "assigned p50 ms", "assigned p90 ms",
+         "assigned p95 ms", "assigned max ms", "consuming p50 ms", "consuming p90 ms",
+         "bound ms", "p50 / bound", "within bound"],
+        rows, started=started,
+        title="Leader failover: kill -9 the groupkit leader, time to a stable assignment",
+        results_dir=args.results_dir, notes=notes, chart=chart,
+        extra={"trials": res, "targets": targets, "versions": vers, "seconds": seconds,
+               "args": {k: v for k, v in vars(args).items() if k != "results_dir"}},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -189,13 +189,16 @@ def render(rows: list[HopRow]) -> str:
 
 
 def main() -> None:
-    from bench._common import write_results
+    from bench._common import begin, write_results
 
+    started = begin()
     rows = hop_table()
     write_results(
         "hops",
+        "simulated",
         ["protocol", "assignor", "scenario", "hops to owned", "hops to stable", "latency ms"],
         [[r.protocol, r.assignor, r.scenario, r.hops_owned, r.hops, r.latency_ms] for r in rows],
+        started=started,
         title="Control-log hops per rebalance (produce 10 ms + fetch 10 ms per hop)",
         notes=["crash latency counts from the crash: session timeout 10 s, heartbeat 1 s"],
     )

@@ -43,7 +43,6 @@ member processes). Each trial's 1-min load average is recorded beside it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import uuid
@@ -58,7 +57,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
-from bench._common import bar_chart, median, write_results
+from bench._common import Chart, begin, median, versions_note, write_results
 from bench._harness import (
     Group,
     Member,
@@ -216,7 +215,8 @@ def summarize(ts: list[dict[str, float]]) -> dict[str, float]:
     return {
         "n": len(ok), "failed": len(ts) - len(ok),
         "age": median(col("age_s")), "p50": pct(col("stable_s"), 0.5),
-        "p95": pct(col("stable_s"), 0.95), "first": pct(col("first_s"), 0.5),
+        "p90": pct(col("stable_s"), 0.9), "p95": pct(col("stable_s"), 0.95),
+        "first": pct(col("first_s"), 0.5),
         "caught": pct(col("caught_s"), 0.5), "replayed": median(col("replayed")),
         "log_end": median(col("log_end")),
     }  # fmt: skip
@@ -238,14 +238,13 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(KINDS), help="control topics: auto,pre-created")
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--name", default="join_age", help="results file name (without suffix)")
     args = ap.parse_args()
     if args.quick:
         args.members, args.partitions, args.trials = 3, 4, 1
         args.young, args.old, args.slot, args.settings = 5.0, 15.0, 4.0, "tuned"
     args.kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    load_before = load()
+    started = begin()
     t_start = time.monotonic()
     runs: list[AgedGroup] = []
     with paced_topic(args, "join-age") as (work, boot, topic, pacer):
@@ -258,43 +257,58 @@ def main() -> None:
                      for i, s in enumerate(settings)]  # fmt: skip
             for lane in lanes:
                 runs += lane.result()
-    report(runs, args, load_before, time.monotonic() - t_start, pacer.dropped_rounds)
+    kept = [{"setting": r.setting, "kind": r.kind, "session_ms": r.group.session_ms,
+             "heartbeat_ms": r.group.heartbeat_ms, "trials": r.trials} for r in runs]  # fmt: skip
+    report(kept, args, started, time.monotonic() - t_start, pacer.dropped_rounds)
 
 
-def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[str, float],
-           seconds: float, dropped_rounds: int) -> None:  # fmt: skip
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, started: dict[str, Any],
+           seconds: float, dropped_rounds: int,
+           vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write one entry per setting. ``runs``: per group, its setting, kind, session_ms,
+    heartbeat_ms and trials (as the JSON keeps them); ``vers``: else this checkout's."""
+    vers = vers or versions()
+    for setting in dict.fromkeys(r["setting"] for r in runs):
+        report_setting([r for r in runs if r["setting"] == setting], setting, args, started,
+                       seconds, dropped_rounds, vers)  # fmt: skip
+
+
+def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Namespace,
+                   started: dict[str, Any], seconds: float, dropped_rounds: int,
+                   vers: dict[str, str]) -> None:  # fmt: skip
     ms = 1000.0
-    summ = {(r.setting, r.kind, p): summarize(r.trials[p]) for r in runs for p in POINTS}
-    columns = ["setting", "session/hb ms", "control topic", "point", "age s", "trials",
-               "join p50 ms", "join p95 ms", "first record p50 ms", "caught up p50 ms",
+    summ = {(r["kind"], p): summarize(r["trials"][p]) for r in runs for p in POINTS}
+    columns = ["session/hb ms", "control topic", "point", "age s", "trials", "join p50 ms",
+               "join p90 ms", "join p95 ms", "first record p50 ms", "caught up p50 ms",
                "replayed p50", "log end p50", "join p50 / young"]  # fmt: skip
     rows = []
     for r in runs:
-        young = summ[(r.setting, r.kind, "young")]["p50"]
+        young = summ[(r["kind"], "young")]["p50"]
         for p in POINTS:
-            s = summ[(r.setting, r.kind, p)]
+            s = summ[(r["kind"], p)]
             rows.append([
-                r.setting, f"{r.group.session_ms}/{r.group.heartbeat_ms}", r.kind, p,
-                round(s["age"], 0),
+                f"{r['session_ms']}/{r['heartbeat_ms']}", r["kind"], p, round(s["age"], 0),
                 f"{s['n']}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
-                round(s["p50"] * ms, 1), round(s["p95"] * ms, 1), round(s["first"] * ms, 1),
-                round(s["caught"] * ms, 1), s["replayed"], s["log_end"], round(s["p50"] / young, 2),
+                round(s["p50"] * ms, 1), round(s["p90"] * ms, 1), round(s["p95"] * ms, 1),
+                round(s["first"] * ms, 1), round(s["caught"] * ms, 1), s["replayed"],
+                s["log_end"], round(s["p50"] / young, 2),
             ])  # fmt: skip
-    # Targets of issue 14: flat in log age (<= 1.2x old / young, the same on a pre-created
-    # topic) and a replay bounded by members x 1.5 x session / heartbeat + a small constant.
+    # Targets: flat in log age (<= 1.2x old / young, the same on a pre-created topic) and a
+    # replay bounded by members x 1.5 x session / heartbeat + a small constant.
     targets: dict[str, Any] = {}
     for r in runs:
-        key = f"{r.setting}_{r.kind.replace('-', '_')}"
-        young, old = summ[(r.setting, r.kind, "young")], summ[(r.setting, r.kind, "old")]
-        auto_young = summ.get((r.setting, "auto", "young"), young)
-        bound = args.members * 1.5 * r.group.session_ms / r.group.heartbeat_ms
+        key = r["kind"].replace("-", "_")
+        young, old = summ[(r["kind"], "young")], summ[(r["kind"], "old")]
+        auto_young = summ.get(("auto", "young"), young)
+        bound = args.members * 1.5 * r["session_ms"] / r["heartbeat_ms"]
         targets[f"{key}_old_over_young"] = round(old["p50"] / young["p50"], 2)
         targets[f"{key}_old_over_auto_young"] = round(old["p50"] / auto_young["p50"], 2)
         targets[f"{key}_flat_le_1.2x"] = old["p50"] / auto_young["p50"] <= 1.2
         targets[f"{key}_replay_bound"] = bound
-        targets[f"{key}_replay_max"] = max((t["replayed"] for p in POINTS for t in r.trials[p]),
+        targets[f"{key}_replay_max"] = max((t["replayed"] for p in POINTS
+                                            for t in r["trials"][p]),
                                            default=float("nan"))  # fmt: skip
-    loads = [t["load1"] for r in runs for p in POINTS for t in r.trials[p]]
+    loads = [t["load1"] for r in runs for p in POINTS for t in r["trials"][p]]
     load_during = {"median": median(loads), "max": max(loads, default=float("nan"))}
     notes = [
         f"{args.members} members (cooperative, cooperative-sticky), {args.partitions} "
@@ -311,33 +325,27 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
         "auto: control topic created by groupkit (segment.ms 5 min); pre-created: created first "
         "with only cleanup.policy=compact, message.timestamp.type=LogAppendTime (segment.ms 7 d).",
         f"Targets: {targets}",
-        f"Versions: {versions()}; load (1 min) before {load_before['load1']}, during the trials "
-        f"median {load_during['median']} / max {load_during['max']}, after {load()['load1']} "
-        f"on {os.cpu_count()} cores; {seconds:.0f} s.",
+        f"1-minute load during this setting's trials: median {load_during['median']}, max "
+        f"{load_during['max']}.",
+        versions_note(vers, seconds),
     ]
-    out = write_results(args.name, columns, rows, title="Join latency and control replay "
-                        "against log age (groupkit, one broker, same run)",
-                        results_dir=args.results_dir, notes=notes,
-                        extra={"runs": [{"setting": r.setting, "kind": r.kind,
-                                         "session_ms": r.group.session_ms,
-                                         "heartbeat_ms": r.group.heartbeat_ms,
-                                         "trials": r.trials} for r in runs],
-                               "targets": targets, "versions": versions(),
-                               "load_before": load_before, "load_during": load_during,
-                               "load_after": load(), "seconds": seconds,
-                               "producer_dropped_rounds": dropped_rounds,
-                               "args": vars(args)})  # fmt: skip
-    labels = [f"{r.kind} [{r.setting}]" for r in runs]
-    bar_chart(
-        out / f"{args.name}.png", [f"{p} ({getattr(args, p):.0f} s)" for p in POINTS],
-        {lab: [summ[(r.setting, r.kind, p)]["p50"] * ms for p in POINTS]
-         for lab, r in zip(labels, runs, strict=True)},
+    chart = Chart(
+        [f"{p} ({getattr(args, p):.0f} s)" for p in POINTS],
+        {r["kind"]: [summ[(r["kind"], p)]["p50"] * ms for p in POINTS] for r in runs},
         "ms from subscribe() to every partition consuming (log)",
-        title=f"Join against log age: p50 (bar) and p95 (whisker), {args.members} members",
-        errors={lab: [summ[(r.setting, r.kind, p)]["p95"] * ms for p in POINTS]
-                for lab, r in zip(labels, runs, strict=True)},
+        title=f"Join against log age: p50 (bar) and p90 (whisker), {args.members} members",
+        errors={r["kind"]: [summ[(r["kind"], p)]["p90"] * ms for p in POINTS] for r in runs},
         log=True,
     )  # fmt: skip
+    label = f"{args.members}x{args.partitions} {setting}"
+    write_results("join_age", label, columns, rows, started=started,
+                  title="Join latency and control replay against log age (groupkit, one "
+                  "broker, same run)", results_dir=args.results_dir, notes=notes, chart=chart,
+                  extra={"runs": runs, "targets": targets, "versions": vers,
+                         "load_during": load_during, "seconds": seconds,
+                         "producer_dropped_rounds": dropped_rounds,
+                         "args": {k: v for k, v in vars(args).items()
+                                  if k != "results_dir"}})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Resource limits of the protocol (issue 9): record sizes, decode times, memory.
+"""Resource limits of the protocol: record sizes, decode times, memory.
 
 Cases, each run in a fresh subprocess so its peak RSS is its own:
 
@@ -298,11 +298,12 @@ def run_case(name: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    from bench._common import RESULTS, write_results
+    from bench._common import begin, write_results
 
     if len(sys.argv) == 3 and sys.argv[1] == "--case":
         print(json.dumps(CASES[sys.argv[2]]()))
         return
+    started = begin()
     results = {name: run_case(name) for name in CASES}
     g = results["group1000"]
     rows: list[list[object]] = [
@@ -350,12 +351,7 @@ def main() -> None:
                      f"{b['heap_peak_mb']:.1f} MB"])  # fmt: skip
     bounds = {"MAX_PAYLOAD": MAX_PAYLOAD, "MAX_CONTAINERS": MAX_CONTAINERS,
               "MAX_PARTITIONS": MAX_PARTITIONS}  # fmt: skip
-    write_results("limits", ["what", "size", "cost"], rows,
-                  extra={"cases": results, "bounds": bounds},
-                  title="groupkit resource limits (protocol layer, a process per case)",
-                  )  # fmt: skip
     notes = [
-        "",
         f"Decoder bounds: a payload inflates to at most {MAX_PAYLOAD:,} bytes, holds at most "
         f"{MAX_CONTAINERS:,} JSON objects and arrays, and expands to at most "
         f"{MAX_PARTITIONS:,} partitions (counted before expanding). Anything larger is "
@@ -365,8 +361,10 @@ def main() -> None:
         "(`process_time`), so a busy shared machine does not inflate them.",
         "Run: `python -m bench.limits`.",
     ]
-    with (RESULTS / "limits.md").open("a") as f:
-        f.write("\n\n".join(notes) + "\n")
+    write_results("limits", "full", ["what", "size", "cost"], rows, started=started,
+                  extra={"cases": results, "bounds": bounds}, notes=notes,
+                  title="groupkit resource limits (protocol layer, a process per case)",
+                  )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import median, time_runs, write_results
+from bench._common import begin, median, time_runs, write_results
 from groupkit.protocol.planner import WRITE, Planner
 from groupkit.protocol.records import (
     assignment_record,
@@ -119,13 +119,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, for CI")
     args = ap.parse_args()
+    started = begin()
     members = 100 if args.quick else 1_000
     runs = 3 if args.quick else 7
     rows = bench_planner(members, runs, args.quick)
     # the replay column of planner rows: the assignment record's replay alone
     rows += bench_records(members, 10_000 if args.quick else 100_000, runs)
     write_results(
-        "protocol" + ("-quick" if args.quick else ""),
+        "protocol",
+        "quick" if args.quick else "full",
         [
             "case",
             "members",
@@ -136,6 +138,7 @@ def main() -> None:
             "generations",
         ],
         rows,
+        started=started,
         extra={"quick": args.quick, "replay_only_ms": median(_REPLAY) * 1e3 if _REPLAY else None},
         title="Protocol core: planner per rebalance, record replay, record size",
     )

@@ -10,9 +10,9 @@ one record to every partition every 10 ms (``--period``). Per trial, three event
 Each member is its own process (``bench/_worker.py``) and audits ownership as the application
 sees it (the rebalance callbacks) and the first record of every newly assigned partition. From
 those facts, per event: the time from the event until every partition is owned *and consuming
-again* (p50 / p95), the longest any partition was without an owner, partition-seconds without
-an owner (partitions that moved vs partitions that stayed with their owner), partitions moved
-and the records/s dip (lowest 100 ms bin until stable, against the second before the event).
+again* (p50 / p90 / p95), the longest any partition was without an owner, partition-seconds
+without an owner (partitions that moved vs partitions that stayed with their owner), partitions
+moved and the records/s dip (lowest 100 ms bin until stable, against the second before the event).
 
 Contenders, all in the same run on the same broker:
 
@@ -20,12 +20,15 @@ Contenders, all in the same run on the same broker:
 - native ``group.protocol=consumer`` (KIP-848, the broker's ``uniform`` assignor);
 - groupkit ``eager`` and ``cooperative`` (``cooperative-sticky`` assignor).
 
-Settings, reported separately: ``default`` (each protocol's defaults: classic 45 s session /
-3 s heartbeat, KIP-848 45 s / 5 s, groupkit 10 s / 1 s) and ``tuned`` (everyone at the same
-``--session-ms`` / ``--heartbeat-ms``, the broker's minimums lowered to allow it; for KIP-848 set
-as group configs). ``group.initial.rebalance.delay.ms=0``.
+Settings, each its own entry of ``bench/results/rebalance.*`` (named by shape and setting,
+e.g. ``10x48 tuned``; a run replaces the entries of the settings it ran): ``default`` (each
+protocol's defaults: classic 45 s session / 3 s heartbeat, KIP-848 45 s / 5 s, groupkit 10 s /
+1 s) and ``tuned`` (everyone at the same ``--session-ms`` / ``--heartbeat-ms``, the broker's
+minimums lowered to allow it; for KIP-848 set as group configs).
+``group.initial.rebalance.delay.ms=0``.
 
     python bench/rebalance.py            # full: 10 members, 48 partitions, 10 trials
+    python bench/rebalance.py --members 4 --partitions 16 --settings tuned   # the 4x16 entry
     python bench/rebalance.py --quick    # seconds; for CI
 """
 
@@ -52,12 +55,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from bench._common import bar_chart, median, write_results
+from bench._common import Chart, begin, median, versions_note, write_results
 from bench._harness import (
     Group,
     broker,
     create_topic,
-    load,
     measure,
     pct,
     settle_load,
@@ -244,6 +246,7 @@ def summarize(run: dict[str, Any], event: str) -> dict[str, float]:
         "n": len(ts),
         "failed": len(run["trials"][event]) - len(ts),
         "p50": pct(col("stable_s"), 0.5),
+        "p90": pct(col("stable_s"), 0.9),
         "p95": pct(col("stable_s"), 0.95),
         "owned_p50": pct(col("owned_s"), 0.5),
         "longest": median(col("longest_unowned_s")),
@@ -302,7 +305,11 @@ def main() -> None:
         "group.coordinator.append.linger.ms=0; the results name them",
     )  # fmt: skip
     ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--name", default="rebalance", help="results file name (without suffix)")
+    ap.add_argument(
+        "--label",
+        help="added to the setting's entry name in the results "
+        "(e.g. linger0: a run that does not replace the plain setting's entry)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.members, args.partitions, args.trials, args.gap = 2, 4, 1, 0.6
@@ -311,7 +318,7 @@ def main() -> None:
             args.contenders = QUICK_CONTENDERS
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
-    load_before = load()
+    started = begin()
     t_start = time.monotonic()
     runs = []
     with paced_topic(args, "rebalance") as (work, boot, topic, pacer):
@@ -330,33 +337,50 @@ def main() -> None:
                 runs[-1]["producer_queued"] = {
                     k: round(pct(queued, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
                 }
-    report(runs, args, load_before, time.monotonic() - t_start)
+    report(runs, args, started, time.monotonic() - t_start)
 
 
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: dict[str, float],
-           seconds: float) -> None:  # fmt: skip
+def setting_label(args: argparse.Namespace, setting: str) -> str:
+    """The result set's entry a run of ``setting`` goes to: the shape, the setting, and
+    ``--label`` when given (e.g. ``10x48 tuned``)."""
+    label = f"{args.members}x{args.partitions} {setting}"
+    return f"{label} {args.label}" if getattr(args, "label", None) else label
+
+
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, started: dict[str, Any],
+           seconds: float, vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write one entry per setting run (``vers``: the versions, else this checkout's)."""
+    vers = vers or versions()
+    for setting in dict.fromkeys(r["setting"] for r in runs):
+        report_setting([r for r in runs if r["setting"] == setting], setting, args, started,
+                       seconds, vers)  # fmt: skip
+
+
+def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Namespace,
+                   started: dict[str, Any], seconds: float,
+                   vers: dict[str, str]) -> None:  # fmt: skip
     ms = 1000.0
-    summ = {(r["contender"], r["setting"], e): summarize(r, e) for r in runs for e in EVENTS}
-    gk_ref = {e: summ.get(("groupkit cooperative", "tuned", e), {}).get("p50", float("nan"))
+    summ = {(r["contender"], e): summarize(r, e) for r in runs for e in EVENTS}
+    gk_ref = {e: summ.get(("groupkit cooperative", e), {}).get("p50", float("nan"))
               for e in EVENTS}  # fmt: skip
-    columns = ["event", "contender", "setting", "session/hb ms", "trials", "p50 ms", "p95 ms",
+    columns = ["event", "contender", "session/hb ms", "trials", "p50 ms", "p90 ms", "p95 ms",
                "owned p50 ms", "first record age ms", "longest unowned ms", "unowned p·s moved",
                "unowned p·s stayed", "moved", "rec/s dip", "p50 / gk coop"]  # fmt: skip
     rows = []
     for e in EVENTS:
         for r in runs:
-            s = summ[(r["contender"], r["setting"], e)]
+            s = summ[(r["contender"], e)]
             rows.append([
-                e, r["contender"], r["setting"], r["session_heartbeat_ms"],
+                e, r["contender"], r["session_heartbeat_ms"],
                 f"{s['n']}" + (f" ({s['failed']} failed)" if s["failed"] else ""),
-                round(s["p50"] * ms, 1), round(s["p95"] * ms, 1), round(s["owned_p50"] * ms, 1),
-                round(s["first_age"], 1),
+                round(s["p50"] * ms, 1), round(s["p90"] * ms, 1), round(s["p95"] * ms, 1),
+                round(s["owned_p50"] * ms, 1), round(s["first_age"], 1),
                 round(s["longest"] * ms, 1), round(s["ps_moved"], 3), round(s["ps_stayed"], 3),
                 s["moved"], f"{s['dip'] * 100:.0f}%", round(s["p50"] / gk_ref[e], 1),
             ])  # fmt: skip
     # targets
-    gk_join = summ.get(("groupkit cooperative", "tuned", "join"), {})
-    natives = [summ[k]["p50"] for k in summ if k[2] == "join" and k[0].startswith("native")
+    gk_join = summ.get(("groupkit cooperative", "join"), {})
+    natives = [summ[k]["p50"] for k in summ if k[1] == "join" and k[0].startswith("native")
                and summ[k]["p50"] == summ[k]["p50"]]  # fmt: skip
     fastest = min(natives, default=float("nan"))
     coop_stayed = [summ[k]["ps_stayed_max"] for k in summ
@@ -370,54 +394,54 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "gk_coop_unowned_ps_stayed_max": max(coop_stayed, default=float("nan")),
         "gk_coop_stayed_never_unowned": bool(coop_stayed) and max(coop_stayed) == 0,
     }
-    start_loads = ", ".join(f"{r['contender']} [{r['setting']}] {r['load_at_start']['load1']}"
+    start_loads = ", ".join(f"{r['contender']} {r['load_at_start']['load1']}"
                             for r in runs if "load_at_start" in r)  # fmt: skip
-    produced = ", ".join(f"{r['contender']} [{r['setting']}] {r['produced_share'] * 100:.0f}% "
+    produced = ", ".join(f"{r['contender']} {r['produced_share'] * 100:.0f}% "
                          f"(queued p50 {r['producer_queued']['p50']}, max "
                          f"{r['producer_queued']['max']})"
                          for r in runs if "produced_share" in r)  # fmt: skip
-    cpu_notes = ", ".join(f"{r['contender']} [{r['setting']}] {r['idle_cpu_per_member'] * 100:.1f}%"
+    cpu_notes = ", ".join(f"{r['contender']} {r['idle_cpu_per_member'] * 100:.1f}%"
                           for r in runs)  # fmt: skip
+    props = getattr(args, "broker_property", None)
     notes = [
         f"{args.members} members, {args.partitions} partitions, {args.trials} trials "
         f"(kill with default 45 s sessions: {args.default_kill_trials}); producer: one record "
         f"per partition every {args.period * 1000:g} ms. Broker: Kafka's defaults but the "
         f"group minimums the tuned settings need"
-        + (f", and {', '.join(args.broker_property)}" if args.broker_property else "")
+        + (f", and {', '.join(props)}" if props else "")
         + ".",
-        "p50/p95: event → every partition owned and consuming again. owned: → every partition "
-        "owned. first record age: of the moved partitions' first records under their new "
-        "owners, the oldest when its member got it (ms after the broker appended it; p50 of "
+        "p50/p90/p95: event → every partition owned and consuming again. owned: → every "
+        "partition owned. first record age: of the moved partitions' first records under their "
+        "new owners, the oldest when its member got it (ms after the broker appended it; p50 of "
         "the trials): small while consuming again trails owned means the new owner was "
         "waiting for a record to exist. unowned p·s: partition-seconds without an owner, for "
         "partitions that moved vs stayed with their owner. rec/s dip: lowest 100 ms bin until "
-        "stable vs the second before. Ratios against groupkit cooperative (tuned) in the same run.",
+        "stable vs the second before. Ratios against groupkit cooperative in the same run.",
         f"Targets: {targets}",
         f"Idle CPU per member (share of one core): {cpu_notes}",
         f"1-min load as each contender started (after waiting up to {args.settle_max:g} s for "
         f"it to fall to {args.settle_load:g}): {start_loads}",
         f"Records the producer wrote, of those asked for, during each contender (it skips a "
         f"round while two are undelivered), and the records waiting in its queue: {produced}.",
-        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
+        versions_note(vers, seconds),
     ]
-    out = write_results(args.name, columns, rows, title="Rebalance latency and unavailability: "
-                        "groupkit vs the broker's protocols (same broker, same run)",
-                        results_dir=args.results_dir, notes=notes,
-                        extra={"runs": runs, "targets": targets, "versions": versions(),
-                               "load_before": load_before, "load_after": load(),
-                               "seconds": seconds, "args": vars(args)})  # fmt: skip
-    labels = [f"{r['contender']} [{r['setting']}]" for r in runs]
-    bar_chart(
-        out / f"{args.name}.png", list(EVENTS),
-        {lab: [summ[(r["contender"], r["setting"], e)]["p50"] * ms for e in EVENTS]
-         for lab, r in zip(labels, runs, strict=True)},
+    chart = Chart(
+        list(EVENTS),
+        {r["contender"]: [summ[(r["contender"], e)]["p50"] * ms for e in EVENTS] for r in runs},
         "ms from event to every partition owned and consuming (log)",
-        title="Rebalance: p50 (bar) and p95 (whisker), "
-              f"{args.members} members, {args.partitions} partitions",
-        errors={lab: [summ[(r["contender"], r["setting"], e)]["p95"] * ms for e in EVENTS]
-                for lab, r in zip(labels, runs, strict=True)},
+        title="Rebalance: p50 (bar) and p90 (whisker)",
+        errors={r["contender"]: [summ[(r["contender"], e)]["p90"] * ms for e in EVENTS]
+                for r in runs},
         log=True, hline=(100.0, "100 ms target (join)"),
     )  # fmt: skip
+    write_results("rebalance", setting_label(args, setting), columns, rows, started=started,
+                  title="Rebalance latency and unavailability: groupkit vs the broker's "
+                  "protocols (same broker, same run)", results_dir=args.results_dir,
+                  notes=notes, chart=chart,
+                  extra={"runs": runs, "targets": targets, "versions": vers,
+                         "seconds": seconds,
+                         "args": {k: v for k, v in vars(args).items()
+                                  if k != "results_dir"}})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import write_results
+from bench._common import begin, write_results
 
 
 def python_replay(groups: int, snapshots: int, assignors: list[str], out: Path) -> dict[str, Any]:
@@ -115,6 +115,7 @@ def main() -> None:
 
     assignors = assignor_names()
     work = Path(tempfile.mkdtemp(prefix="bench-replay-"))
+    started = begin()
     load_before = os.getloadavg()
     runs: dict[str, dict[str, Any]] = {}
     try:
@@ -164,6 +165,7 @@ def main() -> None:
             )
     write_results(
         "replay",
+        "quick" if args.quick else f"{groups} groups x {snapshots} snapshots",
         [
             "engine",
             "groups x snapshots",
@@ -175,6 +177,7 @@ def main() -> None:
             "spark start s",
         ],
         rows,
+        started=started,
         extra={
             "groups": groups,
             "snapshots": snapshots,

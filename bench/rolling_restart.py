@@ -1,4 +1,4 @@
-"""Benchmark: a rolling restart of every member of a 5-member group (issue 16, static membership).
+"""Benchmark: a rolling restart of every member of a 5-member group (static membership).
 
 One local broker, one topic (20 partitions), a producer writing one record to every partition
 every 10 ms. A group of 5 member processes (``bench/_worker.py``), then, member after member: a
@@ -46,8 +46,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bar_chart, median, write_results
-from bench._harness import Group, Member, load, pct, versions
+from bench._common import Chart, begin, median, versions_note, write_results
+from bench._harness import Group, Member, pct, versions
 from bench.rebalance import _wait_fact, paced_topic, set_group_timeouts
 from groupkit.dev.harness import TP
 
@@ -186,7 +186,7 @@ def main() -> None:
         if args.contenders == ",".join(CONTENDERS):
             args.contenders = "groupkit static,native classic static"
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    load_before = load()
+    started = begin()
     t_start = time.monotonic()
     runs = []
     with paced_topic(args, "rolling") as (work, boot, topic, _pacer):
@@ -197,31 +197,35 @@ def main() -> None:
             except Exception as e:  # a contender that fails is reported, not fatal
                 print(f"  {name} failed: {e}", flush=True)
                 runs.append({"contender": name, "error": str(e)[:500], "trials": []})
-    report(runs, args, load_before, time.monotonic() - t_start)
+    report(runs, args, started, time.monotonic() - t_start)
 
 
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: dict[str, float],
-           seconds: float) -> None:  # fmt: skip
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, started: dict[str, Any],
+           seconds: float, vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write the run's entry (``vers``: the versions, else this checkout's)."""
+    vers = vers or versions()
+
     def col(r: dict[str, Any], k: str) -> list[float]:
         return [float(t[k]) for t in r["trials"]]
 
     ref = next((r for r in runs if r["contender"] == "groupkit static" and r["trials"]), None)
     ref_unowned = median(col(ref, "unowned_median_s")) if ref else float("nan")
     columns = ["contender", "trials", "partitions moved", "moved on the way",
-               "others' callbacks", "restart p50 ms", "restart p95 ms",
+               "others' callbacks", "restart p50 ms", "restart p90 ms", "restart p95 ms",
                "unowned/partition median s", "unowned/partition max s",
                "unowned median / gk static"]  # fmt: skip
     rows = []
     for r in runs:
         if not r["trials"]:
-            rows.append([r["contender"], f"failed: {r.get('error', '')[:60]}", *["-"] * 8])
+            rows.append([r["contender"], f"failed: {r.get('error', '')[:60]}", *["-"] * 9])
             continue
         restarts = [x for t in r["trials"] for x in t["restart_s"]]
         um = median(col(r, "unowned_median_s"))
         rows.append([
             r["contender"], len(r["trials"]), median(col(r, "moved")),
             median(col(r, "wandered")), median(col(r, "disturbed")),
-            round(pct(restarts, 0.5) * 1000, 1), round(pct(restarts, 0.95) * 1000, 1),
+            round(pct(restarts, 0.5) * 1000, 1), round(pct(restarts, 0.9) * 1000, 1),
+            round(pct(restarts, 0.95) * 1000, 1),
             round(um, 3), round(median(col(r, "unowned_max_s")), 3),
             round(um / ref_unowned, 2) if ref_unowned else "-",
         ])  # fmt: skip
@@ -236,23 +240,22 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "replacement is started and built beforehand, and subscribes when close() returns); "
         "unowned/partition: seconds without an owner over the whole rolling restart, median "
         "and max over partitions (medians over trials).",
-        f"Versions: {versions()}; load before {load_before}, after {load()} (2 cores shared "
-        f"with other work); {seconds:.0f} s.",
+        versions_note(vers, seconds),
     ]
-    out = write_results("rolling_restart", columns, rows,
-                  title="Rolling restart of a 5-member group: static membership (issue 16)",
-                  results_dir=args.results_dir, notes=notes,
-                  extra={"runs": runs, "versions": versions(), "load_before": load_before,
-                         "load_after": load(), "seconds": seconds,
-                         "args": {k: str(v) for k, v in vars(args).items()}})  # fmt: skip
     done = [r for r in runs if r["trials"]]
-    bar_chart(
-        out / "rolling_restart.png", ["unowned per partition: median", "max", "restart p50"],
+    chart = Chart(
+        ["unowned per partition: median", "max", "restart p50"],
         {r["contender"]: [median(col(r, "unowned_median_s")), median(col(r, "unowned_max_s")),
                           pct([x for t in r["trials"] for x in t["restart_s"]], 0.5)]
          for r in done},
         "seconds", title=f"Rolling restart of {args.members} members: unavailability",
     )  # fmt: skip
+    write_results("rolling_restart", f"{args.members}x{args.partitions}", columns, rows,
+                  started=started, title="Rolling restart: static membership",
+                  results_dir=args.results_dir, notes=notes, chart=chart,
+                  extra={"runs": runs, "versions": vers, "seconds": seconds,
+                         "args": {k: str(v) for k, v in vars(args).items()
+                                  if k != "results_dir"}})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Benchmark: the steady-state cost of a groupkit group as it grows (issue 14, the scale run).
+"""Benchmark: the steady-state cost of a groupkit group as it grows.
 
 1. **Simulated** (``GroupSim``, shared replay state, the runtime's defaults: cooperative,
    cooperative-sticky, 10 s session / 1 s heartbeat, a snapshot every half session as the
@@ -33,9 +33,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -50,7 +48,7 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
-from bench._common import bar_chart, median, write_results
+from bench._common import Chart, begin, load_results, median, write_results
 from bench._harness import Group, broker, create_topic, load, versions
 from bench.join_age import log_end
 from bench.rebalance import GK_DEFAULT, broker_properties
@@ -336,7 +334,7 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
     per_member_hb = big["heartbeat_records_s"] / n
     hb_bytes = big["heartbeat_bytes_s"] / max(big["heartbeat_records_s"], 1e-9)
     lines = [
-        "## How the cost grows",
+        "### How the cost grows",
         "",
         f"Fitted exponents over the simulated sizes ({', '.join(str(r['members']) for r in sim)} "
         f"members; cost ∝ members^k): control records/s k = {k('records_s'):.2f}, log "
@@ -369,7 +367,7 @@ def growth(sim: list[dict[str, Any]], real: list[dict[str, Any]]) -> list[str]:
         f"the snapshot's age, not the log's: {big['newcomer_replayed']:,} at {n:,} "
         f"({big['newcomer_replayed'] / big['records_s']:.1f} s of the log: this run's join came "
         f"that long after a snapshot; a snapshot is at most half a session old, "
-        f"{n * GK_DEFAULT[0] // 2 // GK_DEFAULT[1]:,} records; issue 14's bound members × 1.5 × "
+        f"{n * GK_DEFAULT[0] // 2 // GK_DEFAULT[1]:,} records; the replay bound members × 1.5 × "
         f"session / heartbeat = {big['replay_bound']:,.0f}).",
     ]
     if real:
@@ -421,7 +419,7 @@ def main() -> None:
                     help="likewise for the real results")  # fmt: skip
     ap.add_argument("--bootstrap", help="use this broker (no JMX bytes out then)")
     ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--name", default="scale")
+    ap.add_argument("--label", help="the result set's entry (default: default, or quick)")
     ap.add_argument("--note", action="append", default=[], help="a line for the notes")
     args = ap.parse_args()
     if args.quick:
@@ -430,21 +428,22 @@ def main() -> None:
     sizes = [int(s) for s in args.sim_sizes.split(",") if s.strip()]
     real_sizes = [int(s) for s in args.real_sizes.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    started = begin()
     load_before = load()
     t_start = time.monotonic()
     sim: list[dict[str, Any]] = []
     real: list[dict[str, Any]] = []
     real_failed: list[str] = []
     if args.sim_from or args.real_from:
-        sim_docs = [json.loads(p.read_text()) for p in args.sim_from]
-        real_docs = [json.loads(p.read_text()) for p in args.real_from]
+        sim_docs = [e for p in args.sim_from for e in _entries(p)]
+        real_docs = [e for p in args.real_from for e in _entries(p)]
         sim = list({r["members"]: r for d in sim_docs for r in d["sim"]}.values())
         real = list({(r["setting"], r["members"]): r for d in real_docs for r in d["real"]}
                     .values())  # fmt: skip
         real_failed = [f for d in real_docs for f in d.get("real_failed", [])]
         first = sim_docs[0] if sim_docs else {}
         report(sorted(sim, key=lambda r: r["members"]), real, real_failed, args,
-               first.get("load_before", load_before), first.get("load_after_sim", load_before),
+               first.get("stamp", started), first.get("load_after_sim", load_before),
                sum(d.get("seconds", 0.0) for d in sim_docs + real_docs),
                [x for d in real_docs for x in d.get("load_during_real", [])])  # fmt: skip
         return
@@ -477,12 +476,20 @@ def main() -> None:
                               f"{r['member_cpu_pct_median']:.1f}% (leader "
                               f"{r['leader_cpu_pct']:.1f}%), started in {r['start_s']:.0f} s, "
                               f"load {r['load1_window']}", flush=True)  # fmt: skip
-    report(sim, real, real_failed, args, load_before, load_sim, time.monotonic() - t_start)
+    report(sim, real, real_failed, args, started, load_sim, time.monotonic() - t_start)
+
+
+def _entries(path: Path) -> list[dict[str, Any]]:
+    """The entries of a scale result set (each with its ``sim`` and ``real`` runs)."""
+    return list(load_results(path)["settings"].values())
 
 
 def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: list[str],
-           args: argparse.Namespace, load_before: dict[str, float], load_sim: dict[str, float],
-           seconds: float, loads: list[float] | None = None) -> None:  # fmt: skip
+           args: argparse.Namespace, started: dict[str, Any], load_sim: dict[str, float],
+           seconds: float, loads: list[float] | None = None,
+           vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write the run's entry (``vers``: the versions, else this checkout's)."""
+    vers = vers or versions()
     columns = ["run", "members", "session/hb ms", "records/s", "heartbeat rec/s",
                "assignment rec/s", "snapshot rec/s", "log kB/s (= member fetch)",
                "heartbeat kB/s", "snapshot kB/s", "broker out kB/s", "leader CPU",
@@ -522,7 +529,7 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "other member's Node.step; replay = one member's replay of every record. newcomer "
         "replayed: records after the snapshot a bounded join (GroupSim.join(bounded=True)) "
         "restores ('state'), or the whole log ('full').",
-        f"real: one local broker (Kafka {versions()['kafka_broker']}), members are "
+        f"real: one local broker (Kafka {vers['kafka_broker']}), members are "
         "bench/_worker.py processes (cooperative, cooperative-sticky), one data partition a "
         "member and no data produced; each group on its own control topic. records/s: the "
         "control partition's end offset over the window; kB/s by kind: the window's records "
@@ -536,27 +543,37 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "",
         *growth(sim, real),
         "",
-        f"Versions: {versions()}. Load (1 min) before {load_before['load1']}, after the sim "
-        f"{load_sim['load1']}, during the real windows {loads}, after {load()['load1']} on "
-        f"{os.cpu_count()} cores; {seconds:.0f} s.",
+        "Versions: "
+        + ", ".join(f"{k} {v}" for k, v in vers.items() if k != "commit")
+        + f". Load (1 min) after the sim {load_sim['load1']}, during the real windows {loads}; "
+        f"{seconds:.0f} s.",
     ]
-    out = write_results(args.name, columns, rows, title="Steady-state cost of a groupkit group "
-                        "against its size (simulated and real)", results_dir=args.results_dir,
-                        notes=notes,
-                        extra={"sim": sim, "real": real, "real_failed": real_failed,
-                               "versions": versions(), "load_before": load_before,
-                               "load_after_sim": load_sim, "load_during_real": loads,
-                               "load_after": load(), "seconds": seconds,
-                               "args": {k: str(v) for k, v in vars(args).items()}})  # fmt: skip
     series: dict[str, list[float]] = {
         "log bytes/s (each member fetches)": [r["bytes_s"] for r in sim],
         "broker bytes out/s": [r["broker_out_bytes_s"] for r in sim],
         "records/s": [r["records_s"] for r in sim],
         "replay CPU µs/s": [r["replay_cpu_ms_per_s"] * 1000 for r in sim],
     }
-    bar_chart(out / f"{args.name}.png", [f"{r['members']:,}" for r in sim], series,
-              "per simulated second (log)", title="Steady-state cost against group size (sim)",
-              log=True)  # fmt: skip
+    chart = (
+        Chart(
+            [f"{r['members']:,}" for r in sim],
+            series,
+            "per simulated second (log)",
+            title="Steady-state cost against group size (sim)",
+            log=True,
+        )
+        if sim
+        else None
+    )
+    write_results("scale", args.label or ("quick" if args.quick else "default"), columns, rows,
+                  started=started, title="Steady-state cost of a groupkit group against its "
+                  "size (simulated and real)", results_dir=args.results_dir, notes=notes,
+                  chart=chart,
+                  extra={"sim": sim, "real": real, "real_failed": real_failed,
+                         "versions": vers, "load_after_sim": load_sim,
+                         "load_during_real": loads, "seconds": seconds,
+                         "args": {k: str(v) for k, v in vars(args).items()
+                                  if k != "results_dir"}})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
 
-from bench._common import bar_chart, median, write_results
-from bench._harness import broker, create_topic, load, versions
+from bench._common import Chart, begin, median, versions_note, write_results
+from bench._harness import broker, create_topic, versions
 from groupkit import GroupConsumer
 from groupkit.log import configure as configure_logs
 
@@ -135,7 +135,7 @@ def main() -> None:
     if args.fetch_queue_backoff_ms is not None:
         EXTRA["fetch.queue.backoff.ms"] = args.fetch_queue_backoff_ms
     configure_logs(json=False, level="warning")
-    load_before = load()
+    started = begin()
     t_start = time.monotonic()
     res: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="gk-bench-tp-") as tmp, \
@@ -153,7 +153,16 @@ def main() -> None:
                     res.setdefault((who, mode), []).append(out)
                     print(f"  run {r + 1}/{args.runs} {mode:8s} {who:15s} "
                           f"{args.records / out[0]:>10,.0f} records/s", flush=True)  # fmt: skip
-    seconds = time.monotonic() - t_start
+    report(res, args, started, time.monotonic() - t_start)
+
+
+def report(res: dict[tuple[str, str], list[tuple[float, float]]], args: argparse.Namespace,
+           started: dict[str, Any], seconds: float,
+           vers: dict[str, str] | None = None) -> None:  # fmt: skip
+    """Write the run's entry (``res``: (seconds, CPU seconds) per run, by (who, mode);
+    ``vers``: the versions, else this checkout's)."""
+    vers = vers or versions()
+    backoff = getattr(args, "fetch_queue_backoff_ms", None)
     rows, rates, cpu_plain = [], {}, {}
     for mode in MODES:
         for who in WHO:
@@ -171,7 +180,7 @@ def main() -> None:
     notes = [
         f"{args.records:,} records of 100 bytes, {args.partitions} partitions, {args.runs} runs "
         "each (median), alternating, one process; timed from the first record to the last; "
-        f"fetch.queue.backoff.ms {EXTRA.get('fetch.queue.backoff.ms', 'default (1000)')}.",
+        f"fetch.queue.backoff.ms {backoff if backoff is not None else 'default (1000)'}.",
         f"Targets: {targets}",
         # With librdkafka's default fetch.queue.backoff.ms a run often stalls ~1 s (a full
         # queue postpones the next fetch), so runs fall into two rates for either consumer and
@@ -188,21 +197,22 @@ def main() -> None:
             for mode in MODES
         )
         + ".",
-        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
+        versions_note(vers, seconds),
     ]
-    out = write_results(
-        "throughput", ["read", "consumer", "records/s", "CPU µs/record", "ratio vs plain",
-                       "CPU vs plain"], rows,
+    label = f"{args.partitions} partitions, {args.records:,} records" + (
+        f", fetch.queue.backoff.ms {backoff}" if backoff is not None else ""
+    )
+    chart = Chart(list(MODES), {lab: [rates[(who, m)] for m in MODES] for who, lab in WHO.items()},
+                  "records/s (median)", title="Throughput, one consumer")  # fmt: skip
+    write_results(
+        "throughput", label, ["read", "consumer", "records/s", "CPU µs/record", "ratio vs plain",
+                              "CPU vs plain"], rows, started=started,
         title="Throughput: GroupConsumer vs plain Consumer with assign() (same data, same run)",
-        results_dir=args.results_dir, notes=notes,
+        results_dir=args.results_dir, notes=notes, chart=chart,
         extra={"runs": {f"{w} {m}": v for (w, m), v in res.items()}, "targets": targets,
-               "versions": versions(), "load_before": load_before, "load_after": load(),
-               "seconds": seconds, "args": vars(args)},
+               "versions": vers, "seconds": seconds,
+               "args": {k: v for k, v in vars(args).items() if k != "results_dir"}},
     )  # fmt: skip
-    bar_chart(out / "throughput.png", list(MODES),
-              {label: [rates[(who, m)] for m in MODES] for who, label in WHO.items()},
-              "records/s (median)", title="Throughput, one consumer, "
-              f"{args.records:,} records")  # fmt: skip
 
 
 if __name__ == "__main__":
