@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import write_results
+from bench._common import Chart, begin, versions_note, write_results
 from bench._harness import Group, load, pct, settle_load, versions
 from bench.rebalance import paced_topic, set_group_timeouts
 from groupkit.dev.harness import wait_for
@@ -122,13 +122,12 @@ def main() -> None:
     ap.add_argument("--settle-max", type=float, default=60.0, help="... for at most this, s")
     ap.add_argument("--bootstrap", help="use this broker (its minimums must allow --session-ms)")
     ap.add_argument("--results-dir", type=Path, default=None)
-    ap.add_argument("--name", default="newcomer", help="results file name (without suffix)")
     args = ap.parse_args()
     if args.quick:
         args.members, args.partitions, args.newcomers, args.runs = 2, 4, 2, 1
         args.settle_max = 0.0
     contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
-    load_before, t_start = load(), time.monotonic()
+    started, t_start = begin(), time.monotonic()
     runs: list[dict[str, Any]] = []
     with paced_topic(args, "newcomer") as (work, boot, topic, _pacer):
         for run in range(1, args.runs + 1):
@@ -138,10 +137,10 @@ def main() -> None:
                 trials = run_contender(boot, topic, work, name, args)
                 runs.append({"run": run, "contender": name, "trials": trials,
                              "load_at_start": at_start, "load_at_end": load()})  # fmt: skip
-    report(runs, args, load_before, time.monotonic() - t_start)
+    report(runs, args, started, time.monotonic() - t_start)
 
 
-def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: dict[str, float],
+def report(runs: list[dict[str, Any]], args: argparse.Namespace, started: dict[str, Any],
            seconds: float) -> None:  # fmt: skip
     columns = ["run", "contender", "newcomers", "subscribe→first p50 ms", "p90 ms", "p90 / p50",
                "max ms", "built→first p50 ms", "p90 ms", "p50 / KIP-848", "load start",
@@ -175,13 +174,25 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         "poll() returns. built→first: from just before the consumer was built. Ratios against "
         f"{ANCHOR} in the same run. Loads are the 1-minute load average.",
         f"Targets: {targets}",
-        f"Versions: {versions()}; load before {load_before}, after {load()}; {seconds:.0f} s.",
+        versions_note(versions(), seconds),
     ]
-    write_results(args.name, columns, rows, title="A new worker's first record: groupkit vs "
-                  "KIP-848 (same broker, same run)", results_dir=args.results_dir, notes=notes,
+    labels = [f"{r['contender']} run {r['run']}" for r in runs]
+    subs = [summarize(r["trials"], "subscribe_ms") for r in runs]
+    chart = Chart(
+        ["subscribe → first record"],
+        {lab: [s["p50"]] for lab, s in zip(labels, subs, strict=True)},
+        "ms", title="A new worker: p50 (bar) and p90 (whisker)",
+        errors={lab: [s["p90"]] for lab, s in zip(labels, subs, strict=True)},
+        hline=(120.0, "120 ms target"),
+    )  # fmt: skip
+    setting = f"{args.members}x{args.partitions} {args.session_ms}/{args.heartbeat_ms} ms"
+    write_results("newcomer", setting, columns, rows, started=started,
+                  title="A new worker's first record: groupkit vs KIP-848 (same broker, same "
+                  "run)", results_dir=args.results_dir, notes=notes, chart=chart,
                   extra={"runs": runs, "targets": targets, "versions": versions(),
-                         "load_before": load_before, "load_after": load(), "seconds": seconds,
-                         "args": vars(args)})  # fmt: skip
+                         "seconds": seconds,
+                         "args": {k: v for k, v in vars(args).items()
+                                  if k != "results_dir"}})  # fmt: skip
 
 
 if __name__ == "__main__":

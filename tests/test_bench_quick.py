@@ -33,8 +33,9 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.parametrize(
     "bench",
-    ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag", "rolling_restart"],
-)
+    ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag", "rolling_restart",
+     "newcomer"],
+)  # fmt: skip
 def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if bench == "rebalance":  # the members' hop events kept, for trace_joins below
@@ -55,7 +56,8 @@ def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
         assert stamp["commit"] and stamp["date"], stamp
         assert stamp["machine"]["cores"] and stamp["machine"]["cpu"], stamp
         assert stamp["load1_start"] >= 0 and stamp["load1_end"] >= 0, stamp
-    if bench in ("rebalance", "join_age", "failover", "rolling_restart", "aio_loop_lag"):
+    if bench in ("rebalance", "join_age", "failover", "rolling_restart", "aio_loop_lag",
+                 "newcomer"):  # fmt: skip
         for entry in doc["settings"].values():  # an event's p90 beside its p50
             assert any("p90" in c for c in entry["columns"]), entry["columns"]
     md = (tmp_path / f"{bench}.md").read_text()
