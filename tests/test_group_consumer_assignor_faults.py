@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from groupkit import GroupConsumer
 from groupkit.assignors import register_assignor, unregister_assignor
 from groupkit.dev.harness import wait_for
+from groupkit.metrics import PrometheusObserver
 from groupkit.protocol.assign import INVALID, RAISED, TIMEOUT
 from groupkit.runtime.describe import describe_group
 from tests.test_protocol_assignor_faults import FaultyAssignor
@@ -81,7 +82,7 @@ def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
     cfg = {**conf, "groupkit.assignor": name, "groupkit.assignor.timeout.ms": BUDGET_MS}
     registries = [CollectorRegistry() for _ in range(3)]
     caplog.set_level(logging.WARNING, logger="groupkit")
-    group = [GroupConsumer({**cfg, "client.id": f"c{i}"}, registry=r)
+    group = [GroupConsumer({**cfg, "client.id": f"c{i}"}, observers=[PrometheusObserver(r)])
              for i, r in enumerate(registries)]  # fmt: skip
     consumers.extend(group)
     for c in group:

@@ -86,7 +86,7 @@ from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.handoff import Callback, HandoffExecutor, OwnershipHook
+from groupkit.runtime.handoff import HandoffExecutor, OwnershipHook, RebalanceCallback
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.probe import MemberProbe
@@ -96,6 +96,9 @@ if TYPE_CHECKING:
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.consumer")
+
+#: ``on_assign``, ``on_revoke`` and ``on_lost`` of :meth:`GroupConsumer.subscribe`
+Callback = RebalanceCallback["GroupConsumer"]
 
 #: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
 #: thread (revoke, assign) waits at most this long for it.
@@ -171,11 +174,9 @@ class GroupConsumer:
         self,
         config: Mapping[str, Any],
         *,
-        registry: Any = None,
         observers: Iterable[GroupObserver] = (),
     ) -> None:
         self._cfg = cfg = GroupConfig.from_dict(config)
-        self._registry = registry
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
         self._admin: AdminClient | None = connect_admin(cfg.client_config("admin"))
@@ -197,7 +198,7 @@ class GroupConsumer:
             self._telemetry = TelemetryPublisher(cfg, self._admin)
             self.observers.add(self._telemetry)
         self._coordinator: Coordinator | None = None
-        self._handoffs = HandoffExecutor(
+        self._handoffs: HandoffExecutor[GroupConsumer] = HandoffExecutor(
             self, self._data, self.observers, lambda: self._coordinator, lambda: self._closed
         )
         self._topics: list[str] = []
@@ -214,17 +215,15 @@ class GroupConsumer:
         self._wake = threading.Event()
         self._last_poll = time.monotonic()
         self._closed = False
-        if registry is not None:  # no registry, no metrics: nothing global is touched
-            # The one place the core names the metrics (at the edge, on demand): they read
-            # this member through its probe only, and nothing here imports them otherwise.
-            from groupkit.metrics import instrument
-
-            self.observers.add(instrument(self, registry))
         #: the next member, started here: it catches up on the control log and keeps up while
         #: the app gets ready, writing nothing, so subscribe() joins at once (the catch-up was
         #: a phase of every join: ~35 ms of a tuned join at 10 x 48 on 2 cores, up to 300 ms)
         self._standby: Coordinator | None = None
         try:
+            # Each observer the app passed in learns its member (metrics read it through the
+            # probe) before the standby replays a record and calls any other hook.
+            for o in self.observers.registered:
+                o.attached(self._probe)
             self._standby = self._new_member()
         except BaseException:
             self._close_clients()
@@ -443,7 +442,7 @@ class GroupConsumer:
             if msg is not None and (
                 _monotonic() < self._fence_until or self._hand_out([msg], d.unassigns)
             ):
-                if self.observers._observers:  # bool(self.observers) without its call
+                if self.observers.registered:  # bool(self.observers) without its call
                     self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
                 return msg
             if timeout is not None and timeout >= 0:
@@ -806,12 +805,6 @@ class GroupConsumer:
                 "does not guard)"
             )
         self._handoffs.hooks.append(hook)
-
-    def _rewind(self, tp: TopicPartition, offset: int) -> None:
-        """Fetch ``tp`` again from ``offset`` if still owned (groupkit.eos, after an aborted
-        transaction): :meth:`seek` without its error for a partition given up meanwhile."""
-        if tp in self._data.owned:
-            self._data.seek(KTopicPartition(tp.topic, tp.partition, offset))
 
     # ------------------------------------------------------------------ closing
 

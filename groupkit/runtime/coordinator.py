@@ -73,6 +73,7 @@ from groupkit.runtime.control_topic import ensure_control_topic, partition_for_g
 from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.planning import PlanRunner
+from groupkit.runtime.probe import MemberStatus
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -110,21 +111,6 @@ class Fence(NamedTuple):
     until: float | None
     #: what of the partitions asked about the member no longer claims: it lost them
     gone: Partitions
-
-
-@dataclass(frozen=True, slots=True)
-class MemberStatus:
-    """The member's standing in its group at one moment (:meth:`Coordinator.status`)."""
-
-    member_id: str
-    #: the generation its partitions belong to
-    generation: int
-    is_leader: bool
-    #: live members of the group as the leader's replay sees them (0 unless it leads)
-    live_members: int
-    #: monotonic ms since the send of the own record its session runs from (``None``: nothing
-    #: of ours read back yet; see ``Member.session_age_ms``)
-    session_age_ms: int | None
 
 
 @dataclass
