@@ -29,7 +29,7 @@ from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
-from tests.conftest import _local_version, unique_name
+from tests.conftest import local_version, unique_name
 
 SESSION_MS = 2000
 #: librdkafka looks for expired waits once a second (``rd_kafka_cgrp_timeout_scan``)
@@ -39,7 +39,7 @@ SCAN_S = 1.0
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     broker = LocalBroker(Path(tmp_path_factory.mktemp("stale-commit-broker")),
-                         version=_local_version())  # fmt: skip
+                         version=local_version())  # fmt: skip
     with broker:
         yield broker
 

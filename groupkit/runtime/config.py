@@ -128,7 +128,10 @@ _GROUP_KEYS = {
 }
 
 
-def _parse(key: str, value: Any, kind: str) -> Any:
+def parse_setting(key: str, value: Any, kind: str) -> Any:
+    """``value`` of setting ``key`` as ``kind`` ("int", "float", "bool" or "str"), parsed as
+    librdkafka parses a config string; ``None`` stays ``None``. :class:`ConfigError` if it is
+    not one."""
     if value is None:
         return None
     try:
@@ -153,7 +156,7 @@ def _parse(key: str, value: Any, kind: str) -> Any:
 
 
 def _ms(conf: Mapping[str, Any], key: str, default: int) -> int:
-    value = _parse(key, conf.get(key, default), "int")
+    value = parse_setting(key, conf.get(key, default), "int")
     if value <= 0:
         raise ConfigError(f"{key} must be > 0, got {value}")
     return int(value)
@@ -205,7 +208,7 @@ class GroupConfig:
                 + ", ".join(sorted(_GROUPKIT_KEYS))
             )
         gk = {
-            k: _parse(k, conf.get(k, default), kind)
+            k: parse_setting(k, conf.get(k, default), kind)
             for k, (default, kind) in _GROUPKIT_KEYS.items()
         }
         group_id = conf.get("group.id")
@@ -301,7 +304,7 @@ class GroupConfig:
             heartbeat_interval_ms=heartbeat,
             max_poll_interval_ms=max_poll,
             rebalance_timeout_ms=rebalance_timeout,
-            enable_auto_commit=_parse(
+            enable_auto_commit=parse_setting(
                 "enable.auto.commit", conf.get("enable.auto.commit", True), "bool"
             ),
             auto_commit_interval_ms=_ms(conf, "auto.commit.interval.ms", 5_000),
