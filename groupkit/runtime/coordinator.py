@@ -293,9 +293,9 @@ class Coordinator:
                 self.turn(self.reader.poll(0))
             # A turn runs on every record at once; without records, often enough for the
             # time-driven steps (a heartbeat due, our own session lapsing: the poll thread
-            # fences by itself too, see GroupConsumer._fence) but no more: a tenth of the
-            # heartbeat interval, within [20 ms, 100 ms] (was 20 ms always: 50 wake-ups a
-            # second of an idle member's CPU).
+            # fences by itself too, see PollLoop.fence) but no more: a tenth of the
+            # heartbeat interval, within [20 ms, 100 ms] (20 ms always would cost an idle
+            # member 50 wake-ups a second of CPU).
             wait = min(0.1, max(0.02, self.cfg.heartbeat_interval_ms / 10_000))
             while not self._stop.is_set():
                 # while a plan is being made, turn often enough to take it soon after
