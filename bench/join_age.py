@@ -280,7 +280,7 @@ def report(runs: list[AgedGroup], args: argparse.Namespace, load_before: dict[st
                 round(s["p50"] * ms, 1), round(s["p95"] * ms, 1), round(s["first"] * ms, 1),
                 round(s["caught"] * ms, 1), s["replayed"], s["log_end"], round(s["p50"] / young, 2),
             ])  # fmt: skip
-    # Targets of issue 14: flat in log age (<= 1.2x old / young, the same on a pre-created
+    # Targets: flat in log age (<= 1.2x old / young, the same on a pre-created
     # topic) and a replay bounded by members x 1.5 x session / heartbeat + a small constant.
     targets: dict[str, Any] = {}
     for r in runs:

@@ -1,4 +1,4 @@
-"""Benchmark: a rolling restart of every member of a 5-member group (issue 16, static membership).
+"""Benchmark: a rolling restart of every member of a 5-member group (static membership).
 
 One local broker, one topic (20 partitions), a producer writing one record to every partition
 every 10 ms. A group of 5 member processes (``bench/_worker.py``), then, member after member: a
@@ -240,7 +240,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace, load_before: di
         f"with other work); {seconds:.0f} s.",
     ]
     out = write_results("rolling_restart", columns, rows,
-                  title="Rolling restart of a 5-member group: static membership (issue 16)",
+                  title="Rolling restart of a 5-member group: static membership",
                   results_dir=args.results_dir, notes=notes,
                   extra={"runs": runs, "versions": versions(), "load_before": load_before,
                          "load_after": load(), "seconds": seconds,

@@ -1,5 +1,5 @@
-"""A live group's committed offsets outlive the broker's ``offsets.retention.minutes`` (issue 16
-part 2); a dead group's expire as usual.
+"""A live group's committed offsets outlive the broker's ``offsets.retention.minutes``; a dead
+group's expire as usual.
 
 The data consumer commits as a simple consumer, so the broker expires each committed offset
 ``offsets.retention.minutes`` after its commit, group alive or not. An owner commits again,

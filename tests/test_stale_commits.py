@@ -2,11 +2,10 @@
 
 librdkafka holds a commit that finds no coordinator (the broker restarting) and sends it when
 one is back, for up to its ``session.timeout.ms`` (``rd_kafka_cgrp_defer_offset_commit``; 45 s
-by default). groupkit's data consumer joins no group, so nothing else bounded that wait: the
-soak (seed 2026, session 20) saw a member's commit of offset 2,313 land 12 s after it was made,
-through two more broker restarts, after the partition's later owners had committed 2,433. The
-next owner started at 2,313 and processed 120 records a second time. The data consumer now gets
-groupkit's session (``runtime/config.py``).
+by default). groupkit's data consumer joins no group, so nothing else would bound that wait: a
+member's commit could land seconds after it was made, through more broker restarts, after the
+partition's later owners had committed further, and the next owner would process those records
+a second time. So the data consumer gets groupkit's session (``runtime/config.py``).
 
 The module starts its own broker, to stop and start it (nothing here uses the session's
 ``kafka`` fixture). The handle is made from the config ``GroupConsumer`` gives its data

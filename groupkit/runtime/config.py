@@ -285,10 +285,9 @@ class GroupConfig:
         # A commit that finds no coordinator waits for one for librdkafka's session.timeout.ms
         # (``rd_kafka_cgrp_defer_offset_commit``; 45 s by default), then fails. Sent when the
         # coordinator returns, it could land after the member's partitions went to others and
-        # rewind what they committed (the soak saw one land 12 s late, through two more broker
-        # restarts). The data consumer never joins a group, so librdkafka uses its session for
-        # nothing else: groupkit's bounds the wait (tests/test_stale_commits.py), as far as
-        # librdkafka lets it.
+        # rewind what they committed (seconds late, through more broker restarts). The data
+        # consumer never joins a group, so librdkafka uses its session for nothing else:
+        # groupkit's bounds the wait (tests/test_stale_commits.py), as far as librdkafka lets it.
         data["session.timeout.ms"] = min(session, _DATA_CONSUMER_MAX_SESSION_MS)
         data.setdefault("enable.auto.offset.store", True)
         data["auto.offset.reset"] = reset

@@ -612,9 +612,9 @@ class DataConsumer:
         A handle can be stuck for good after a broker restart: librdkafka (2.16) looks up no
         committed offsets for newly assigned partitions while any of its commits is outstanding,
         nor after a look-up failed at the request level (see :meth:`refetch_offsets`, which
-        mends that case for a member that keeps partitions; the soak's stuck members turned out
-        to be that one). Owning nothing now, and refused any commit as a fenced member, this
-        member gives the old handle nothing more to do: it is closed in the background.
+        mends that case for a member that keeps partitions). Owning nothing now, and refused any
+        commit as a fenced member, this member gives the old handle nothing more to do: it is
+        closed in the background.
         """
         old = self.handle
         try:
