@@ -295,3 +295,21 @@ def test_consumed_rate_window() -> None:
     assert r.value(now=t0 + 30) == 0  # nothing for 20 s
     r.add(10, now=t0 + 31)
     assert r.value(now=t0 + 31) == pytest.approx(1.0)  # 10 records over the 10 s window
+
+
+def test_one_prometheus_observer_per_consumer() -> None:
+    """An observer reads the member the consumer attaches it to; a second consumer needs its
+    own observer (one registry may hold both). Unattached, it exports no series of a member."""
+    from types import SimpleNamespace
+
+    r = CollectorRegistry()
+    metrics = PrometheusObserver(r)
+    with pytest.raises(RuntimeError, match="not attached"):
+        _ = metrics.probe
+    assert not any(samples for samples in scrape(r).values())
+    probe: Any = SimpleNamespace(group_id="g", protocol="cooperative", assignor="range")
+    metrics.attached(probe)
+    assert metrics.probe is probe and metrics.group == "g"
+    with pytest.raises(ValueError, match="one per consumer"):
+        metrics.attached(probe)
+    PrometheusObserver(r).attached(probe)  # a second observer shares the registry
