@@ -66,7 +66,7 @@ from bench._harness import (
     pct,
     versions,
 )
-from bench.rebalance import GK_DEFAULT, _wait_fact, paced_topic
+from bench.rebalance import GK_DEFAULT, paced_topic, wait_fact
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.admin import create_topic as create_config_topic
 from groupkit.runtime.control_topic import REQUIRED_CONFIG, partition_for_group
@@ -123,7 +123,7 @@ def subscribe_all(ag: AgedGroup) -> None:
     for m in members:
         m.send("subscribe")
     for m in members:
-        _wait_fact(ag.group, m, "sub")
+        wait_fact(ag.group, m, "sub")
     ag.started = min(m.fact("sub")["t"] for m in members)  # type: ignore[index]
 
 
@@ -137,11 +137,11 @@ def trial(ag: AgedGroup, joiner: Member, boot: str, timeout: float) -> dict[str,
     group.wait_stable(timeout)
     end = log_end(boot, group.control_topic, group.group)
     joiner.send("subscribe")
-    _wait_fact(group, joiner, "sub")
+    wait_fact(group, joiner, "sub")
     t0: float = joiner.fact("sub")["t"]  # type: ignore[index]
     group.wait_stable(timeout)
     r = measure(group, t0, time.monotonic())
-    _wait_fact(group, joiner, "caught", timeout)
+    wait_fact(group, joiner, "caught", timeout)
     caught = joiner.fact("caught")
     assert caught is not None
     firsts = [f["t"] for f in joiner.facts() if f["e"] == "first" and f["t"] >= t0]
@@ -156,7 +156,7 @@ def trial(ag: AgedGroup, joiner: Member, boot: str, timeout: float) -> dict[str,
         load1=load()["load1"],
     )
     joiner.send("close")
-    _wait_fact(group, joiner, "closed", timeout)
+    wait_fact(group, joiner, "closed", timeout)
     joiner.proc.wait(30)
     group.wait_stable(timeout)
     return r

@@ -180,14 +180,14 @@ def run_contender(
             time.sleep(args.gap)
             # join
             joiner.send("subscribe")
-            _wait_fact(group, joiner, "sub")
+            wait_fact(group, joiner, "sub")
             t0 = joiner.fact("sub")["t"]  # type: ignore[index]
             group.wait_stable(timeout)
             results["join"].append(measure(group, t0, time.monotonic()))
             time.sleep(args.gap)
             # clean leave
             joiner.send("close")
-            _wait_fact(group, joiner, "leave")
+            wait_fact(group, joiner, "leave")
             t0 = joiner.fact("leave")["t"]  # type: ignore[index]
             group.wait_stable(timeout)
             joiner.proc.wait(30)
@@ -225,7 +225,7 @@ def kill_timeout(kind: str, protocol: str, session: int) -> float:
     return (session or 45_000) / 1000
 
 
-def _wait_fact(group: Group, m: Any, kind: str, timeout: float = 30) -> None:
+def wait_fact(group: Group, m: Any, kind: str, timeout: float = 30) -> None:
     def seen() -> bool:
         if m.fact(kind):
             return True

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import Chart, begin, median, versions_note, write_results
 from bench._harness import Group, Member, pct, versions
-from bench.rebalance import _wait_fact, paced_topic, set_group_timeouts
+from bench.rebalance import paced_topic, set_group_timeouts, wait_fact
 from groupkit.dev.harness import TP
 
 # name -> (kind, protocol, static)
@@ -122,7 +122,7 @@ def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
                                      if f["e"] in ("assign", "revoke", "lost")])
                         for m in others}  # fmt: skip
                 old.send("close")
-                _wait_fact(group, old, "closed", timeout=args.session_ms / 1000 + 30)
+                wait_fact(group, old, "closed", timeout=args.session_ms / 1000 + 30)
                 t0 = old.fact("leave")["t"]  # type: ignore[index]
                 # at once: its close() has returned; the process's exit is not the protocol's
                 new.send("subscribe")

@@ -1,8 +1,9 @@
 """A worker that exposes groupkit's Prometheus metrics over HTTP.
 
-groupkit registers its metrics (lag, assignment, rebalances, records consumed, ...; the table
-is in README.md, "Observability") on the prometheus-client ``CollectorRegistry`` given to
-``GroupConsumer``, and never starts a server itself: this example serves the registry with
+The app builds a ``groupkit.metrics.PrometheusObserver`` on a prometheus-client
+``CollectorRegistry`` and passes it to ``GroupConsumer``; it registers groupkit's metrics (lag,
+assignment, rebalances, records consumed, ...; the table is in README.md, "Observability") on that
+registry. groupkit never starts a server itself: this example serves the registry with
 ``groupkit.metrics.serve``. It prints the endpoint's address, then one line per record.
 
 Run it against the local broker (``groupkit broker start`` first, see README.md), then scrape::
@@ -19,7 +20,7 @@ import signal
 from prometheus_client import CollectorRegistry
 
 from groupkit import GroupConsumer
-from groupkit.metrics import serve
+from groupkit.metrics import PrometheusObserver, serve
 
 
 def main() -> None:
@@ -41,13 +42,14 @@ def main() -> None:
     signal.signal(signal.SIGTERM, stop)
 
     registry = CollectorRegistry()  # this app's own; pass prometheus_client.REGISTRY to share
+    metrics = PrometheusObserver(registry)
     consumer = GroupConsumer(
         {
             "bootstrap.servers": args.bootstrap_servers,
             "group.id": args.group,
             "auto.offset.reset": "earliest",
         },
-        registry=registry,
+        observers=[metrics],
     )
     server, _ = serve(args.metrics_port, registry)
     print(f"metrics: http://localhost:{server.server_port}/metrics", flush=True)

@@ -75,7 +75,7 @@ _SLICE_S = 0.1
 _CONF_CALLBACKS = ("on_commit", "error_cb", "stats_cb", "throttle_cb")
 
 
-class _Inbox:
+class Inbox:
     """Calls a running callback makes on its consumer, served by the thread that waits for it."""
 
     def __init__(self, owner: AIOGroupConsumer, loop: asyncio.AbstractEventLoop) -> None:
@@ -137,7 +137,7 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
 
 
 #: The inbox of the callback running in this task (and the tasks it awaits), if any.
-_INBOX: contextvars.ContextVar[_Inbox | None] = contextvars.ContextVar(
+_INBOX: contextvars.ContextVar[Inbox | None] = contextvars.ContextVar(
     "groupkit_aio_inbox", default=None
 )
 
@@ -176,9 +176,8 @@ class AIOGroupConsumer:
 
     ``config`` is ``GroupConsumer``'s; ``max_workers`` and ``executor`` are
     ``AIOConsumer``'s (one worker is right: the consumer's calls run one at a time anyway);
-    ``registry`` and ``observers`` are passed to ``GroupConsumer``. Construction (which reaches
-    the cluster) also runs on the executor: a bad config raises from ``async with`` or the
-    first call.
+    ``observers`` are passed to ``GroupConsumer``. Construction (which reaches the cluster) also
+    runs on the executor: a bad config raises from ``async with`` or the first call.
     """
 
     def __init__(
@@ -187,7 +186,6 @@ class AIOGroupConsumer:
         max_workers: int = 1,
         executor: concurrent.futures.Executor | None = None,
         *,
-        registry: Any = None,
         observers: Iterable[GroupObserver] = (),
     ) -> None:
         self._loop = asyncio.get_running_loop()
@@ -213,8 +211,8 @@ class AIOGroupConsumer:
                 conf[key] = self._on_loop(cb)
         observers = list(observers)
         self._started = self._loop.run_in_executor(
-            executor, lambda: self._gated(lambda: GroupConsumer(
-                conf, registry=registry, observers=observers)))  # fmt: skip
+            executor, lambda: self._gated(lambda: GroupConsumer(conf, observers=observers))
+        )
 
     # ------------------------------------------------------------------ dispatch
 
@@ -256,7 +254,7 @@ class AIOGroupConsumer:
         def run(*args: Any) -> Any:
             if threading.get_ident() == self._loop_thread:
                 raise RuntimeError("a groupkit callback was called on the event loop's thread")
-            inbox = _Inbox(self, self._loop)
+            inbox = Inbox(self, self._loop)
 
             async def invoke() -> Any:
                 _INBOX.set(inbox)  # this task's context only (and the tasks it starts)

@@ -21,8 +21,9 @@ member. Whoever owns a partition produces its results and commits its offsets on
    ``require_stable``, under its default ``isolation.level=read_committed``).
 3. The owner processes from there; each batch of one partition is one transaction holding its
    output and the offset after its last record. An aborted batch is fetched again from its first
-   record (``GroupConsumer._rewind``); a fenced producer is dropped and the partition's records
-   are refused (:class:`~groupkit.errors.FencedError`) until the member, fenced too, loses it.
+   record (``GroupConsumer.seek``, while the member owns it); a fenced producer is dropped and
+   the partition's records are refused (:class:`~groupkit.errors.FencedError`) until the
+   member, fenced too, loses it.
 4. Nothing else commits these offsets: ``add_ownership_hook`` refuses a consumer with
    auto-commit or the offset keep-alive on (groupkit's commit on revoke is off with
    auto-commit), and a hook that owns the offsets turns offset hints off, so the new owner
@@ -244,7 +245,10 @@ class TransactionalProcessor:
                 self._drop(tp, producer)
                 return
             raise
-        self._consumer._rewind(tp, first)
+        # On the poll thread, like every change of the assignment: what it lists now is owned
+        # for the seek, and a partition given up meanwhile has nothing to fetch again.
+        if tp in {TopicPartition(p.topic, p.partition) for p in self._consumer.assignment()}:
+            self._consumer.seek(KTopicPartition(tp.topic, tp.partition, first))
 
     def _drop(self, tp: TopicPartition, producer: Producer) -> None:
         _log.warning("eos.fenced", partition=str(tp))

@@ -1,8 +1,14 @@
 """Prometheus metrics of groupkit members.
 
-``GroupConsumer(config, registry=r)`` registers everything below on ``r``; nothing is registered
-on prometheus-client's global registry unless you pass it, and no HTTP server starts unless the
-app calls :func:`serve`. Every series is labelled by ``group`` and ``member`` (the member id).
+The app builds the observer and passes it in, as franz-go's ``kprom`` plugs into a client::
+
+    metrics = PrometheusObserver(registry)        # a prometheus_client CollectorRegistry
+    consumer = GroupConsumer(conf, observers=[metrics])
+
+:class:`PrometheusObserver` registers everything below on ``registry``; nothing is registered on
+prometheus-client's global registry unless you pass it, and no HTTP server starts unless the app
+calls :func:`serve`. One observer per consumer; several may share a registry (their series differ
+by ``member``). Every series is labelled by ``group`` and ``member`` (the member id).
 
 Two sources, so that nothing goes stale:
 
@@ -12,7 +18,7 @@ Two sources, so that nothing goes stale:
    :class:`~groupkit.runtime.probe.MemberProbe`: this module never touches the consumer), so a
    revoked partition's series is simply not produced by the next scrape, and a closed consumer
    produces none at all.
-2. **Counters and a histogram** fed by the runtime's hooks (:class:`MetricsObserver`, a
+2. **Counters and a histogram** fed by the runtime's hooks (:class:`PrometheusObserver` is a
    :class:`~groupkit.runtime.hooks.GroupObserver`): rebalances, paused partition-seconds,
    hand-offs, control records, consumed records.
 
@@ -38,7 +44,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -57,8 +63,7 @@ __all__ = [
     "METRICS",
     "GroupkitCollector",
     "MetricSpec",
-    "MetricsObserver",
-    "instrument",
+    "PrometheusObserver",
     "serve",
 ]
 
@@ -208,28 +213,13 @@ _INSTRUMENTS: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
 _INSTRUMENTS_LOCK = threading.Lock()
 
 
-class Probed(Protocol):
-    """Anything that offers a member's probe: a ``GroupConsumer``."""
-
-    @property
-    def probe(self) -> MemberProbe: ...
-
-
-def instrument(consumer: Probed | MemberProbe, registry: CollectorRegistry) -> MetricsObserver:
-    """Register the metrics of ``consumer`` (or of a member's probe) on ``registry``; return the
-    observer to hook in.
-
-    ``GroupConsumer(config, registry=registry)`` calls this itself. Several consumers may share
-    one registry: their series differ by ``member``.
-    """
-    probe = consumer if isinstance(consumer, MemberProbe) else consumer.probe
+def _instruments(registry: CollectorRegistry) -> _Instruments:
+    """The hook-fed metrics of ``registry``, registered on it by its first observer."""
     with _INSTRUMENTS_LOCK:
         inst = _INSTRUMENTS.get(registry)
         if inst is None:
             inst = _INSTRUMENTS[registry] = _Instruments(registry)
-    observer = MetricsObserver(probe, inst)
-    inst.collector.add(observer)
-    return observer
+        return inst
 
 
 def serve(
@@ -248,7 +238,7 @@ def serve(
     return server, thread
 
 
-class _Rate:
+class Rate:
     """Events per second over a sliding window, from cumulative totals sampled as they grow.
 
     Samples are taken at most every half second; the oldest one kept is the newest at or
@@ -302,18 +292,23 @@ class _Snapshot:
     consumed_rate: float
 
 
-class MetricsObserver(GroupObserver):
-    """One consumer's metrics: hook-fed counters, and the scrape-time reading of its state
-    (all of it through the member's read-only :class:`~groupkit.runtime.probe.MemberProbe`)."""
+class PrometheusObserver(GroupObserver):
+    """One consumer's metrics on ``registry``: hook-fed counters, and the scrape-time reading of
+    its state (all of it through the member's read-only
+    :class:`~groupkit.runtime.probe.MemberProbe`, which the consumer hands it: ``attached``).
 
-    def __init__(self, probe: MemberProbe, instruments: _Instruments) -> None:
-        self._probe = probe
-        self._i = instruments
-        self.group = probe.group_id
-        self.protocol = probe.protocol
-        self.assignor = probe.assignor
+    Pass it to one ``GroupConsumer`` (``observers=[...]``); several observers, one per
+    consumer, may share a registry.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._i = _instruments(registry)
+        self._probe: MemberProbe | None = None
+        self.group = ""
+        self.protocol = ""
+        self.assignor = ""
         self._initialised: str | None = None
-        self._rate = _Rate()
+        self._rate = Rate()
         # lag and committed offsets, asked of the brokers at scrape time
         self._offsets_cache: (
             tuple[float, dict[TopicPartition, int], dict[TopicPartition, int]] | None
@@ -328,10 +323,31 @@ class MetricsObserver(GroupObserver):
         self._paused_prev = 0
         self._paused_at: int | None = None
 
+    def attached(self, probe: MemberProbe) -> None:
+        """Observe the member behind ``probe``; its scrape-time gauges join the registry's."""
+        if self._probe is not None:
+            raise ValueError(
+                "this PrometheusObserver already observes a consumer: build one per consumer "
+                "(they may share a registry)"
+            )
+        self._probe = probe
+        self.group = probe.group_id
+        self.protocol = probe.protocol
+        self.assignor = probe.assignor
+        self._i.collector.add(self)
+
+    @property
+    def probe(self) -> MemberProbe:
+        """The observed member's probe (``RuntimeError`` before a consumer attached it)."""
+        probe = self._probe
+        if probe is None:
+            raise RuntimeError("this PrometheusObserver is not attached to a consumer yet")
+        return probe
+
     # ------------------------------------------------------------------ labels
 
     def _member(self) -> str:
-        member = self._probe.member_id or ""
+        member = self.probe.member_id or ""
         if member != self._initialised and member:
             self._initialise(member)
         return member
@@ -352,7 +368,7 @@ class MetricsObserver(GroupObserver):
             i.rejected.labels(g, member, reason)
         for reason in FAILURES:
             i.assignor_failures.labels(g, member, self.assignor, reason)
-        for topic in self._probe.topics:
+        for topic in self.probe.topics:
             i.consumed.labels(g, member, topic)
 
     # ------------------------------------------------------------------ hooks
@@ -439,7 +455,7 @@ class MetricsObserver(GroupObserver):
             return
         self._positions_at = now
         try:
-            out = self._probe.records_lag()
+            out = self.probe.records_lag()
         except Exception as e:  # never break poll for a metric
             _log.debug("metrics.positions_unavailable", group=self.group, error=str(e))
             return
@@ -447,7 +463,7 @@ class MetricsObserver(GroupObserver):
 
     def snapshot(self) -> _Snapshot | None:
         """The member's gauges now, or ``None`` once it has closed (its series then vanish)."""
-        status = self._probe.status()
+        status = self.probe.status()
         if status is None:
             return None
         leader = status.is_leader
@@ -455,7 +471,7 @@ class MetricsObserver(GroupObserver):
         paused = self._paused_now if leader else 0
         # What the data consumer has assigned right now: a revoked partition leaves this set
         # (on the poll thread) before the member's record frees it for its next owner.
-        parts = tuple(sorted(self._probe.owned()))
+        parts = tuple(sorted(self.probe.owned()))
         lag, committed = self._offsets(parts)
         records_lag = self._records_lag
         return _Snapshot(
@@ -495,7 +511,7 @@ class MetricsObserver(GroupObserver):
             if not parts:
                 return {}, {}
             try:
-                offsets = self._probe.read_offsets(parts, timeout=3.0)
+                offsets = self.probe.read_offsets(parts, timeout=3.0)
             except Exception as e:  # a scrape must not fail because a broker is slow
                 _log.debug("metrics.offsets_unavailable", group=self.group, error=str(e))
                 return {}, {}
@@ -522,10 +538,10 @@ class GroupkitCollector(Collector):
     """Yields the scrape-time gauges of every consumer registered on one registry."""
 
     def __init__(self) -> None:
-        self._observers: weakref.WeakSet[MetricsObserver] = weakref.WeakSet()
+        self._observers: weakref.WeakSet[PrometheusObserver] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def add(self, observer: MetricsObserver) -> None:
+    def add(self, observer: PrometheusObserver) -> None:
         with self._lock:
             self._observers.add(observer)
 

@@ -194,7 +194,7 @@ def _external() -> KafkaBackend | None:
     return backend
 
 
-def _local_version() -> str:
+def local_version() -> str:
     from groupkit.dev.broker import DEFAULT_KAFKA_VERSION
 
     return os.environ.get("GROUPKIT_KAFKA_VERSION", DEFAULT_KAFKA_VERSION)
@@ -228,7 +228,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
         return
     from groupkit.dev.broker import LocalBroker
 
-    yield from _serve(LocalBroker(tmp_path_factory.mktemp("broker"), version=_local_version()),
+    yield from _serve(LocalBroker(tmp_path_factory.mktemp("broker"), version=local_version()),
                       "local")  # fmt: skip
 
 
@@ -256,7 +256,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
         return
     from groupkit.dev.broker import LocalCluster
 
-    local = LocalCluster(tmp_path_factory.mktemp("cluster"), version=_local_version(),
+    local = LocalCluster(tmp_path_factory.mktemp("cluster"), version=local_version(),
                          extra_properties=CLUSTER_PROPERTIES, proxied=True)  # fmt: skip
     yield from _serve(local, "local 3-node cluster")
 

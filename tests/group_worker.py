@@ -185,7 +185,7 @@ def main() -> None:
                 with c.lock:
                     age = c.member.session_age_ms(time.monotonic_ns() // 1_000_000)
             audit.write("batch", n=len(batch), age_ms=age,
-                        fence_until=consumer._fence_until)  # fmt: skip
+                        fence_until=consumer._poll_loop.fence_until)  # fmt: skip
         audit_records(audit, batch, last_offset)
         state = (consumer.member_id, consumer.generation, consumer.is_leader)
         if state != last_state:

@@ -301,11 +301,11 @@ def test_a_coroutine_on_commit_runs_on_the_loop(
 def test_a_callback_waiting_on_a_closed_loop_gives_up() -> None:
     """The poll thread waiting for a callback raises once the loop is closed (``asyncio.run``
     ended without closing the consumer), instead of hanging the process's exit."""
-    from groupkit.aio import _Inbox
+    from groupkit.aio import Inbox
 
     loop = asyncio.new_event_loop()
     loop.close()
-    inbox = _Inbox(None, loop)  # type: ignore[arg-type]
+    inbox = Inbox(None, loop)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="closed"):
         inbox.serve()
 

@@ -1,12 +1,12 @@
 """Partitions that ``poll``'s own fence took must not stay claimed by the member.
 
-``poll`` fences by itself (``GroupConsumer._fence``: its cached session deadline passed) as
-well as through the control loop's ``Member``. Under load the poll thread can get there first;
-if the control loop's next turn then confirms a newer heartbeat, the member never fences
-itself. Before the fix its records went on claiming the partitions ``poll`` had dropped, the
-leader's target for it already matched that claim, and nobody processed them again (seen in
-the chaos soak: a slow member lost two partitions at start-up and they stayed unowned).
-Here the poll thread's fence is made to fire first by calling what it calls, on a real broker.
+``poll`` fences by itself (``PollLoop.fence``: its cached session deadline passed) as well
+as through the control loop's ``Member``. Under load the poll thread can get there first; if
+the control loop's next turn then confirms a newer heartbeat, the member never fences itself.
+Were its records to go on claiming the partitions ``poll`` had dropped, the leader's target
+for it would already match that claim, and nobody would process them again: a slow member
+that lost partitions at start-up would leave them unowned. Here the poll thread's fence is
+made to fire first by calling what it calls, on a real broker.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
-from groupkit.metrics import METRICS, _Rate, serve
+from groupkit.metrics import METRICS, PrometheusObserver, Rate, serve
 from tests.conftest import unique_name
 from tests.groupharness import produce
 
@@ -123,7 +123,7 @@ def test_every_metric_moves_with_the_group(
 
     # -- join: one member owns everything, reads everything, commits ----------------------
     r1 = CollectorRegistry()
-    c1 = GroupConsumer({**conf, "client.id": "m1"}, registry=r1)
+    c1 = GroupConsumer({**conf, "client.id": "m1"}, observers=[PrometheusObserver(r1)])
     c1.subscribe([topic])
     driver.add(c1)
     m1 = c1.member_id
@@ -179,7 +179,7 @@ def test_every_metric_moves_with_the_group(
     rebalances_before = value(r1, "groupkit_rebalances_total") or 0
     generation_before = value(r1, "groupkit_consumergroup_generation") or 0
     r2 = CollectorRegistry()
-    c2 = GroupConsumer({**conf, "client.id": "m2"}, registry=r2)
+    c2 = GroupConsumer({**conf, "client.id": "m2"}, observers=[PrometheusObserver(r2)])
     c2.subscribe([topic])
     driver.add(c2)
     m2 = c2.member_id
@@ -287,7 +287,7 @@ def test_serve_exposes_a_registry() -> None:
 
 
 def test_consumed_rate_window() -> None:
-    r = _Rate(window_s=10)
+    r = Rate(window_s=10)
     t0 = r._samples[0][0]
     for i in range(1, 21):  # 50 records every half second for 10 s: 100/s
         r.add(50, now=t0 + i * 0.5)
@@ -295,3 +295,21 @@ def test_consumed_rate_window() -> None:
     assert r.value(now=t0 + 30) == 0  # nothing for 20 s
     r.add(10, now=t0 + 31)
     assert r.value(now=t0 + 31) == pytest.approx(1.0)  # 10 records over the 10 s window
+
+
+def test_one_prometheus_observer_per_consumer() -> None:
+    """An observer reads the member the consumer attaches it to; a second consumer needs its
+    own observer (one registry may hold both). Unattached, it exports no series of a member."""
+    from types import SimpleNamespace
+
+    r = CollectorRegistry()
+    metrics = PrometheusObserver(r)
+    with pytest.raises(RuntimeError, match="not attached"):
+        _ = metrics.probe
+    assert not any(samples for samples in scrape(r).values())
+    probe: Any = SimpleNamespace(group_id="g", protocol="cooperative", assignor="range")
+    metrics.attached(probe)
+    assert metrics.probe is probe and metrics.group == "g"
+    with pytest.raises(ValueError, match="one per consumer"):
+        metrics.attached(probe)
+    PrometheusObserver(r).attached(probe)  # a second observer shares the registry

@@ -1,5 +1,5 @@
-"""A live group's committed offsets outlive the broker's ``offsets.retention.minutes`` (issue 16
-part 2); a dead group's expire as usual.
+"""A live group's committed offsets outlive the broker's ``offsets.retention.minutes``; a dead
+group's expire as usual.
 
 The data consumer commits as a simple consumer, so the broker expires each committed offset
 ``offsets.retention.minutes`` after its commit, group alive or not. An owner commits again,
@@ -27,7 +27,7 @@ from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.admin import create_topic
-from tests.conftest import _local_version, unique_name
+from tests.conftest import local_version, unique_name
 
 RETENTION_S = 60
 IDLE_S = 130  # "more than two minutes of idleness"
@@ -38,7 +38,7 @@ PER_PARTITION = 100
 def short_retention(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     props = {"offsets.retention.minutes": "1", "offsets.retention.check.interval.ms": "5000"}
     broker = LocalBroker(Path(tmp_path_factory.mktemp("retention-broker")),
-                         version=_local_version(), extra_properties=props)  # fmt: skip
+                         version=local_version(), extra_properties=props)  # fmt: skip
     with broker:
         yield broker.bootstrap
 

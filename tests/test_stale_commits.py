@@ -2,11 +2,10 @@
 
 librdkafka holds a commit that finds no coordinator (the broker restarting) and sends it when
 one is back, for up to its ``session.timeout.ms`` (``rd_kafka_cgrp_defer_offset_commit``; 45 s
-by default). groupkit's data consumer joins no group, so nothing else bounded that wait: the
-soak (seed 2026, session 20) saw a member's commit of offset 2,313 land 12 s after it was made,
-through two more broker restarts, after the partition's later owners had committed 2,433. The
-next owner started at 2,313 and processed 120 records a second time. The data consumer now gets
-groupkit's session (``runtime/config.py``).
+by default). groupkit's data consumer joins no group, so nothing else would bound that wait: a
+member's commit could land seconds after it was made, through more broker restarts, after the
+partition's later owners had committed further, and the next owner would process those records
+a second time. So the data consumer gets groupkit's session (``runtime/config.py``).
 
 The module starts its own broker, to stop and start it (nothing here uses the session's
 ``kafka`` fixture). The handle is made from the config ``GroupConsumer`` gives its data
@@ -29,7 +28,7 @@ from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
-from tests.conftest import _local_version, unique_name
+from tests.conftest import local_version, unique_name
 
 SESSION_MS = 2000
 #: librdkafka looks for expired waits once a second (``rd_kafka_cgrp_timeout_scan``)
@@ -39,7 +38,7 @@ SCAN_S = 1.0
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     broker = LocalBroker(Path(tmp_path_factory.mktemp("stale-commit-broker")),
-                         version=_local_version())  # fmt: skip
+                         version=local_version())  # fmt: skip
     with broker:
         yield broker
 

@@ -6,8 +6,8 @@ in containers (``deploy/Dockerfile``)::
     python -m groupkit.dev.demo_worker worker --bootstrap-servers B --topic T --metrics-port 8000
     python -m groupkit.dev.demo_worker produce --bootstrap-servers B --topic T --rate 200
 
-The worker is what a real service looks like: a ``GroupConsumer`` with a registry, the
-registry served over HTTP, JSON logs on stderr, a clean leave on SIGTERM or SIGINT. It
+The worker is what a real service looks like: a ``GroupConsumer`` with a Prometheus observer,
+its registry served over HTTP, JSON logs on stderr, a clean leave on SIGTERM or SIGINT. It
 "processes" at most ``--max-rate`` records a second, so a member that owns hot partitions
 falls behind and its lag shows it.
 
@@ -85,7 +85,7 @@ def run_worker(args: argparse.Namespace) -> int:
     import prometheus_client
 
     from groupkit import GroupConsumer, log
-    from groupkit.metrics import serve
+    from groupkit.metrics import PrometheusObserver, serve
 
     log.configure(json=not args.console_logs)
     logger = log.get_logger("groupkit.demo.worker", group=args.group)
@@ -107,7 +107,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "groupkit.assignor": args.assignor,
         "groupkit.rebalance.protocol": args.protocol,
     }
-    consumer = GroupConsumer(conf, registry=registry)
+    consumer = GroupConsumer(conf, observers=[PrometheusObserver(registry)])
     consumer.subscribe([args.topic])
     logger.info(EVENT_READY, member=consumer.member_id, metrics_port=port, pid=os.getpid())
     # Read in small batches so a slow "processing" never delays a hand-off by more than 0.1 s.

@@ -129,7 +129,10 @@ _GROUP_KEYS = {
 }
 
 
-def _parse(key: str, value: Any, kind: str) -> Any:
+def parse_setting(key: str, value: Any, kind: str) -> Any:
+    """``value`` of setting ``key`` as ``kind`` ("int", "float", "bool" or "str"), parsed as
+    librdkafka parses a config string; ``None`` stays ``None``. :class:`ConfigError` if it is
+    not one."""
     if value is None:
         return None
     try:
@@ -154,7 +157,7 @@ def _parse(key: str, value: Any, kind: str) -> Any:
 
 
 def _ms(conf: Mapping[str, Any], key: str, default: int) -> int:
-    value = _parse(key, conf.get(key, default), "int")
+    value = parse_setting(key, conf.get(key, default), "int")
     if value <= 0:
         raise ConfigError(f"{key} must be > 0, got {value}")
     return int(value)
@@ -206,7 +209,7 @@ class GroupConfig:
                 + ", ".join(sorted(_GROUPKIT_KEYS))
             )
         gk = {
-            k: _parse(k, conf.get(k, default), kind)
+            k: parse_setting(k, conf.get(k, default), kind)
             for k, (default, kind) in _GROUPKIT_KEYS.items()
         }
         group_id = conf.get("group.id")
@@ -284,10 +287,9 @@ class GroupConfig:
         # A commit that finds no coordinator waits for one for librdkafka's session.timeout.ms
         # (``rd_kafka_cgrp_defer_offset_commit``; 45 s by default), then fails. Sent when the
         # coordinator returns, it could land after the member's partitions went to others and
-        # rewind what they committed (the soak saw one land 12 s late, through two more broker
-        # restarts). The data consumer never joins a group, so librdkafka uses its session for
-        # nothing else: groupkit's bounds the wait (tests/test_stale_commits.py), as far as
-        # librdkafka lets it.
+        # rewind what they committed (seconds late, through more broker restarts). The data
+        # consumer never joins a group, so librdkafka uses its session for nothing else:
+        # groupkit's bounds the wait (tests/test_stale_commits.py), as far as librdkafka lets it.
         data["session.timeout.ms"] = min(session, _DATA_CONSUMER_MAX_SESSION_MS)
         data.setdefault("enable.auto.offset.store", True)
         data["auto.offset.reset"] = reset
@@ -303,7 +305,7 @@ class GroupConfig:
             heartbeat_interval_ms=heartbeat,
             max_poll_interval_ms=max_poll,
             rebalance_timeout_ms=rebalance_timeout,
-            enable_auto_commit=_parse(
+            enable_auto_commit=parse_setting(
                 "enable.auto.commit", conf.get("enable.auto.commit", True), "bool"
             ),
             auto_commit_interval_ms=_ms(conf, "auto.commit.interval.ms", 5_000),

@@ -8,8 +8,8 @@ group: it ``assign()``s exactly what groupkit's control log grants this member, 
 them across hand-offs as Kafka does). A subscription may name topics by pattern
 (runtime/patterns.py).
 
-This module is the public API and the hot path. The rest of a member is in three pieces, each
-with one job:
+This module is the public API and the member's lifecycle (join, subscription, leave, close).
+The rest of a member is in four pieces, each with one job:
 
 - the control thread (:class:`~groupkit.runtime.coordinator.Coordinator`) reads and writes the
   control topic, heartbeats and, on the leader, plans generations; this module and the next
@@ -25,37 +25,10 @@ with one job:
   longer claims it. An assignment starts at the offsets the previous owner committed and named
   in its release, where it did (offset hints);
 - the data consumer (runtime/data_consumer.py) owns the librdkafka handle: assignment at
-  offsets, commits, the repair of failed offset look-ups and the renewal of a stuck handle.
-
-- ``poll`` also fences: before it returns any message it checks, by the monotonic clock, that
-  the member's own latest record was seen in the log within ``session.timeout.ms``; if not, the
-  member's partitions are lost (``on_lost``, no commit) before anyone else can be granted them.
-
-The hot path (``poll``/``consume`` while nothing changes) does no work per message and takes no
-lock, without weakening any of the above:
-
-- Fencing uses a cached deadline: the session lapses at ``send time of the newest own record
-  seen in the log + session.timeout``; that send time only grows (a member's records carry a
-  growing ``seq``), so a deadline read under the lock (``Coordinator.fence``) is never later
-  than the true one. The lock is taken again only once the cached deadline has passed (about
-  once per session).
-- ``_service`` (hand-offs, abandonment, a failed control loop, auto-commit) runs at once when
-  there is a hand-off or an abandonment (``Coordinator.needs_service``, a flag read without
-  the lock), else (a failed control loop, auto-commit, the fence) at least every 10 ms.
-- Ownership needs no per-message filter: ``assign``/``incremental_unassign`` return only after
-  librdkafka has stopped the removed partitions' fetchers by bumping their version barrier
-  (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
-  older version (``rd_kafka_op_version_outdated``); assignment changes only happen on this
-  thread. So a fetch started after the last unassign returns only owned partitions, and the
-  filter runs only when partitions were lost *after* the fetch started (the fence after it;
-  ``DataConsumer.unassigns`` counts the unassigns).
-- Offsets are stored by librdkafka's own ``enable.auto.offset.store`` (when the user left it
-  on): it stores ``offset + 1`` of each message as ``poll``/``consume`` returns it, i.e. of
-  exactly the records handed to us. The only records not handed on to the user are those of
-  partitions lost after the fetch, and unassigning a partition resets its stored offset
-  (``rd_kafka_assignment_serve_removals``), so nothing is ever committed for them.
-- For a while after each assignment the messages are scanned for librdkafka's failed look-ups
-  of committed offsets (``DataConsumer.watch_offset_errors``; it does not retry them itself).
+  offsets, commits, the repair of failed offset look-ups and the renewal of a stuck handle;
+- the poll loop (runtime/poll_loop.py) is what ``poll``/``consume``/``commit`` do on the
+  caller's thread: the fence of a lapsed session, the service of the group (hand-offs,
+  auto-commit), the fetch and the hot path that hands records out without a per-message cost.
 """
 
 from __future__ import annotations
@@ -63,9 +36,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Message
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -76,7 +48,6 @@ from groupkit.errors import (
     ConfigError,
     ConsumerClosedError,
     ControlLoopError,
-    FencedError,
 )
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
@@ -86,9 +57,10 @@ from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.handoff import Callback, HandoffExecutor, OwnershipHook
+from groupkit.runtime.handoff import HandoffExecutor, OwnershipHook, RebalanceCallback
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
+from groupkit.runtime.poll_loop import PollLoop
 from groupkit.runtime.probe import MemberProbe
 
 if TYPE_CHECKING:
@@ -97,60 +69,8 @@ from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.consumer")
 
-#: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
-#: thread (revoke, assign) waits at most this long for it.
-_SERVICE_EVERY_S = 0.01
-
-_monotonic = time.monotonic
-_msg_error = Message.error
-_msg_topic = Message.topic
-_msg_partition = Message.partition
-
-
-def _counts(msgs: list[Message]) -> list[tuple[tuple[str, int], int]]:
-    """(partition, records) pairs of a batch; error events are not records."""
-    if any(map(_msg_error, msgs)):
-        msgs = [m for m in msgs if m.error() is None]
-    keys: Any = zip(map(_msg_topic, msgs), map(_msg_partition, msgs), strict=True)
-    return list(Counter[tuple[str, int]](keys).items())
-
-
-class _LazyCounts(Sequence[tuple[tuple[str, int], int]]):
-    """:func:`_counts` of a batch, counted only if an observer looks at it."""
-
-    __slots__ = ("_items", "_msgs")
-
-    def __init__(self, msgs: list[Message]) -> None:
-        self._msgs = msgs
-        self._items: list[tuple[tuple[str, int], int]] | None = None
-
-    def _get(self) -> list[tuple[tuple[str, int], int]]:
-        if self._items is None:
-            self._items = _counts(self._msgs)
-        return self._items
-
-    @overload
-    def __getitem__(self, i: int) -> tuple[tuple[str, int], int]: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[tuple[tuple[str, int], int]]: ...
-    def __getitem__(
-        self, i: int | slice
-    ) -> tuple[tuple[str, int], int] | list[tuple[tuple[str, int], int]]:
-        return self._get()[i]
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __iter__(self) -> Iterator[tuple[tuple[str, int], int]]:
-        return iter(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
-
-
-def _msg_tp(msg: Message) -> TopicPartition:
-    partition = msg.partition()
-    return TopicPartition(msg.topic() or "", -1 if partition is None else partition)
+#: ``on_assign``, ``on_revoke`` and ``on_lost`` of :meth:`GroupConsumer.subscribe`
+Callback = RebalanceCallback["GroupConsumer"]
 
 
 def _tps(partitions: Iterable[KTopicPartition]) -> list[TopicPartition]:
@@ -171,11 +91,9 @@ class GroupConsumer:
         self,
         config: Mapping[str, Any],
         *,
-        registry: Any = None,
         observers: Iterable[GroupObserver] = (),
     ) -> None:
         self._cfg = cfg = GroupConfig.from_dict(config)
-        self._registry = registry
         self.observers = Observers(observers)
         # Fails fast and says so when the credentials are refused (admin.connect_admin).
         self._admin: AdminClient | None = connect_admin(cfg.client_config("admin"))
@@ -184,7 +102,7 @@ class GroupConsumer:
         try:
             self._open_control()
             try:
-                self._data = DataConsumer(cfg, lambda: self.member_id, self._fast_path_off)
+                self._data = DataConsumer(cfg, lambda: self.member_id, self._unassign_failed)
             except KafkaException as e:
                 raise ConfigError(f"the data consumer refused its settings: {e}") from e
         except BaseException:
@@ -196,10 +114,11 @@ class GroupConsumer:
 
             self._telemetry = TelemetryPublisher(cfg, self._admin)
             self.observers.add(self._telemetry)
-        self._coordinator: Coordinator | None = None
-        self._handoffs = HandoffExecutor(
+        self._handoffs: HandoffExecutor[GroupConsumer] = HandoffExecutor(
             self, self._data, self.observers, lambda: self._coordinator, lambda: self._closed
         )
+        #: what poll, consume and commit do; it holds the member's coordinator (_coordinator)
+        self._poll_loop = PollLoop(cfg, self._data, self._handoffs, self.observers, self._join)
         self._topics: list[str] = []
         #: follows the subscription's patterns, if it has any (runtime/patterns.py)
         self._watcher: TopicWatcher | None = None
@@ -207,30 +126,32 @@ class GroupConsumer:
         self._probe = MemberProbe(
             cfg, lambda: self._topics, self._data, lambda: self._coordinator, lambda: self._admin
         )
-        #: monotonic seconds before which our session cannot have lapsed (see _fence)
-        self._fence_until = 0.0
-        #: monotonic seconds at which _service is due even with nothing to do
-        self._next_service = 0.0
-        self._wake = threading.Event()
-        self._last_poll = time.monotonic()
         self._closed = False
-        if registry is not None:  # no registry, no metrics: nothing global is touched
-            # The one place the core names the metrics (at the edge, on demand): they read
-            # this member through its probe only, and nothing here imports them otherwise.
-            from groupkit.metrics import instrument
-
-            self.observers.add(instrument(self, registry))
         #: the next member, started here: it catches up on the control log and keeps up while
         #: the app gets ready, writing nothing, so subscribe() joins at once (the catch-up was
         #: a phase of every join: ~35 ms of a tuned join at 10 x 48 on 2 cores, up to 300 ms)
         self._standby: Coordinator | None = None
         try:
+            # Each observer the app passed in learns its member (metrics read it through the
+            # probe) before the standby replays a record and calls any other hook.
+            for o in self.observers.registered:
+                o.attached(self._probe)
             self._standby = self._new_member()
         except BaseException:
             self._close_clients()
             raise
 
     # ------------------------------------------------------------------ properties
+
+    @property
+    def _coordinator(self) -> Coordinator | None:
+        """The member's control loop (``None`` while it has none: not joined, or left); the
+        poll loop holds it, for its hot path reads it on every call."""
+        return self._poll_loop.coordinator
+
+    @_coordinator.setter
+    def _coordinator(self, c: Coordinator | None) -> None:
+        self._poll_loop.coordinator = c
 
     @property
     def member_id(self) -> str | None:
@@ -267,7 +188,7 @@ class GroupConsumer:
         on_lost: Callback | None = None,
     ) -> None:
         """Join groupkit's membership of ``group.id`` for ``topics`` (never the broker's group)."""
-        began = _monotonic()
+        began = time.monotonic()
         self._ensure_open()
         topics = sorted(set(topics))
         if not topics:
@@ -296,7 +217,7 @@ class GroupConsumer:
         if joining:
             c.may_join()
             _log.debug("hop.subscribed", member=c.member_id,
-                       ms=round((_monotonic() - began) * 1000, 1))  # fmt: skip
+                       ms=round((time.monotonic() - began) * 1000, 1))  # fmt: skip
 
     def _check_topics(self, sub: Subscription) -> list[str]:
         """The topics ``sub`` names and matches; :class:`ConfigError` unless every named one
@@ -379,9 +300,9 @@ class GroupConsumer:
         """Start a new member: the standby the constructor started, else (a member joining
         again after it left) a new one. ``hold``: it writes nothing (its join record first)
         until :meth:`Coordinator.may_join`."""
-        self._fence_until = 0.0  # a new member: nothing of ours is confirmed yet
+        self._poll_loop.fence_until = 0.0  # a new member: nothing of ours is confirmed yet
         # max.poll.interval.ms counts from the join, not from GroupConsumer()
-        self._last_poll = time.monotonic()
+        self._poll_loop.last_poll = time.monotonic()
         c, self._standby = self._standby, None
         if c is None:
             c = self._new_member()
@@ -404,8 +325,8 @@ class GroupConsumer:
                 self._cfg,
                 self._topics,
                 self._admin,
-                on_handoff=self._wake.set,
-                poll_age=lambda: time.monotonic() - self._last_poll,
+                on_handoff=self._poll_loop.wake.set,
+                poll_age=lambda: time.monotonic() - self._poll_loop.last_poll,
                 observers=self.observers,
                 control=control,
             )
@@ -423,183 +344,18 @@ class GroupConsumer:
 
     def poll(self, timeout: float | None = None) -> Message | None:
         """The next message of an owned partition, or ``None`` after ``timeout`` seconds."""
-        now = _monotonic()
-        c = self._coordinator
-        d = self._data
-        if c is not None and now < self._next_service and d.owned and not c.needs_service:
-            # The fast path: nothing for _service to do (see _consume), one fetch. Unlike a
-            # batch, Consumer.poll returns a record as it dequeues it, after any callback it
-            # served, so an unassign in a callback drops it in librdkafka: only the fence
-            # below can make it unowned, and _hand_out counts unassigns from here.
-            self._last_poll = now
-            if timeout is not None and 0 <= timeout < _SERVICE_EVERY_S:
-                msg = d.poll(timeout)
-                if msg is None:
-                    return None
-            else:
-                msg = d.poll(_SERVICE_EVERY_S)
-            if msg is not None and now < d.offsets_watch_until:
-                d.watch_offset_errors((msg,))
-            if msg is not None and (
-                _monotonic() < self._fence_until or self._hand_out([msg], d.unassigns)
-            ):
-                if self.observers._observers:  # bool(self.observers) without its call
-                    self.observers.consumed(self.member_id or "", _LazyCounts([msg]))
-                return msg
-            if timeout is not None and timeout >= 0:
-                timeout = max(0.0, timeout - (_monotonic() - now))
-        msgs = self._consume(1, timeout)
-        return msgs[0] if msgs else None
+        return self._poll_loop.poll(timeout)
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
-        return self._consume(num_messages, timeout)
+        return self._poll_loop.consume(num_messages, timeout)
 
-    def _consume(self, n: int, timeout: float | None) -> list[Message]:
-        if self._closed:
-            raise ConsumerClosedError("the consumer is closed")
-        d = self._data
-        now = _monotonic()
-        deadline = None if timeout is None or timeout < 0 else now + timeout
-        while True:
-            self._last_poll = now  # a blocking poll is polling (as librdkafka counts it)
-            c = self._coordinator
-            if c is None or now >= self._next_service or c.needs_service:
-                # Hand-offs and an abandonment at once; a failed control loop, auto-commit
-                # and the fence without records within 10 ms.
-                self._service()
-                self._next_service = self._service_due(now)
-            remaining = 0.1 if deadline is None else max(0.0, deadline - now)
-            wait = remaining if remaining < _SERVICE_EVERY_S else _SERVICE_EVERY_S
-            msgs: list[Message] = []
-            unassigns = d.unassigns
-            if d.owned:
-                msgs = d.consume(n, wait)
-            else:
-                self._wake.wait(wait)
-                self._wake.clear()
-            now = _monotonic()
-            if msgs and now < d.offsets_watch_until:
-                d.watch_offset_errors(msgs)
-            if msgs:
-                # (A batch may hold records dequeued before a callback in the same fetch
-                # unassigned their partition: the count is taken before the fetch.)
-                if now >= self._fence_until or d.unassigns != unassigns or d.unassign_failed:
-                    self._hand_out(msgs, unassigns)
-                if msgs:
-                    if self.observers:
-                        self.observers.consumed(self.member_id or "", _LazyCounts(msgs))
-                    return msgs
-            if deadline is not None and now >= deadline:
-                return []
-
-    def _service_due(self, now: float) -> float:
-        """When ``_service`` must run next at the latest: now, while the fast path is unsafe."""
-        if self._coordinator is None or self._closed or self._data.unassign_failed:
-            return 0.0
-        return now + _SERVICE_EVERY_S
-
-    def _fast_path_off(self) -> None:
+    def _unassign_failed(self) -> None:
         """An unassign failed: from now on every fetch is filtered by ownership."""
-        self._next_service = 0.0
-
-    def _hand_out(self, msgs: list[Message], unassigns: int) -> bool:
-        """Fence, then keep in ``msgs`` only what may be handed out; false if nothing may.
-
-        A process frozen inside the fetch wakes up here: fence before handing out anything.
-        Hand-offs wait for the next call, so a revocation never commits past records the
-        user has not been given. What was unassigned since the fetch started (``unassigns``
-        moved) is dropped; librdkafka dropped its stored offsets when it was unassigned.
-        """
-        self._fence()
-        d = self._data
-        if d.unassigns != unassigns or d.unassign_failed:
-            owned = d.owned
-            msgs[:] = [
-                m for m in msgs if m.error() is not None or (m.topic(), m.partition()) in owned
-            ]
-        return bool(msgs)
-
-    def _fence(self) -> None:
-        """Lose everything, uncommitted, once our own heartbeat is older than the session.
-
-        Cheap unless the cached deadline has passed: the session lapses ``session.timeout``
-        after the send of the newest own record seen in the log, and that send time never
-        moves back (``Member``'s records have growing ``seq``; an older one is not confirmed
-        again), so the deadline ``Coordinator.fence`` computes is never later than the true
-        one; a newer heartbeat only moves the true one later, which the next look finds.
-        """
-        c = self._coordinator
-        owned = self._data.owned
-        if c is None or not owned or _monotonic() < self._fence_until:
-            return
-        fence = c.fence(owned)
-        if fence.until is None:
-            self._fence_until = 0.0
-            self._lose(frozenset(owned), "session_lapsed")
-        else:
-            # What the member itself no longer owns, it lost (a revoked partition stays owned
-            # until released): the control thread fenced it, and may since have confirmed a
-            # newer heartbeat, so the age alone says nothing of it. Seen in the soak: a process
-            # thawed after a freeze past its session, the control thread fenced and heartbeat
-            # first, and poll handed out records of the lost partitions before the hand-off.
-            if fence.gone:
-                self._lose(fence.gone, "fenced")
-            self._fence_until = fence.until
+        self._poll_loop.fast_path_off()
 
     def _lose(self, parts: Partitions, why: str) -> None:
         """Stop ``parts`` without a commit (``on_lost``): see ``HandoffExecutor.lose``."""
         self._handoffs.lose(parts, why)
-
-    def _service(self) -> None:
-        """Fence, carry out hand-offs, auto-commit: everything ``poll`` owes the group."""
-        c = self._coordinator
-        if c is None:
-            return
-        if c.failure is not None:
-            raise ControlLoopError(c.failure) from c.failure
-        if c.abandoned:
-            # We left for not polling in time; others may own our partitions by now.
-            self._lose(frozenset(self._data.owned), "max_poll_interval_exceeded")
-            c.close(5)  # (the stopped loop flushed its tombstone)
-            self._join()
-            return
-        self._fence()
-        for h in c.take_handoffs():
-            self._handoffs.apply(h)
-        if self._handoffs.retrying:  # commits before a release, waiting for the coordinator
-            self._handoffs.retry_due()
-        if c.superseded:  # (what it owned is lost above: on_lost, no commit)
-            raise FencedError(
-                f"group.instance.id {c.member_id!r} was taken by a newer process (newest join "
-                "wins): this consumer is fenced; close it"
-            )
-        d = self._data
-        now = _monotonic()
-        if d.refetch_at is not None and now >= d.refetch_at:
-            d.refetch_offsets()
-        if d.auto_commit_due(now):
-            try:
-                self.commit(asynchronous=True)
-            except (FencedError, KafkaException) as e:
-                _log.debug("auto_commit.skipped", error=str(e))
-        if now >= d.keepalive.next_at:
-            self._keep_offsets_alive(now)
-
-    def _keep_offsets_alive(self, now: float) -> None:
-        """Commit again, as they are, the committed offsets of owned partitions no commit has
-        touched for ``groupkit.offsets.keepalive.interval.ms`` (runtime/data_consumer.py,
-        "Keep-alive"): here on the ``poll`` thread, after this turn's hand-offs, as an owner
-        that may commit them (never after a release: ``_check_commit``)."""
-        d = self._data
-        offsets = d.keepalive_offsets(now, min(10.0, self._cfg.max_poll_interval_ms / 10_000))
-        if not offsets:
-            return
-        try:
-            self._check_commit([TopicPartition(p.topic, p.partition) for p in offsets])
-            d.commit(None, offsets, asynchronous=True)
-            _log.debug("offsets.keepalive", member=self.member_id, partitions=len(offsets))
-        except (FencedError, KafkaException) as e:
-            _log.debug("offsets.keepalive_skipped", error=str(e))
 
     # ------------------------------------------------------------------ offsets
 
@@ -611,33 +367,7 @@ class GroupConsumer:
     ) -> list[KTopicPartition] | None:
         """Commit like ``Consumer.commit``, but only partitions this member owns, unfenced."""
         self._ensure_open()
-        if message is not None:
-            parts = [_msg_tp(message)]
-        elif offsets is not None:
-            parts = [TopicPartition(o.topic, o.partition) for o in offsets]
-        else:
-            parts = sorted(self._data.owned)
-        self._check_commit(parts)
-        if message is None and offsets is None and not parts:
-            return None
-        return self._data.commit(message, offsets, asynchronous)
-
-    def _check_commit(self, parts: Iterable[TopicPartition]) -> None:
-        c = self._coordinator
-        if c is None:
-            raise FencedError("not subscribed: this consumer owns no partitions")
-        if c.abandoned:
-            raise FencedError(
-                f"member {c.member_id} left the group (max.poll.interval.ms exceeded); "
-                "commit refused"
-            )
-        owned = self._data.owned
-        foreign = sorted(str(p) for p in parts if p not in owned)
-        if foreign:
-            raise FencedError(
-                f"member {c.member_id} does not own {', '.join(foreign)}; commit refused"
-            )
-        c.check_commit(parts)
+        return self._poll_loop.commit(message, offsets, asynchronous)
 
     def store_offsets(
         self, message: Message | None = None, offsets: Sequence[KTopicPartition] | None = None
@@ -807,12 +537,6 @@ class GroupConsumer:
             )
         self._handoffs.hooks.append(hook)
 
-    def _rewind(self, tp: TopicPartition, offset: int) -> None:
-        """Fetch ``tp`` again from ``offset`` if still owned (groupkit.eos, after an aborted
-        transaction): :meth:`seek` without its error for a partition given up meanwhile."""
-        if tp in self._data.owned:
-            self._data.seek(KTopicPartition(tp.topic, tp.partition, offset))
-
     # ------------------------------------------------------------------ closing
 
     def _leave(self) -> None:
@@ -827,7 +551,7 @@ class GroupConsumer:
             self._coordinator = None
             c.close(5)
             return
-        self._service()
+        self._poll_loop.service()
         # Revoke everything on this thread (commit first), then say goodbye through the log.
         owned = frozenset(self._data.owned)
         if owned:
@@ -882,8 +606,8 @@ class GroupConsumer:
             self._stop_watching()
             self._leave()
         finally:
-            self._closed = True
-            self._next_service = 0.0  # poll's fast path is off: the next call raises
+            self._closed = self._poll_loop.closed = True
+            self._poll_loop.fast_path_off()  # poll's fast path is off: the next call raises
             self._close_clients()
 
     def _close_clients(self) -> None:

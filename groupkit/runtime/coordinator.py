@@ -73,6 +73,7 @@ from groupkit.runtime.control_topic import ensure_control_topic, partition_for_g
 from groupkit.runtime.hooks import Observers, RebalanceSummary
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.planning import PlanRunner
+from groupkit.runtime.probe import MemberStatus
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -110,21 +111,6 @@ class Fence(NamedTuple):
     until: float | None
     #: what of the partitions asked about the member no longer claims: it lost them
     gone: Partitions
-
-
-@dataclass(frozen=True, slots=True)
-class MemberStatus:
-    """The member's standing in its group at one moment (:meth:`Coordinator.status`)."""
-
-    member_id: str
-    #: the generation its partitions belong to
-    generation: int
-    is_leader: bool
-    #: live members of the group as the leader's replay sees them (0 unless it leads)
-    live_members: int
-    #: monotonic ms since the send of the own record its session runs from (``None``: nothing
-    #: of ours read back yet; see ``Member.session_age_ms``)
-    session_age_ms: int | None
 
 
 @dataclass
@@ -307,9 +293,9 @@ class Coordinator:
                 self.turn(self.reader.poll(0))
             # A turn runs on every record at once; without records, often enough for the
             # time-driven steps (a heartbeat due, our own session lapsing: the poll thread
-            # fences by itself too, see GroupConsumer._fence) but no more: a tenth of the
-            # heartbeat interval, within [20 ms, 100 ms] (was 20 ms always: 50 wake-ups a
-            # second of an idle member's CPU).
+            # fences by itself too, see PollLoop.fence) but no more: a tenth of the
+            # heartbeat interval, within [20 ms, 100 ms] (20 ms always would cost an idle
+            # member 50 wake-ups a second of CPU).
             wait = min(0.1, max(0.02, self.cfg.heartbeat_interval_ms / 10_000))
             while not self._stop.is_set():
                 # while a plan is being made, turn often enough to take it soon after

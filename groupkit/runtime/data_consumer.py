@@ -66,7 +66,7 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
 from groupkit.protocol.vocab import RebalanceProtocol
-from groupkit.runtime.config import GroupConfig, _parse
+from groupkit.runtime.config import GroupConfig, parse_setting
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.consumer")
@@ -251,9 +251,8 @@ class DataConsumer:
         self._on_unassign_failed = on_unassign_failed
         # librdkafka stores the offset of each record as poll/consume hands it over; those
         # are the records handed to the user (see the module docstring).
-        self.auto_store = bool(_parse("enable.auto.offset.store",
-                                      cfg.data_consumer.get("enable.auto.offset.store", True),
-                                      "bool"))  # fmt: skip
+        store = cfg.data_consumer.get("enable.auto.offset.store", True)
+        self.auto_store = bool(parse_setting("enable.auto.offset.store", store, "bool"))
         self.keepalive = OffsetKeepAlive(cfg.offsets_keepalive_ms / 1000)
         self.commits = AsyncCommits(None)  # replaced with each handle
         self.handle: Consumer = self._new_handle()
@@ -613,9 +612,9 @@ class DataConsumer:
         A handle can be stuck for good after a broker restart: librdkafka (2.16) looks up no
         committed offsets for newly assigned partitions while any of its commits is outstanding,
         nor after a look-up failed at the request level (see :meth:`refetch_offsets`, which
-        mends that case for a member that keeps partitions; the soak's stuck members turned out
-        to be that one). Owning nothing now, and refused any commit as a fenced member, this
-        member gives the old handle nothing more to do: it is closed in the background.
+        mends that case for a member that keeps partitions). Owning nothing now, and refused any
+        commit as a fenced member, this member gives the old handle nothing more to do: it is
+        closed in the background.
         """
         old = self.handle
         try:

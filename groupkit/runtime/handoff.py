@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
@@ -63,12 +63,23 @@ from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.hooks import Observers
 from groupkit.types import TopicPartition
 
-if TYPE_CHECKING:
-    from groupkit.runtime.consumer import GroupConsumer
-
 _log = get_logger("groupkit.consumer")
 
-Callback = Callable[["GroupConsumer", list[KTopicPartition]], None]
+#: the consumer the callbacks are given (a ``GroupConsumer``)
+ConsumerT = TypeVar("ConsumerT")
+ConsumerT_contra = TypeVar("ConsumerT_contra", contravariant=True)
+
+
+class RebalanceCallback(Protocol[ConsumerT_contra]):
+    """``on_assign``, ``on_revoke`` or ``on_lost``: called on the ``poll`` thread with the
+    consumer and the partitions concerned, as confluent-kafka calls its rebalance callbacks.
+
+    Generic in the consumer so that this module names no consumer class (the consumer module
+    imports this one): ``GroupConsumer`` takes a ``RebalanceCallback[GroupConsumer]``.
+    """
+
+    def __call__(self, consumer: ConsumerT_contra, parts: list[KTopicPartition], /) -> None: ...
+
 
 _UNKNOWN_TOPIC = KafkaError.UNKNOWN_TOPIC_OR_PART
 
@@ -110,7 +121,7 @@ class _Retry:
         return True
 
 
-class HandoffExecutor:
+class HandoffExecutor(Generic[ConsumerT]):
     """Carries out hand-offs for one ``GroupConsumer`` (``consumer``, the callbacks' first
     argument) on its data consumer. ``coordinator`` gives the member's current coordinator
     (``None`` while it has none: not joined, left, or its control loop failed); ``closed`` says
@@ -118,7 +129,7 @@ class HandoffExecutor:
 
     def __init__(
         self,
-        consumer: GroupConsumer,
+        consumer: ConsumerT,
         data: DataConsumer,
         observers: Observers,
         coordinator: Callable[[], Coordinator | None],
@@ -129,9 +140,9 @@ class HandoffExecutor:
         self._observers = observers
         self._coordinator = coordinator
         self._closed = closed
-        self.on_assign: Callback | None = None
-        self.on_revoke: Callback | None = None
-        self.on_lost: Callback | None = None
+        self.on_assign: RebalanceCallback[ConsumerT] | None = None
+        self.on_revoke: RebalanceCallback[ConsumerT] | None = None
+        self.on_lost: RebalanceCallback[ConsumerT] | None = None
         self.hooks: list[OwnershipHook] = []
         #: releases whose commit waits for the group coordinator (it is moving): tried again
         #: by the poll thread (:meth:`retry_due`), as the first try was

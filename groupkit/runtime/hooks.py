@@ -1,7 +1,10 @@
 """Hooks at the runtime's edge: metrics, logs and telemetry listen; the core only returns facts.
 
-A ``GroupObserver`` gets told what happened, never asked what to do. Its methods are called on
-the control thread (``record_*``, ``rebalance_*``, ``turn``) or on the poll thread (``handoff``,
+A ``GroupObserver`` gets told what happened, never asked what to do. The app builds it and
+passes it in (``GroupConsumer(config, observers=[...])``, as franz-go's hooks are plugged into a
+client): the consumer first hands it the member it observes (``attached``, once, before any other
+hook), so nothing below the edge ever names an observer. Its other methods are called on the
+control thread (``record_*``, ``rebalance_*``, ``turn``) or on the poll thread (``handoff``,
 ``consumed``); they must be quick and must not raise (an observer that raises is logged and
 skipped, never allowed to break the group).
 """
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import Partitions
+from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.hooks")
@@ -42,6 +46,10 @@ class RebalanceSummary:
 
 class GroupObserver:
     """Base class with every hook a no-op; override what you need."""
+
+    def attached(self, probe: MemberProbe) -> None:
+        """The consumer this observer was given to is built: ``probe`` is its read-only view
+        (runtime/probe.py). Called once, from ``GroupConsumer()``, before any other hook."""
 
     def record_read(self, state: GroupState, kind: str) -> None:
         """A control record was replayed; ``kind`` is the replay's result kind."""
@@ -89,16 +97,18 @@ class Observers(GroupObserver):
     """Fans every hook out to several observers, isolating their failures."""
 
     def __init__(self, observers: Iterable[GroupObserver] = ()) -> None:
-        self._observers = list(observers)
+        #: the observers, in the order they were given (an empty list: nobody listens, which
+        #: the poll loop reads without a call)
+        self.registered: list[GroupObserver] = list(observers)
 
     def add(self, observer: GroupObserver) -> None:
-        self._observers.append(observer)
+        self.registered.append(observer)
 
     def __bool__(self) -> bool:
-        return bool(self._observers)
+        return bool(self.registered)
 
     def _each(self, name: str, *args: object) -> None:
-        for o in self._observers:
+        for o in self.registered:
             try:
                 getattr(o, name)(*args)
             except Exception:

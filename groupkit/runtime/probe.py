@@ -12,16 +12,43 @@ It changes nothing, and it never blocks the ``poll`` thread: it takes no lock th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka.admin import AdminClient
 
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.coordinator import Coordinator, MemberStatus
 from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.lag import GroupOffsets, read_offsets
 from groupkit.types import TopicPartition
 
 __all__ = ["GroupOffsets", "MemberProbe", "MemberStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberStatus:
+    """The member's standing in its group at one moment (``Coordinator.status``)."""
+
+    member_id: str
+    #: the generation its partitions belong to
+    generation: int
+    is_leader: bool
+    #: live members of the group as the leader's replay sees them (0 unless it leads)
+    live_members: int
+    #: monotonic ms since the send of the own record its session runs from (``None``: nothing
+    #: of ours read back yet; see ``Member.session_age_ms``)
+    session_age_ms: int | None
+
+
+class StatusSource(Protocol):
+    """What the probe reads of a member's control loop (a ``Coordinator``). A protocol, not
+    the class: the coordinator tells observers what happens (runtime/hooks.py), and an
+    observer's hooks are handed this probe, so naming the class here would close a cycle."""
+
+    @property
+    def member_id(self) -> str: ...
+
+    def status(self) -> MemberStatus: ...
 
 
 class MemberProbe:
@@ -32,7 +59,7 @@ class MemberProbe:
         cfg: GroupConfig,
         topics: Callable[[], Sequence[str]],
         data: DataConsumer,
-        coordinator: Callable[[], Coordinator | None],
+        coordinator: Callable[[], StatusSource | None],
         admin: Callable[[], AdminClient | None],
     ) -> None:
         self._cfg = cfg
