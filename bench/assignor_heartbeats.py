@@ -9,7 +9,7 @@ assignor ran on the control thread itself (the whole plan is one gap).
 
 A pure-Python assignor holds the GIL; CPython hands it over every switch interval (5 ms), so
 the control thread's turns go on, a few ms late. Inputs: ``balanced`` and ``sticky`` on
-40,000 partitions x 800 members (the issue's numbers) and 10,000 x 200, and a deliberately
+40,000 partitions x 800 members (the target size) and 10,000 x 200, and a deliberately
 slow pure-Python assignor (3 s of busy CPU).
 
     python bench/assignor_heartbeats.py          # writes bench/results/assignor_heartbeats.*

@@ -1,4 +1,4 @@
-"""The ``groupkit`` command line: ``assign``, ``broker``, and the commands later issues add.
+"""Operate groupkit groups (describe, list, reset offsets), assignors, the demo and a local broker.
 
 Each subcommand is one ``_cmd_*`` function; ``main`` returns the process exit code
 (0 ok, 1 failure, 2 bad input or usage).

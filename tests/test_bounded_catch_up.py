@@ -1,5 +1,5 @@
 """Bounded catch-up on the real broker: a newcomer restores the group from the leader's newest
-snapshot near the log's end and replays only what came after it (issue 14); the protocol's
+snapshot near the log's end and replays only what came after it; the protocol's
 property is in test_protocol_bounded_replay.py."""
 
 from __future__ import annotations

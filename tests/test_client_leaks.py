@@ -1,4 +1,4 @@
-"""Every librdkafka client a GroupConsumer opens is closed, on every path (issue 18 §5).
+"""Every librdkafka client a GroupConsumer opens is closed, on every path.
 
 A client that outlives its use keeps retrying its brokers (``Connect to ipv4#... failed:
 Connection refused`` once they are gone). Each test counts the live librdkafka handles of this

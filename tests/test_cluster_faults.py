@@ -1,4 +1,4 @@
-"""Faults a single broker cannot show, on the session's three-broker ``cluster`` (issue 18).
+"""Faults a single broker cannot show, on the session's three-broker ``cluster``.
 
 Each test runs a group of three GroupConsumer members, each its own process
 (``tests/group_worker.py``), on a topic with replication factor 3 while a keyed, idempotent
@@ -51,7 +51,7 @@ MARGIN_S = 15.0
 SKEW_S = 1
 SKEW_SESSION_MS = 6000
 SKEW_ALLOWANCE_MS = 1500
-#: Just under the session: the issue's window (a member frozen 8.5-9 s of a 10 s session).
+#: Just under the session, where skew bites (as a member frozen 8.5-9 s of a 10 s session).
 PAUSE_S = SKEW_SESSION_MS / 1000 - 0.5
 
 
@@ -169,7 +169,7 @@ def test_cluster_shape(cluster: KafkaBackend) -> None:
         conf: dict[str, Any] = {}
 
         def configs() -> bool:
-            # the broker that answers may not know the new topic yet either (seen once in CI:
+            # the broker that answers may not know the new topic yet either (it can say
             # UNKNOWN_TOPIC_OR_PART right after every broker described it): ask again
             nonlocal conf
             try:

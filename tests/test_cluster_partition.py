@@ -1,5 +1,5 @@
-"""A member cut off from the brokers while its process runs, on the session's 3-broker ``cluster``
-(issue 18 §2), through the fault proxy (``groupkit.dev.proxy``).
+"""A member cut off from the brokers while its process runs, on the session's 3-broker ``cluster``,
+through the fault proxy (``groupkit.dev.proxy``).
 
 A group of three member processes reads an RF-3 topic while a keyed producer writes. Member
 ``w0`` bootstraps through the proxy, so every connection of its four clients goes through it

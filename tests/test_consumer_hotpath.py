@@ -1,9 +1,9 @@
 """GroupConsumer's hot path keeps every promise of the slow one: real broker, real clients.
 
-``poll``/``consume`` no longer filter each record by ownership, store each offset themselves or
+``poll``/``consume`` do not filter each record by ownership, store each offset themselves or
 take the coordinator lock on every call (see ``groupkit/runtime/consumer.py``). These tests hold
-it to the rules that made those steps necessary, including the librdkafka behaviour the hot path
-now relies on instead:
+it to the rules such steps would enforce, including the librdkafka behaviour the hot path
+relies on instead:
 
 - a fetch started after an unassign never returns a record of the unassigned partitions, and
   unassigning drops their stored offsets;
@@ -80,7 +80,7 @@ def test_a_fetch_after_unassign_returns_no_record_of_the_unassigned_partition(
         # (librdkafka enqueues a fetch response's records in one go) waits in the queue.
         # Partition 0's records read meanwhile count too (unless partition 0 is assigned again
         # from its beginning below): librdkafka may have handed out all of them before the
-        # first of partition 1 (CI once read 0 of them after the unassign).
+        # first of partition 1 (a run may read 0 of them after the unassign).
         first_of_1: int | None = None
         seen0: set[int] = set()
         deadline = time.monotonic() + 60

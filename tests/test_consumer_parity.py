@@ -1,5 +1,5 @@
 """``GroupConsumer`` has every public method of the installed ``confluent_kafka.Consumer``, with
-its signature and meaning on the partitions the member owns (issue 17, part 1).
+its signature and meaning on the partitions the member owns.
 
 confluent-kafka's methods are C functions: ``inspect.signature`` cannot read them, but each
 docstring opens with its signature (``.. py:function:: seek(partition)``), which is compared

@@ -1,4 +1,4 @@
-"""Bad input written into a live group's control partition on the real broker (issue 9).
+"""Bad input written into a live group's control partition on the real broker.
 
 A client that may write the control topic (and the group has no signing key) writes, into the
 partition of a stable two-member group: unknown key and schema versions, an assignment forged

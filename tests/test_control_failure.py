@@ -3,8 +3,8 @@
 On the real SASL broker of ``tests/test_security.py`` (its fixtures are reused here): ``carol``
 may not write anywhere, so her control writer's idempotent producer is refused its producer id,
 a fatal *refusal*: the control loop must fail (never replace the producer and retry forever),
-``poll`` must say why, and ``close()`` must then close the control reader too (it used to
-re-raise before closing anything).
+``poll`` must say why, and ``close()`` must then close the control reader too (not re-raise
+before closing anything).
 """
 
 from __future__ import annotations

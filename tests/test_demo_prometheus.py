@@ -226,7 +226,7 @@ def test_demo_scraped_by_prometheus(
             assert before == prom.scalar(partitions_sum, at=t1)
             # A sample stamped at or before t1 may come from a scrape still reading offsets up
             # to SCRAPE_TIMEOUT_S later: measure only once every such scrape has ended, or the
-            # "before" sum may be younger than the measurement (CI saw 2493 < 2530 so).
+            # "before" sum may be younger than the measurement (2493 against 2530, say).
             time.sleep(max(0.0, t1 + SCRAPE_TIMEOUT_S + 0.1 - time.time()))
             measured = admin_lag(admin, group, topic)
             t2 = time.time()

@@ -153,7 +153,7 @@ def test_every_panel_metric_is_one_groupkit_exports() -> None:
         unknown = names - set(METRICS)
         assert not unknown, f"panel {title!r} uses {unknown}, which groupkit does not export"
         used |= names
-    # The panels the issue asks for.
+    # The panels an operator needs.
     for needed in (
         "groupkit_consumergroup_lag_sum",  # per-member total lag
         "groupkit_consumergroup_lag",  # per-partition lag by owner

@@ -1,4 +1,4 @@
-"""``groupkit describe`` and ``groupkit list`` on the real broker (issue 16 part 4): the columns of
+"""``groupkit describe`` and ``groupkit list`` on the real broker: the columns of
 ``kafka-consumer-groups --describe`` and groupkit's own, the ``--members`` and ``--state`` views,
 ``--json`` for each, the groups of a control topic with their state, and bad input.
 """

@@ -303,7 +303,7 @@ def test_an_aborted_batch_is_fetched_again_and_committed_once(
     dst = topic_factory(partitions=1, prefix="out")
     # The shared helper, not a producer of this frame: the traceback of the RuntimeError caught
     # below still refers to this frame at the session's end, and a producer held by it outlived
-    # the broker (the "1 librdkafka client(s) were still alive" of every CI run).
+    # the broker (the leak check's "1 librdkafka client(s) were still alive").
     groupharness.produce(bootstrap, src, {0: 20})
     consumer = GroupConsumer({
         "bootstrap.servers": bootstrap, "group.id": unique_name("g"),

@@ -1,6 +1,6 @@
 """A committed-offset look-up that librdkafka gave up on does not strand partitions.
 
-librdkafka (2.16) does not retry a look-up that failed at the request level (the chaos soak saw
+librdkafka (2.16) does not retry a look-up that failed at the request level (such as
 "Failed to fetch committed offsets for 0 partition(s) ...: Coordinator load in progress" right
 after a broker restart): the partitions stay on its "queried" list, never start, and block the
 look-ups of every later assignment (``rd_kafka_assignment_handle_OffsetFetch``,
@@ -179,7 +179,7 @@ def test_the_new_owner_starts_at_the_offset_the_release_carried(
     consumers: list[GroupConsumer],
     protocol: str,
 ) -> None:
-    """Issue 14: the owner that gives a partition up commits its position, and the record by
+    """The owner that gives a partition up commits its position, and the record by
     which it lets go carries that offset; the new owner is assigned the partition at it, so it
     starts right after the last record the old owner was handed, without asking the group
     coordinator for the committed offset (its data consumer sends no OffsetFetch at all)."""

@@ -79,8 +79,8 @@ class Driver:
                 time.sleep(0.02)
                 continue
             # Under the lock, so that remove() returns only once its consumer is no longer
-            # being polled: closed while this thread polled it, the poll raised and the thread
-            # died, and nobody polled the others again (seen in CI).
+            # being polled: closed while this thread polled it, the poll would raise, the thread
+            # would die, and nobody would poll the others again.
             with self._lock:
                 for c in self.consumers:
                     n = len([m for m in c.consume(100, 0.02) if m.error() is None])

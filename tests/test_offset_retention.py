@@ -8,7 +8,7 @@ unchanged, the offsets of its idle partitions every ``groupkit.offsets.keepalive
 retention, checked every 5 s (it is the only broker this module starts: nothing here uses the
 session's ``kafka`` fixture). Three groups commit ``[100, 100]`` and then idle for over two
 minutes: a member with the keep-alive keeps them; the same member with it off loses them while
-it runs (the issue's measurement: what the keep-alive is for), and so does a closed group.
+it runs (what the keep-alive is for), and so does a closed group.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 thread, and which on a worker thread.
 
 A built-in assignor's plan for a small group is made at once (two GIL hand-overs fewer on the
-path of every rebalance, issue 14); a user's assignor, a subclass of a built-in one included,
-and a large group's plan always run on a worker, within the budget (issue 19).
+path of every rebalance); a user's assignor, a subclass of a built-in one included, and a
+large group's plan always run on a worker, within the budget.
 """
 
 from __future__ import annotations

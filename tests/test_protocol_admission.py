@@ -127,8 +127,8 @@ class AdmissionSchedule(AdmissionRules, FullReaderRules):
     cleaning point after every step, a reader of the compacted log agrees with the full replay
     on the admission. Only where it agrees on the rest of what test_protocol_compaction.py
     compares: some of these schedules find readers that disagree on that already, with or
-    without admissions (the issue's notes), and an admission read from a different
-    generation would prove nothing."""
+    without admissions, and an admission read from a different generation would prove
+    nothing."""
 
     @invariant()
     def check(self) -> None:
@@ -160,7 +160,7 @@ class AdmissionSchedule(AdmissionRules, FullReaderRules):
 class AdmissionJitterSchedule(AdmissionRules, JitterSchedule):
     """With produce requests that take different times (test_protocol_jitter.py). Not against
     compacted readers: those disagree under jitter with or without admissions (a member's late
-    acknowledgement claims a grant of a generation compaction dropped), as the issue notes."""
+    acknowledgement claims a grant of a generation compaction dropped)."""
 
 
 AdmissionSchedule.TestCase.settings = schedule_settings(EXAMPLES)
@@ -379,8 +379,8 @@ def test_admission_fields_round_trip_and_a_future_admission_is_refused() -> None
 def test_a_clobbered_generation_of_a_leader_that_left_is_superseded_not_carried_over() -> None:
     """The new leader re-asserts a clobbered generation only while the group is as it says. A
     leader that left gave what it admitted to a newcomer, so a copy of its grant is unsafe:
-    every copy was rejected and clobbered the assignment again, and the new leader wrote
-    nothing else for good (tests/test_protocol_jitter.py found it in CI)."""
+    every copy would be rejected and clobber the assignment again, and the new leader would
+    write nothing else for good (a schedule of tests/test_protocol_jitter.py reaches this)."""
     sim = stable_group(slow_plan_for="d")
     a = sim.view().assignment
     assert a is not None

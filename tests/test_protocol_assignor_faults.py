@@ -1,11 +1,12 @@
-"""A user's assignor cannot take the group down (issue 19), in the simulator.
+"""A user's assignor cannot take the group down, in the simulator.
 
 Examples first: each way an assignor can misbehave (raise, duplicate a partition, omit a
 partition or a member, name an unknown member or partition, give a partition to a member that
 does not subscribe to its topic, answer garbage, take longer than its budget) is contained by
-``run_assignor``: the plan is the fallback's, and says why. Then whole groups: the three buggy
-assignors of the issue no longer stop the group or make it rewrite a rejected record in a loop,
-and a plan that finishes after the membership it was made for changed is discarded.
+``run_assignor``: the plan is the fallback's, and says why. Then whole groups: an assignor that
+raises, duplicates or omits partitions neither stops the group nor makes it rewrite a rejected
+record in a loop, and a plan that finishes after the membership it was made for changed is
+discarded.
 
 Then random schedules (``FaultySchedule``, the schedules of test_protocol_hypothesis.py, both
 protocols): the group's assignor misbehaves in a random way at every call (drawn per schedule),
@@ -45,8 +46,8 @@ TP = TopicPartition
 MODES: dict[str, str | None] = {
     "ok": None,
     "raise": RAISED,
-    "duplicate": INVALID,  # a partition to two members (the issue's "one to every member")
-    "omit_partition": INVALID,  # the issue's "leaves partitions out"
+    "duplicate": INVALID,  # a partition to two members (as one to every member would)
+    "omit_partition": INVALID,  # leaves partitions out
     "omit_member": INVALID,
     "unknown_member": INVALID,
     "unknown_partition": INVALID,
@@ -206,13 +207,13 @@ def assignment_records(sim: GroupSim) -> list[AssignmentRecord]:
     ("mode", "reason"),
     [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
 )
-def test_the_issues_buggy_assignors_leave_the_group_assigned_and_say_why(
+def test_a_raising_duplicating_omitting_or_slow_assignor_leaves_the_group_assigned(
     faulty: Any, protocol: str, mode: str, reason: str
 ) -> None:
-    """The issue's three (and a slow one): the group settles, fully assigned, on the fallback,
-    and writes a bounded number of records that replay accepts (was: 298 rejected records in
-    300 ticks for the duplicating one, and three of four partitions never consumed for the one
-    that leaves partitions out)."""
+    """The group settles, fully assigned, on the fallback, says why, and writes a bounded number
+    of records that replay accepts. Uncontained, the duplicating assignor makes the leader write
+    a rejected record almost every tick (298 in 300), and the one that leaves partitions out
+    leaves three of four partitions unconsumed."""
     a = faulty(mode)
     sim = GroupSim({"t0": 4}, protocol=protocol, assignor="faulty", plan_ms=a.plan_ms,
                    assignor_timeout_ms=BUDGET_MS)  # fmt: skip

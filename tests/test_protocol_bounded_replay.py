@@ -1,5 +1,5 @@
 """Bounded replay: a newcomer that catches up from the newest snapshot agrees with one that
-replayed the whole log, at its catch-up offset and at every later offset (issue 14).
+replayed the whole log, at its catch-up offset and at every later offset.
 
 The leader writes a snapshot of the group every half session (``Node.snapshot_due``); a newcomer
 reads only the last ``CATCH_UP_WINDOW_SESSIONS`` sessions of the log, restores the snapshot with
@@ -101,7 +101,7 @@ def quiet_group(members: int, session: int, heartbeat: int) -> GroupSim:
 
 
 def test_records_replayed_at_join_do_not_grow_with_log_age() -> None:
-    """The issue's bound: replayed <= members x 1.5 x session / heartbeat + a small constant,
+    """The bound: replayed <= members x 1.5 x session / heartbeat + a small constant,
     at a log age of 20 s and of 5 min alike (a full replay grows with the age). What a
     newcomer replays depends on where between two snapshots it arrives, so each age takes the
     most of five newcomers spread over one snapshot interval."""

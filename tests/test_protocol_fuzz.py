@@ -1,13 +1,13 @@
 """Decoder and replay fuzz beyond ``test_protocol_records.py``, and allocation bombs.
 
-Together with the three fuzz tests there (4,000 inputs) this runs 10,700 hypothesis inputs
-(issue 9): keys, signed values, and whole sequences of records replayed into a ``GroupState``.
+Together with the three fuzz tests there (4,000 inputs) this runs 10,700 hypothesis inputs:
+keys, signed values, and whole sequences of records replayed into a ``GroupState``.
 The contract: the decoder raises nothing but ``RecordRejected``; ``GroupState.replay`` raises
 nothing at all, and counts every rejection by reason.
 
-The bombs are records of a few bytes to a few KB that, before the bounds in
-``groupkit.protocol.records`` (``MAX_PARTITIONS``, ``MAX_PAYLOAD``, ``MAX_CONTAINERS``), made
-every member of a group expand billions of partitions or parse a gigabyte of JSON.
+The bombs are records of a few bytes to a few KB that, without the bounds in
+``groupkit.protocol.records`` (``MAX_PARTITIONS``, ``MAX_PAYLOAD``, ``MAX_CONTAINERS``), would
+make every member of a group expand billions of partitions or parse a gigabyte of JSON.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def a_member_record(draw: st.DrawFn) -> tuple[bytes, bytes | None]:
     if isinstance(prev, int):  # a record with prev_ts says when the membership began
         joined_at = prev if joined_at is None else min(joined_at, prev)
     owned = draw(subsets)
-    # offsets committed for what it lets go (issue 14), or for what it never had
+    # offsets committed for what it lets go, or for what it never had
     free = [p for p in PARTS if p not in owned]
     released = draw(st.lists(st.sampled_from(free), max_size=2, unique=True)) if free else []
     k, v = member_record(

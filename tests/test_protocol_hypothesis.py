@@ -181,10 +181,10 @@ class GroupSchedule(RuleBasedStateMachine):
         # paused ones too: they run again in the quiet period; and a static member's older
         # process still running beside its newer one (GroupSim.displaced)
         # At 1 record a tick a reader never keeps up with the heartbeats (see
-        # test_member_that_never_catches_up_is_left_out...): raised to 4. At 4, one behind a
-        # rebalance's records used to flap in and out of the group (35 generations before it
-        # settled, in a clean-clone CI run): a member back from a lapse now says it is ready
-        # only once its records come back in half its fence time (Member._basis).
+        # test_member_that_never_catches_up_is_left_out...): raised to 4. At 4, a reader one
+        # behind a rebalance's records could flap in and out of the group (35 generations
+        # before it settled), so a member back from a lapse says it is ready only once its
+        # records come back in half its fence time (Member._basis).
         for sm in [*sim.members.values(), *sim.displaced]:
             if sm.read_rate is not None and sm.read_rate < 4:
                 sm.read_rate = 4
@@ -209,9 +209,10 @@ def schedule_settings(examples: int) -> settings:
         phases=[Phase.explicit, Phase.reuse, Phase.generate],
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         # A fixed seed in CI, so a run is reproducible. GROUPKIT_PROTOCOL_RANDOM=1 explores new
-        # schedules. One such run found a double ownership: a slow reader that fenced itself
-        # acknowledged a generation without taking its grants, and took them later, after they
-        # had moved (test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced).
+        # schedules, and what they break becomes an explicit test: a slow reader that fenced
+        # itself, acknowledged a generation without taking its grants and took them later,
+        # after they had moved, would own twice
+        # (test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced).
         derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
     )
 

@@ -2,11 +2,11 @@
 
 A leave writes two records: the last member record (claims nothing, carries the offsets just
 committed) and the tombstone. They are two produce requests, and a reader may see the first
-alone. Before the ``leaving`` flag, a leader that did planned for a member that acknowledged its
-generation yet claimed less than it was granted (``partitions_lost``), granted those partitions
-to the leaver again, and the tombstone then held that grant (never taken) until the leaver's
-session would have expired: the partitions waited a session for an owner. The bench saw it in
-three leaves of ten at 10 members x 48 partitions (session 12's trace, ``bench/trace_joins.py``).
+alone. Without the ``leaving`` flag, such a leader would see a member that acknowledged its
+generation yet claimed less than it was granted (``partitions_lost``), grant those partitions to
+the leaver again, and the tombstone would then hold that grant (never taken) until the leaver's
+session would have expired: the partitions would wait a session for an owner. The window is
+wide: three leaves of ten at 10 members x 48 partitions land in it (``bench/trace_joins.py``).
 
 Over random groups (both protocols, every assignor, slow readers, produce and fetch delays,
 deferred revocation, produce requests that take different times, so that a generation may land

@@ -1,4 +1,4 @@
-"""Offset hints (issue 14): a member that takes a partition starts at the offset its previous
+"""Offset hints: a member that takes a partition starts at the offset its previous
 owner committed and named in the record that released it, with no look-up.
 
 Random schedules of :mod:`tests.test_protocol_hypothesis` (both protocols, every assignor,

@@ -113,7 +113,7 @@ def a_fallback_assignment(
 
 
 def test_the_fallback_field_round_trips_is_optional_and_signed() -> None:
-    """An assignment planned by the fallback says so (issue 19): the field round-trips,
+    """An assignment planned by the fallback says so: the field round-trips,
     records without it (all that predate it) decode with none, and the signature covers it."""
     why = AssignorFallback("invalid", "t0-0 is assigned twice: to a and b", "cooperative-sticky")
     rk, rv = a_fallback_assignment(why)

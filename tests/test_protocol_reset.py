@@ -1,4 +1,4 @@
-"""Offset resets on a running group (issue 16 part 3), proven over the simulator.
+"""Offset resets on a running group, proven over the simulator.
 
 Random schedules of :mod:`tests.test_protocol_hypothesis` (both protocols, every assignor,
 joins, leaves, crashes, pauses, slow readers, backlogs, forged and stale records), with

@@ -285,7 +285,7 @@ def test_eager_join_stays_sticky_across_revoke_all(assignor: str) -> None:
 def test_a_leader_that_reads_the_last_record_before_the_tombstone_frees_at_once(
     protocol: str,
 ) -> None:
-    """The runtime produces a leaving member's last record and its tombstone together (29b5917),
+    """The runtime produces a leaving member's last record and its tombstone together,
     but a reader may still get them in two fetches and plan in between (``partitions_lost``:
     the leaver claims less than it was granted). That generation lands after the tombstone,
     which therefore holds none of its grants: the partitions are free at once. Apart by a

@@ -1,4 +1,4 @@
-"""Snapshots of the group state (issue 14): a restored state replays on exactly like the original.
+"""Snapshots of the group state: a restored state replays on exactly like the original.
 
 1. Round trips: a snapshot encodes and decodes to itself (signed or not), and
    ``GroupState.from_snapshot`` restores a state equal to the one snapshotted in everything but

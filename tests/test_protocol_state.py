@@ -458,8 +458,8 @@ def test_a_member_back_from_a_lapse_is_ready_only_once_it_reads_back_quickly() -
     # Member._basis: back from a lapse, b says prev_ts again only once its own record came back
     # within half its fence time. Read back slower (here 3/4 of it), b writes another record
     # without prev_ts and stays out of the plan; read back at once, the next one is ready. (A
-    # reader at 4 records a tick used to flap in and out of the group: planned for as soon as
-    # it saw a record, put behind again by the rebalance's own records.)
+    # reader at 4 records a tick would otherwise flap in and out of the group: planned for as
+    # soon as it saw a record, put behind again by the rebalance's own records.)
     sim = stable_pair()
     sim.pause("b", 2 * sim.session_timeout_ms)
     while sim.members["b"].paused_until > sim.clock:

@@ -1,4 +1,4 @@
-"""Regex subscriptions as librdkafka spells them, ``^...`` (issue 17, part 2).
+"""Regex subscriptions as librdkafka spells them, ``^...``.
 
 Each member resolves its patterns against the cluster's topics and announces the concrete
 topics as its subscription (runtime/patterns.py); the leader plans for what changed. On the

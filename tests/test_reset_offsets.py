@@ -1,4 +1,4 @@
-"""``groupkit reset-offsets`` on a real broker (issue 16 part 3).
+"""``groupkit reset-offsets`` on a real broker.
 
 A running group: two members in threads, each handing out records of a backlog at a bounded
 pace (so that, after a reset far behind, the group cannot get back to where it was within the

@@ -36,7 +36,7 @@ How:
    tolerance, and only if ``S``'s search cannot, the fresh candidate within tolerance that
    moves the fewest partitions.
 
-Speed (issue 19: 40,000 partitions x 800 members in 0.5 s, a million x 2,000 in 2 s). Pure
+Speed (the target: 40,000 partitions x 800 members in 0.5 s, a million x 2,000 in 2 s). Pure
 Python costs an object and a dict lookup per partition per candidate, and the search sorted a
 member's partitions for every member it compared. So everything between the sticky plan and
 the result works on numpy arrays indexed by a *global partition number* ``g`` (topics sorted,
