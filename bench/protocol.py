@@ -29,7 +29,7 @@ from groupkit.protocol.records import (
     decode,
     encode,
 )
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 
 def stable_group(members: int, protocol: str, assignor: str, topics: int, parts: int) -> GroupSim:

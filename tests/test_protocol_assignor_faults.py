@@ -35,7 +35,7 @@ from groupkit.protocol.assign import (
     run_assignor,
 )
 from groupkit.protocol.records import KIND_ASSIGNMENT, AssignmentRecord, decode
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription, TopicPartition
 from tests.test_protocol_hypothesis import EXAMPLES, GroupSchedule, schedule_settings
 

@@ -272,7 +272,7 @@ def test_fuzz_replay_never_raises_and_counts_rejections(
 
 
 def test_replay_state_does_not_grow_with_generations() -> None:
-    from groupkit.protocol.sim import GroupSim
+    from groupkit.testing.sim import GroupSim
 
     sim = GroupSim({"t0": 4}, session_timeout_ms=3000, heartbeat_interval_ms=300)
     sim.join("a")

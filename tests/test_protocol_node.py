@@ -131,7 +131,7 @@ def test_the_leader_tombstones_members_long_expired_and_they_may_return() -> Non
     """Crashed members leave no record behind for ever: two sessions after a crash the leader
     writes its tombstone, every reader forgets it, and compaction drops it from the log."""
     from groupkit.protocol.node import FORGET_AFTER_SESSIONS
-    from groupkit.protocol.sim import GroupSim
+    from groupkit.testing.sim import GroupSim
 
     sim = GroupSim({"t0": 4}, session_timeout_ms=2_000, heartbeat_interval_ms=300)
     for m in ("a", "b", "c"):

@@ -16,8 +16,8 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription
 from groupkit.types import TopicPartition as TP
 from tests.sim_log_readers import parts

@@ -30,7 +30,7 @@ from hypothesis.stateful import precondition, rule
 from groupkit.assignors import assignor_names
 from groupkit.protocol.member import LEFT
 from groupkit.protocol.records import encode, member_record
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_compaction import CompactedSchedule
 from tests.test_protocol_hypothesis import IDS, GroupSchedule, schedule_settings
