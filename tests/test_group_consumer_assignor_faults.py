@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from groupkit import GroupConsumer
 from groupkit.assignors import register_assignor, unregister_assignor
 from groupkit.dev.harness import wait_for
-from groupkit.protocol.assign import INVALID, RAISED, TIMEOUT
+from groupkit.protocol.vocab import AssignorFailure
 from groupkit.runtime.describe import describe_group
 from tests.test_protocol_assignor_faults import FaultyAssignor
 
@@ -64,7 +64,12 @@ def registered() -> Iterator[Callable[[str], str]]:
 
 @pytest.mark.parametrize(
     ("mode", "reason"),
-    [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
+    [
+        ("raise", AssignorFailure.RAISED),
+        ("duplicate", AssignorFailure.INVALID),
+        ("omit_partition", AssignorFailure.INVALID),
+        ("slow", AssignorFailure.TIMEOUT),
+    ],
 )
 def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
     conf: dict[str, Any],

@@ -25,9 +25,6 @@ Protocol_ = Literal["eager", "cooperative"]
 #: the plain strings (error messages show them as such); ``RebalanceProtocol`` members are equal
 PROTOCOLS: tuple[str, ...] = tuple(p.value for p in RebalanceProtocol)
 
-PHASE_REVOKE = Phase.REVOKE
-PHASE_PARTIAL = Phase.PARTIAL
-PHASE_COMPLETE = Phase.COMPLETE
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 
 Partitions = frozenset[TopicPartition]
@@ -169,7 +166,8 @@ class CoveredMember:
 class AssignorFallback:
     """Why a generation was planned by the built-in fallback instead of the group's assignor."""
 
-    #: ``raised``, ``invalid`` or ``timeout`` (protocol/assign.py); a reader accepts any
+    #: an ``AssignorFailure`` (protocol/assign.py); a reader accepts any string, so a newer
+    #: writer's reason is shown rather than rejected
     reason: str
     #: what was wrong, one line, bounded (:data:`MAX_FALLBACK_DETAIL`)
     detail: str
@@ -482,8 +480,7 @@ def _check_id(what: str, value: str) -> None:
 
 
 # --------------------------------------------------------------------------- offset resets
-# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
-# "Offset resets")
+# (``groupkit reset-offsets`` on a running group; the rules are in state.py, "Offset resets")
 
 #: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
 MAX_RESET_TEXT = 200

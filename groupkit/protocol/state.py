@@ -309,9 +309,6 @@ from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
     EMPTY,
     KIND_SNAPSHOT,
-    PHASE_COMPLETE,
-    PHASE_PARTIAL,
-    PHASE_REVOKE,
     AssignmentKey,
     AssignmentRecord,
     CoveredMember,
@@ -331,7 +328,7 @@ from groupkit.protocol.records import (
     decode_key,
     other_group_key,
 )
-from groupkit.protocol.vocab import RebalanceProtocol, RejectReason, ReplayKind
+from groupkit.protocol.vocab import Phase, RebalanceProtocol, RejectReason, ReplayKind
 from groupkit.types import TopicPartition
 
 _EAGER, _COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
@@ -348,14 +345,14 @@ _EAGER, _COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
 #: - ``complete``: the assignment is the whole plan; the group is stable once every member
 #:   has acknowledged it. Exits: a new rebalance.
 ASSIGNMENT_TRANSITIONS: Mapping[tuple[str, str | None], frozenset[str]] = {
-    (_EAGER, None): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_REVOKE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_PARTIAL): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_COMPLETE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, None): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_REVOKE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_PARTIAL): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_COMPLETE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, None): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.REVOKE): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.PARTIAL): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.COMPLETE): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, None): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.REVOKE): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.PARTIAL): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.COMPLETE): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
 }
 
 
@@ -1294,7 +1291,7 @@ class GroupState:
             or v.prev_ts is not None
             or v.seen_generation < a.generation
             or a.protocol != _COOPERATIVE
-            or a.phase != PHASE_COMPLETE
+            or a.phase != Phase.COMPLETE
             or mid in a.members
             or not self._admits(a)
             or any(c.topics != v.topics for c in a.members.values())
@@ -1700,16 +1697,16 @@ def _check_consistent(a: AssignmentRecord) -> None:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: a partition assigned and revoked"
             )
-        if a.phase == PHASE_REVOKE and (c.assigned or c.pending):
+        if a.phase == Phase.REVOKE and (c.assigned or c.pending):
             raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: revoke phase assigns")
-        if a.protocol == _EAGER and a.phase != PHASE_REVOKE and c.revoke:
+        if a.protocol == _EAGER and a.phase != Phase.REVOKE and c.revoke:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: eager revokes outside the revoke phase"
             )
-        if a.phase == PHASE_COMPLETE and c.pending:
+        if a.phase == Phase.COMPLETE and c.pending:
             raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
         if c.admit and (
-            a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or not c.admit <= c.assigned
+            a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or not c.admit <= c.assigned
         ):
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: admits outside its complete cooperative grant"
@@ -1726,7 +1723,7 @@ def _check_consistent(a: AssignmentRecord) -> None:
     for mid, c in a.members.items():
         if not c.inherit:
             continue
-        if a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or c.inherit & c.assigned:
+        if a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or c.inherit & c.assigned:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: inherits outside a complete cooperative one"
             )

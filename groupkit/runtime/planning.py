@@ -40,14 +40,8 @@ from groupkit.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from groupkit.protocol.assign import (
-    RAISED,
-    TIMEOUT,
-    AssignRequest,
-    PlanOutcome,
-    fallback_outcome,
-    run_assignor,
-)
+from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
+from groupkit.protocol.vocab import AssignorFailure
 
 
 class _Job:
@@ -71,7 +65,9 @@ class _Job:
         try:
             self.outcome = fn()
         except BaseException as e:  # SystemExit and the like from the user's code
-            self.outcome = fallback_outcome(self.request, RAISED, f"{type(e).__name__}: {e}")
+            self.outcome = fallback_outcome(
+                self.request, AssignorFailure.RAISED, f"{type(e).__name__}: {e}"
+            )
         finally:
             self.done.set()
 
@@ -131,8 +127,8 @@ class PlanRunner:
         return partitions * max(1, len(request.members)) <= INLINE_MAX_PAIRS
 
     def _fallback(self, request: AssignRequest, detail: str, now_ms: int) -> _Job:
-        return _Job(lambda: fallback_outcome(request, TIMEOUT, detail), request, now_ms,
-                    f"{self.name}-fallback", budgeted=False)  # fmt: skip
+        return _Job(lambda: fallback_outcome(request, AssignorFailure.TIMEOUT, detail), request,
+                    now_ms, f"{self.name}-fallback", budgeted=False)  # fmt: skip
 
     def poll(self, now_ms: int) -> PlanOutcome | None:
         """The outcome of the awaited plan once it is made (or its budget is spent: then the
