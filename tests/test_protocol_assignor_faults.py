@@ -1,11 +1,12 @@
-"""A user's assignor cannot take the group down (issue 19), in the simulator.
+"""A user's assignor cannot take the group down, in the simulator.
 
-Examples first: each way an assignor can misbehave (raise, duplicate a partition, omit a
-partition or a member, name an unknown member or partition, give a partition to a member that
-does not subscribe to its topic, answer garbage, take longer than its budget) is contained by
-``run_assignor``: the plan is the fallback's, and says why. Then whole groups: the three buggy
-assignors of the issue no longer stop the group or make it rewrite a rejected record in a loop,
-and a plan that finishes after the membership it was made for changed is discarded.
+Examples first: each way an assignor can misbehave (raise, duplicate a partition, omit a partition
+or a member, name an unknown member or partition, give a partition to a member that does not
+subscribe to its topic, answer garbage, take longer than its budget) is contained by
+``run_assignor``: the plan is the fallback's, and says why. Then whole groups: three buggy
+assignors (raise, duplicate, omit a partition) do not stop the group or make it rewrite a rejected
+record in a loop, and a plan that finishes after the membership it was made for changed is
+discarded.
 
 Then random schedules (``FaultySchedule``, the schedules of test_protocol_hypothesis.py, both
 protocols): the group's assignor misbehaves in a random way at every call (drawn per schedule),
@@ -207,7 +208,7 @@ def assignment_records(sim: GroupSim) -> list[AssignmentRecord]:
 def test_the_issues_buggy_assignors_leave_the_group_assigned_and_say_why(
     faulty: Any, protocol: str, mode: str, reason: str
 ) -> None:
-    """The issue's three (and a slow one): the group settles, fully assigned, on the fallback,
+    """Three buggy assignors (and a slow one): the group settles, fully assigned, on the fallback,
     and writes a bounded number of records that replay accepts (was: 298 rejected records in
     300 ticks for the duplicating one, and three of four partitions never consumed for the one
     that leaves partitions out)."""

@@ -1,4 +1,4 @@
-"""Static membership (KIP-345, issue 16) over random schedules of the simulator.
+"""Static membership (KIP-345) over random schedules of the simulator.
 
 A static member's member id is its ``group.instance.id``: the *seat* the group keeps for it.
 Properties, both protocols, every assignor:

@@ -82,7 +82,7 @@ BUILT_IN: frozenset[type[Assignor]] = frozenset({
 #: partitions x 20 members here, the others under 0.2 ms). Handing a plan to a thread and
 #: back costs two GIL hand-overs, each up to ``sys.getswitchinterval()`` (5 ms) while the
 #: ``poll`` thread is busy, on the path of every rebalance: a tenth of a tuned join at 10
-#: members (issue 14). A user's assignor (a subclass of a built-in one too) always runs on a
+#: members. A user's assignor (a subclass of a built-in one too) always runs on a
 #: worker: it can take any time.
 INLINE_MAX_PAIRS = 2_000
 
