@@ -247,6 +247,8 @@ def case_bombs() -> dict[str, Any]:
             "rack": None,
             "capacity": None,
             "client": {},
+            "prev_ts": None,
+            "since_gen": 0,
         }
         d.update(kw)
         return json.dumps(d).encode()  # fmt: skip

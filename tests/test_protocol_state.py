@@ -122,7 +122,8 @@ def test_member_claiming_what_it_was_never_granted_is_rejected() -> None:
     st = sim.members["a"].state
     b = st.members["b"]
     k, v = member_record("g", "b", incarnation=b.incarnation, seq=b.seq + 100, topics=["t0"],
-                         owned=[("t0", 0)], acked_generation=st.generation)  # fmt: skip
+                         owned=[("t0", 0)], acked_generation=st.generation, prev_ts=b.last_seen,
+                         joined_at=b.joined_at, since_generation=b.since_generation)  # fmt: skip
     assert inject_and_settle(sim, *encode(k, v)) == "unowned_claim"
 
 

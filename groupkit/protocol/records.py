@@ -40,8 +40,8 @@ never writes its own clock. It *echoes* the value it learned from its own replay
 starting from a compacted topic (where that first record is gone) still orders leaders the same.
 ``prev_ts`` is the broker time of the own record the member's session runs from (``null``: none,
 or lapsed); with it the replay decides from the record alone whether it continues a membership,
-which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Records of members that
-predate it lack both fields (:attr:`MemberRecord.legacy`) and still decode.
+which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Both fields are in every
+member record: a record without them is rejected (``missing_field``).
 
 ``committed`` (optional, ``{"t": [[partition, offset], ...]}``): in the record by which a member
 lets partitions go, the offsets it committed for them just before, so that their next
