@@ -1,12 +1,12 @@
 """The protocol's closed vocabularies, as ``StrEnum``\\ s: every word the core writes or answers.
 
-Why one leaf module and not one enum per owner: each word crosses layers. The rebalance
-protocol and the phase are written by the planner, checked by the decoder (records.py) and the
-replay (state.py); rejection reasons are raised by the decoder and the replay alike and become
-metric label values (metrics.py); member states, member events and replay kinds are read by
-the runtime. Every module imports the words from here (``Phase.REVOKE``, ``MemberPhase.LEFT``,
-``DecisionAction.WRITE`` ...), none re-exports them under another name, and this module imports
-nothing of groupkit, so no import circle can form around a word.
+Why one leaf module and not one enum per owner: each word crosses layers. The rebalance protocol
+and the phase are written by the planner, checked by the decoder (records.py) and the replay
+(state.py); rejection reasons are raised by the decoder and the replay alike and become metric
+label values (metrics.py), as assignor failures do; member states, loss reasons and replay kinds
+are read by the runtime. Every module imports the words from here (``Phase.REVOKE``,
+``MemberPhase.LEFT``, ``DecisionAction.WRITE`` ...), none re-exports them under another name,
+and this module imports nothing of groupkit, so no import circle can form around a word.
 
 Each member *is* its string (``StrEnum``): it compares and hashes equal to it, and
 ``json.dumps``, ``str()``, f-strings and prometheus label values give the bare string. So the
