@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 
 SCENARIOS = ("join", "join_bounded", "leave", "crash")

@@ -44,8 +44,8 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription, TopicPartition
 
 
@@ -247,6 +247,8 @@ def case_bombs() -> dict[str, Any]:
             "rack": None,
             "capacity": None,
             "client": {},
+            "prev_ts": None,
+            "since_gen": 0,
         }
         d.update(kw)
         return json.dumps(d).encode()  # fmt: skip

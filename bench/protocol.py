@@ -22,14 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import begin, median, time_runs, write_results
-from groupkit.protocol.planner import WRITE, Planner
+from groupkit.protocol.planner import Planner
 from groupkit.protocol.records import (
     assignment_record,
     covered_member,
     decode,
     encode,
 )
-from groupkit.protocol.sim import GroupSim
+from groupkit.protocol.vocab import DecisionAction
+from groupkit.testing.sim import GroupSim
 
 
 def stable_group(members: int, protocol: str, assignor: str, topics: int, parts: int) -> GroupSim:
@@ -58,7 +59,7 @@ def bench_planner(members: int, runs: int, quick: bool) -> list[list[object]]:
             st = sim.view()
             planner = Planner(assignor, protocol)
             d = planner.plan(st, sim.partitions)
-            assert d.action == WRITE, d
+            assert d.action == DecisionAction.WRITE, d
             counts = dict(sim.partitions)
             times = time_runs(lambda p=planner, s=st, c=counts: p.plan(s, c), runs)
             k, v = d.encode()

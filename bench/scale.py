@@ -56,9 +56,9 @@ from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.protocol.node import Node, NodeStep
 from groupkit.protocol.records import KIND_ASSIGNMENT, KIND_MEMBER, KIND_SNAPSHOT
-from groupkit.protocol.sim import GroupSim, LogRecord
 from groupkit.protocol.state import GroupState
 from groupkit.runtime.control_topic import partition_for_group
+from groupkit.testing.sim import GroupSim, LogRecord
 
 HERE = Path(__file__).resolve().parent
 TICK_MS = 100  # GroupSim's default tick: how often every simulated member steps

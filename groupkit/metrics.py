@@ -52,9 +52,8 @@ from prometheus_client.registry import Collector
 
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
-from groupkit.protocol.assign import FAILURES
 from groupkit.protocol.records import Partitions
-from groupkit.protocol.vocab import RejectReason
+from groupkit.protocol.vocab import AssignorFailure, RejectReason
 from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
@@ -366,7 +365,7 @@ class PrometheusObserver(GroupObserver):
             i.write_errors.labels(g, member, kind)
         for reason in KNOWN_REJECTIONS:
             i.rejected.labels(g, member, reason)
-        for reason in FAILURES:
+        for reason in AssignorFailure:
             i.assignor_failures.labels(g, member, self.assignor, reason)
         for topic in self.probe.topics:
             i.consumed.labels(g, member, topic)
@@ -412,7 +411,7 @@ class PrometheusObserver(GroupObserver):
             )
             self._i.moved.labels(self.group, member).inc(summary.moved)
 
-    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+    def assignor_failed(self, assignor: str, reason: AssignorFailure, detail: str) -> None:
         self._i.assignor_failures.labels(self.group, self._member(), assignor, reason).inc()
 
     def handoff(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from groupkit.protocol.records import AssignmentRecord, decode
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 
 def parts(ps: object) -> str:

@@ -139,9 +139,12 @@ def test_a_live_group_shrugs_off_bad_control_records(
         ))  # fmt: skip
 
     def member_value(**fields: Any) -> bytes:
+        # the other member's next record, as its process would write it: it continues the
+        # membership (prev_ts names the record of it this state saw last)
         doc = {"inc": om.incarnation, "seq": om.seq + 10_000, "topics": [data], "owned": {},
                "owned_gen": gen, "acked_gen": gen, "joined_at": om.joined_at, "rack": None,
-               "capacity": None, "client": {}}  # fmt: skip
+               "capacity": None, "client": {}, "prev_ts": om.last_seen,
+               "since_gen": om.since_generation}  # fmt: skip
         doc.update(fields)
         return json.dumps(doc, separators=(",", ":")).encode()
 

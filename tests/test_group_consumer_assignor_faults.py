@@ -25,7 +25,7 @@ from groupkit import GroupConsumer
 from groupkit.assignors import register_assignor, unregister_assignor
 from groupkit.dev.harness import wait_for
 from groupkit.metrics import PrometheusObserver
-from groupkit.protocol.assign import INVALID, RAISED, TIMEOUT
+from groupkit.protocol.vocab import AssignorFailure
 from groupkit.runtime.describe import describe_group
 from tests.test_protocol_assignor_faults import FaultyAssignor
 
@@ -66,7 +66,12 @@ def registered() -> Iterator[Callable[[str], str]]:
 
 @pytest.mark.parametrize(
     ("mode", "reason"),
-    [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
+    [
+        ("raise", AssignorFailure.RAISED),
+        ("duplicate", AssignorFailure.INVALID),
+        ("omit_partition", AssignorFailure.INVALID),
+        ("slow", AssignorFailure.TIMEOUT),
+    ],
 )
 def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
     conf: dict[str, Any],

@@ -149,6 +149,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("groupkit.errors", "groupkit.types", "groupkit.log", "groupkit.cache"),
     ("groupkit.assignors",),
     ("groupkit.protocol",),
+    # the simulator and other test tools: protocol and assignors, never the runtime
+    ("groupkit.testing",),
     ("groupkit.runtime",),
     ("groupkit.metrics", "groupkit.pipeline", "groupkit.dev", "groupkit.cli", "groupkit"),
 )
@@ -181,3 +183,14 @@ def test_the_pure_layers_import_no_kafka_client() -> None:
             names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
             names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
             assert not any(m.split(".")[0] == "confluent_kafka" for m in names), name
+
+
+def test_the_product_never_imports_its_test_tools() -> None:
+    """``groupkit.testing`` ships for users' tests; no module of the product depends on it."""
+    mods = _modules()
+    for name, path in mods.items():
+        if _layer(name) != _layer("groupkit.testing"):
+            assert not any(
+                _layer(d) == _layer("groupkit.testing")
+                for d in _imported(name, path, mods, type_checking=True)
+            ), name

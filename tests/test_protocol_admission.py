@@ -35,8 +35,8 @@ from groupkit.protocol.records import (
     encode_key,
     member_record,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_compaction import FullReaderRules, agreed, compacted_reader
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings

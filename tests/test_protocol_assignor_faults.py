@@ -26,17 +26,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize
 
 from groupkit.assignors import Assignor, get_assignor, register_assignor, unregister_assignor
-from groupkit.protocol.assign import (
-    FAILURES,
-    INVALID,
-    RAISED,
-    TIMEOUT,
-    AssignRequest,
-    basis_of,
-    run_assignor,
-)
+from groupkit.protocol.assign import AssignRequest, basis_of, run_assignor
 from groupkit.protocol.records import KIND_ASSIGNMENT, AssignmentRecord, decode
-from groupkit.protocol.sim import GroupSim
+from groupkit.protocol.vocab import AssignorFailure
+from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription, TopicPartition
 from tests.test_protocol_hypothesis import EXAMPLES, GroupSchedule, schedule_settings
 
@@ -45,15 +38,15 @@ TP = TopicPartition
 #: what a faulty assignor does at a call, and the failure it must be contained as
 MODES: dict[str, str | None] = {
     "ok": None,
-    "raise": RAISED,
-    "duplicate": INVALID,  # a partition to two members (as one to every member would)
-    "omit_partition": INVALID,  # leaves partitions out
-    "omit_member": INVALID,
-    "unknown_member": INVALID,
-    "unknown_partition": INVALID,
-    "unsubscribed": INVALID,
-    "garbage": INVALID,
-    "slow": TIMEOUT,  # past its budget
+    "raise": AssignorFailure.RAISED,
+    "duplicate": AssignorFailure.INVALID,  # a partition to two members
+    "omit_partition": AssignorFailure.INVALID,  # leaves partitions out
+    "omit_member": AssignorFailure.INVALID,
+    "unknown_member": AssignorFailure.INVALID,
+    "unknown_partition": AssignorFailure.INVALID,
+    "unsubscribed": AssignorFailure.INVALID,
+    "garbage": AssignorFailure.INVALID,
+    "slow": AssignorFailure.TIMEOUT,  # past its budget
     "slowish": None,  # within its budget, but the group may change meanwhile
 }
 #: how long a "slow" and a "slowish" plan take in the simulator, against a 1 s budget
@@ -170,7 +163,7 @@ def test_the_detail_is_one_bounded_line() -> None:
             raise ValueError("line one\nline two " + "x" * 5_000)
 
     out = run_assignor(Loud(), request_for({"t0": 1}, {"a": MemberSubscription(["t0"])}))
-    assert out.fallback is not None and out.fallback.reason == RAISED
+    assert out.fallback is not None and out.fallback.reason == AssignorFailure.RAISED
     assert "\n" not in out.fallback.detail and len(out.fallback.detail) <= 300
     assert out.fallback.detail.startswith("ValueError: line one line two")
 
@@ -205,7 +198,12 @@ def assignment_records(sim: GroupSim) -> list[AssignmentRecord]:
 @pytest.mark.parametrize("protocol", ["eager", "cooperative"])
 @pytest.mark.parametrize(
     ("mode", "reason"),
-    [("raise", RAISED), ("duplicate", INVALID), ("omit_partition", INVALID), ("slow", TIMEOUT)],
+    [
+        ("raise", AssignorFailure.RAISED),
+        ("duplicate", AssignorFailure.INVALID),
+        ("omit_partition", AssignorFailure.INVALID),
+        ("slow", AssignorFailure.TIMEOUT),
+    ],
 )
 def test_a_raising_duplicating_omitting_or_slow_assignor_leaves_the_group_assigned(
     faulty: Any, protocol: str, mode: str, reason: str
@@ -279,7 +277,7 @@ def test_the_leader_heartbeats_while_its_assignor_runs(faulty: Any) -> None:
     leader = sim.view().leader
     assert leader is not None and sim.members[leader].member.state == "active"
     assert sim.view().generation <= 2 and ticks * sim.tick_ms < 3 * BUDGET_MS
-    assert sim.view().assignment.fallback.reason == TIMEOUT  # type: ignore[union-attr]
+    assert sim.view().assignment.fallback.reason == AssignorFailure.TIMEOUT  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ random schedules
@@ -314,7 +312,7 @@ class FaultySchedule(GroupSchedule):
             return
         assert "inconsistent" not in self.sim.view().rejections
         for out in self.sim.plans:
-            assert out.fallback is None or out.fallback.reason in FAILURES
+            assert out.fallback is None or out.fallback.reason in list(AssignorFailure)
 
     def teardown(self) -> None:
         try:

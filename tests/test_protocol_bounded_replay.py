@@ -22,8 +22,8 @@ from collections import Counter
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim
 from tests.test_protocol_hypothesis import IDS, GroupSchedule, schedule_settings
 from tests.test_protocol_snapshot import observed
 

@@ -56,8 +56,8 @@ from groupkit.protocol.records import (
     encode_value,
     member_record,
 )
-from groupkit.protocol.sim import GroupSim, LogRecord
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim, LogRecord
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 
 EXAMPLES = int(os.environ.get("GROUPKIT_COMPACTION_EXAMPLES", "150"))

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.hops import HopRow, hop_table, measure, render
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 #: (protocol, assignor, scenario) -> (hops until the partitions are owned again, hops until
 #: stable). With cooperative-sticky the current generation names what a newcomer gets, so the

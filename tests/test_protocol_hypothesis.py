@@ -26,7 +26,7 @@ from hypothesis.stateful import (
 )
 
 from groupkit.assignors import assignor_names
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 IDS = ["m0", "m1", "m2", "m3", "m4"]
 TOPICS = ["t0", "t1"]

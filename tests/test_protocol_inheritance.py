@@ -25,8 +25,8 @@ from groupkit.protocol.records import (
     decode,
     encode,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import _check_consistent
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_admission import stable_group
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 
 @pytest.mark.parametrize("protocol", ["cooperative", "eager"])

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from groupkit.assignors import assignor_names
 from groupkit.protocol.codec import decode
 from groupkit.protocol.schema import MemberKey, MemberRecord
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 
 EXAMPLES = max(20, int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1000")) // 4)
 SESSION_MS = 3_000

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from groupkit.protocol import GroupState, Member, Node, Planner
 from groupkit.protocol.node import SENT
-from groupkit.protocol.planner import WRITE
+from groupkit.protocol.vocab import DecisionAction
 
 SESSION = 10_000
 
@@ -46,7 +46,7 @@ def _joined(node: Node, log: _Log, now: int = 0) -> None:
             log.append(w.raw_key, w.raw_value, t)  # confirm what it read back, as step does
         log.feed(node)
         # peek at the planner itself: Node.plan would start the wait for the record
-        if node.ready(t) and node.planner.plan(node.state, {"t": 2}).action == WRITE:
+        if node.ready(t) and node.planner.plan(node.state, {"t": 2}).action == DecisionAction.WRITE:
             return
     raise AssertionError("never ready")
 
@@ -55,7 +55,7 @@ def test_plans_once_then_waits_for_its_own_record() -> None:
     node, log = _node(), _Log()
     _joined(node, log)
     s = node.step(10, {"t": 2})
-    assert s.leader and s.ready and s.lead is not None and s.lead.action == WRITE
+    assert s.leader and s.ready and s.lead is not None and s.lead.action == DecisionAction.WRITE
     assert node.awaiting == SENT and s.lead.key is not None
     # until the record is in the log and replayed, it leads but plans nothing
     again = node.step(11, {"t": 2})
@@ -84,11 +84,11 @@ def test_a_failed_write_plans_again() -> None:
     node, log = _node(), _Log()
     _joined(node, log)
     first = node.plan(10, {"t": 2})
-    assert first is not None and first.action == WRITE
+    assert first is not None and first.action == DecisionAction.WRITE
     assert node.plan(10, {"t": 2}) is None
     node.write_failed()
     second = node.plan(11, {"t": 2})
-    assert second is not None and second.action == WRITE
+    assert second is not None and second.action == DecisionAction.WRITE
     assert second.decision.record == first.decision.record
 
 
@@ -131,7 +131,7 @@ def test_the_leader_tombstones_members_long_expired_and_they_may_return() -> Non
     """Crashed members leave no record behind for ever: two sessions after a crash the leader
     writes its tombstone, every reader forgets it, and compaction drops it from the log."""
     from groupkit.protocol.node import FORGET_AFTER_SESSIONS
-    from groupkit.protocol.sim import GroupSim
+    from groupkit.testing.sim import GroupSim
 
     sim = GroupSim({"t0": 4}, session_timeout_ms=2_000, heartbeat_interval_ms=300)
     for m in ("a", "b", "c"):

@@ -26,10 +26,13 @@ from groupkit.protocol.records import (
     decode,
     decode_partitions,
     encode,
+    encode_key,
     encode_partitions,
     member_record,
     member_tombstone,
 )
+from groupkit.protocol.state import GroupState
+from groupkit.protocol.vocab import RejectReason, ReplayKind
 from groupkit.types import TopicPartition as TP
 
 
@@ -190,7 +193,8 @@ def _value(doc: object, version: int = 1, flags: int = 0) -> bytes:
 
 GOOD_MEMBER = {
     "inc": "i", "seq": 1, "topics": ["t"], "owned": {}, "owned_gen": 0, "acked_gen": 0,
-    "joined_at": None, "rack": None, "capacity": None, "client": {},
+    "joined_at": None, "rack": None, "capacity": None, "client": {}, "prev_ts": None,
+    "since_gen": 0,
 }  # fmt: skip
 MKEY = encode(*member_tombstone("g", "m"))[0]
 AKEY = an_assignment()[0]
@@ -412,7 +416,7 @@ def test_a_heartbeat_decoded_from_the_memo_equals_a_full_decode(
 MEMBER_RECORD_FIELDS = (
     "incarnation", "seq", "topics", "owned", "owned_generation", "acked_generation",
     "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
-    "since_generation", "legacy", "committed", "instance_id", "seat", "seat_ts", "reset_at",
+    "since_generation", "committed", "instance_id", "seat", "seat_ts", "reset_at",
     "reset_done", "leaving", "admitted_in",
 )  # fmt: skip
 
@@ -483,18 +487,43 @@ def test_the_memo_reads_seq_as_json_does(seq: bytes, expect: object) -> None:
 # ------------------------------------------------------------------ prev_ts
 
 
-def test_prev_ts_round_trips_and_a_record_without_it_is_legacy() -> None:
+def test_prev_ts_round_trips_and_is_in_every_record() -> None:
     for prev, joined in ((None, None), (None, 5), (7, 5), (5, 5), (0, 0)):
         k, v = member_record("g", "m1", incarnation="i1", seq=3, topics=["t0"], joined_at=joined,
                              prev_ts=prev, since_generation=4)  # fmt: skip
-        assert not v.legacy and v.prev_ts == prev and v.since_generation == 4
+        assert v.prev_ts == prev and v.since_generation == 4
         assert decode(*encode(k, v)) == (k, v)
-    # a record of a member that predates the field still decodes, as a legacy one
-    _, old = decode(MKEY, _value(GOOD_MEMBER))
-    assert isinstance(old, MemberRecord)
-    assert old.legacy and old.prev_ts is None and old.since_generation == 0
+    # by default a record starts a new membership, and says so on the wire
     k, v = member_record("g", "m1", incarnation="i1", seq=3, topics=["t0"])
-    assert v.legacy and b"prev_ts" not in (encode(k, v)[1] or b"")
+    raw = encode(k, v)[1] or b""
+    assert v.prev_ts is None and b'"prev_ts":null' in raw and b'"since_gen":0' in raw
+
+
+#: a member record in the format written before ``prev_ts`` existed (neither it nor since_gen)
+WITHOUT_PREV_TS = _without(_without(GOOD_MEMBER, "prev_ts"), "since_gen")
+
+
+def test_a_record_without_prev_ts_is_rejected_not_decoded() -> None:
+    """The format before ``prev_ts`` is not decoded: such a record is a rejection like any
+    other record that lacks a field, by the decoder and the memo's fast path alike."""
+    for memo in (False, True):
+        records._member_memo.clear()
+        if memo:  # the same record but for seq and prev_ts, decoded first
+            decode(MKEY, _value({**GOOD_MEMBER, "prev_ts": 9, "joined_at": 9}))
+        with pytest.raises(RecordRejected) as e:
+            decode(MKEY, _value({**WITHOUT_PREV_TS, "joined_at": 9}))
+        assert e.value.reason == RejectReason.MISSING_FIELD
+
+
+def test_the_replay_counts_a_record_without_prev_ts_and_goes_on() -> None:
+    st = GroupState("g", 10_000)
+    k = encode_key(MemberKey("g", "m"))
+    r = st.replay(0, k, _value({**WITHOUT_PREV_TS, "seq": 1}), 1_000)
+    assert r.kind == ReplayKind.REJECTED and r.reason == RejectReason.MISSING_FIELD
+    assert st.rejections[RejectReason.MISSING_FIELD] == 1 and "m" not in st.members
+    # the member's next record, in the format of today, joins it as usual
+    r = st.replay(1, k, _value({**GOOD_MEMBER, "seq": 2}), 1_100)
+    assert r.kind == ReplayKind.MEMBER and r.new_membership and "m" in st.members
 
 
 def test_prev_ts_before_joined_at_decodes() -> None:
@@ -520,7 +549,7 @@ def test_bad_prev_ts_is_rejected(fields: dict[str, object], reason: str) -> None
         if memo:  # the same record but for seq and prev_ts, decoded first
             decode(MKEY, _value({**GOOD_MEMBER, "prev_ts": 9, "since_gen": 0, "joined_at": 9}))
         with pytest.raises(RecordRejected) as e:
-            decode(MKEY, _value({**GOOD_MEMBER, **fields}))
+            decode(MKEY, _value({**_without(GOOD_MEMBER, "since_gen"), **fields}))
         assert e.value.reason == reason
 
 

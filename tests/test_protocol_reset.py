@@ -36,7 +36,7 @@ from groupkit.protocol.records import (
     member_record,
     reset_record,
 )
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition as TP
 from tests.test_protocol_hypothesis import EXAMPLES, GroupSchedule, schedule_settings
 

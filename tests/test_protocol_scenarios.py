@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from tests.sim_log_readers import parts, summaries
 
 ALL4 = "t0-0 t0-1 t0-2 t0-3"

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from groupkit.assignors import assignor_names
-from groupkit.protocol.sim import GroupSim
+from groupkit.testing.sim import GroupSim
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 
 EXAMPLES = int(os.environ.get("GROUPKIT_SKEW_EXAMPLES", "400"))

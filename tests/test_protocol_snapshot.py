@@ -50,9 +50,9 @@ from groupkit.protocol.records import (
     encode,
     encode_key,
 )
-from groupkit.protocol.sim import GroupSim, LogRecord
 from groupkit.protocol.snapshot import newest_snapshot, restore
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim, LogRecord
 from tests.test_protocol_compaction import FullReader, agreed
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 

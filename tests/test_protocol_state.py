@@ -7,7 +7,7 @@ import pytest
 
 from groupkit.assignors import Assignor
 from groupkit.protocol.member import MEMBER_TRANSITIONS, Member, ProtocolError, diff
-from groupkit.protocol.planner import NEED_LAGS, WRITE, Planner, adjust_cooperative
+from groupkit.protocol.planner import Planner, adjust_cooperative
 from groupkit.protocol.records import (
     HmacSigner,
     assignment_record,
@@ -16,8 +16,9 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
-from groupkit.protocol.sim import GroupSim
 from groupkit.protocol.state import GroupState
+from groupkit.protocol.vocab import DecisionAction, MemberEvent
+from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription
 from groupkit.types import TopicPartition as TP
 from tests.sim_log_readers import parts
@@ -121,7 +122,8 @@ def test_member_claiming_what_it_was_never_granted_is_rejected() -> None:
     st = sim.members["a"].state
     b = st.members["b"]
     k, v = member_record("g", "b", incarnation=b.incarnation, seq=b.seq + 100, topics=["t0"],
-                         owned=[("t0", 0)], acked_generation=st.generation)  # fmt: skip
+                         owned=[("t0", 0)], acked_generation=st.generation, prev_ts=b.last_seen,
+                         joined_at=b.joined_at, since_generation=b.since_generation)  # fmt: skip
     assert inject_and_settle(sim, *encode(k, v)) == "unowned_claim"
 
 
@@ -300,7 +302,7 @@ def test_member_state_table() -> None:
     acts = m.poll(st, 0)
     assert acts.state == "joining" and len(acts.writes) == 1
     with pytest.raises(ProtocolError, match="not allowed"):
-        m._fire("left")
+        m._fire(MemberEvent.LEFT)
     m.leave()
     assert m.poll(st, 10).writes[-1].value is None  # the tombstone
     with pytest.raises(ProtocolError):
@@ -337,9 +339,9 @@ def test_planner_asks_for_lags_only_when_it_runs_a_lag_assignor() -> None:
     p = Planner(_LagOnly(), "cooperative")
     assert p.needs_lags(st, {"t": 2})
     d = p.plan(st, {"t": 2})
-    assert d.action == NEED_LAGS and d.lag_topics == ("t",)
+    assert d.action == DecisionAction.NEED_LAGS and d.lag_topics == ("t",)
     d = p.plan(st, {"t": 2}, {TP("t", 0): 5, TP("t", 1): 9})
-    assert d.action == WRITE and d.record is not None
+    assert d.action == DecisionAction.WRITE and d.record is not None
     st.replay(1, *d.encode(), 2)
     assert not p.needs_lags(st, {"t": 2})  # stable: no assignor run, no lags
     assert MemberSubscription(["t"]).topics == ("t",)

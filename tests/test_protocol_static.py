@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from groupkit.assignors import assignor_names
-from groupkit.protocol.member import LEFT
 from groupkit.protocol.records import encode, member_record
-from groupkit.protocol.sim import GroupSim
+from groupkit.protocol.vocab import MemberPhase
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_compaction import CompactedSchedule
 from tests.test_protocol_hypothesis import IDS, GroupSchedule, schedule_settings
@@ -51,7 +51,7 @@ class StaticRules:
           topics=st.sampled_from([["t0"], ["t1"], ["t0", "t1"]]))  # fmt: skip
     def join(self, mid: str, rate: int | None, topics: list[str]) -> None:
         sm = self.sim.members.get(mid)
-        if sm is None or sm.crashed or sm.member.state == LEFT:
+        if sm is None or sm.crashed or sm.member.state == MemberPhase.LEFT:
             self.sim.members.pop(mid, None)
             self.sim.join(mid, topics, read_rate=rate, static=mid in STATIC)
 
@@ -167,7 +167,7 @@ def test_restart_within_the_session_is_no_rebalance(
         sm.actions.clear()
     if how == "close":
         sim.park(victim)
-        while sim.members[victim].member.state != LEFT:  # close() returns once it wrote
+        while sim.members[victim].member.state != MemberPhase.LEFT:  # close() returns once it wrote
             sim.tick()
     elif how == "crash":
         sim.crash(victim)
@@ -179,7 +179,7 @@ def test_restart_within_the_session_is_no_rebalance(
         sim.tick()
         assert not sim.violations(), sim.describe()
         if new.member.owned == before[victim] and all(
-            d.member.state == LEFT for d in sim.displaced
+            d.member.state == MemberPhase.LEFT for d in sim.displaced
         ):
             break
     assert new.member.owned == before[victim], sim.describe()
@@ -191,7 +191,9 @@ def test_restart_within_the_session_is_no_rebalance(
             assert not seen, (i, seen)
     if how == "duplicate":  # the old process was fenced: newest join wins
         old = sim.displaced[0]
-        assert old.member.state == LEFT and old.member.superseded and not old.member.owned
+        assert (
+            old.member.state == MemberPhase.LEFT and old.member.superseded and not old.member.owned
+        )
     # a close hands over at once: only the time the new process takes to read its join back
     if how == "close":
         assert sim.view().rejections["fenced_instance"] == 0
@@ -254,7 +256,7 @@ def test_records_of_the_replaced_process_are_refused() -> None:
     old.paused_until = 0
     n = len(sim.log.records)
     sim.tick(1)
-    assert old.member.superseded and old.member.state == LEFT
+    assert old.member.superseded and old.member.state == MemberPhase.LEFT
     assert len(sim.log.records) >= n
     # its partitions stay held until its session (from its last record) ends
     assert owned <= sim.view().held()
@@ -290,7 +292,7 @@ def test_a_snapshot_keeps_the_static_seats() -> None:
 
     sim = stable_static_group("cooperative", "range", 3, 6, 0, None)
     sim.park("s1")
-    while sim.members["s1"].member.state != LEFT:
+    while sim.members["s1"].member.state != MemberPhase.LEFT:
         sim.tick()
     sim.join("s1", static=True)
     sim.settle()

@@ -4,8 +4,18 @@ value types behave as the tuples they replaced."""
 import json
 
 from groupkit.metrics import KNOWN_REJECTIONS
+from groupkit.protocol.member import MEMBER_TRANSITIONS
 from groupkit.protocol.records import PHASES, PROTOCOLS, MemberRef
-from groupkit.protocol.vocab import MemberPhase, Phase, RebalanceProtocol, RejectReason, ReplayKind
+from groupkit.protocol.vocab import (
+    AssignorFailure,
+    LossReason,
+    MemberEvent,
+    MemberPhase,
+    Phase,
+    RebalanceProtocol,
+    RejectReason,
+    ReplayKind,
+)
 
 
 def test_members_are_their_strings_on_the_wire_and_in_labels() -> None:
@@ -30,6 +40,21 @@ def test_metric_rejection_labels_come_from_the_one_enum() -> None:
         "fenced_instance",
     }  # fmt: skip
     assert before <= set(KNOWN_REJECTIONS)
+
+
+def test_member_events_and_failure_reasons_keep_their_log_and_label_strings() -> None:
+    # what the member's table is driven by, and what ``member.event`` logs and the
+    # ``groupkit_assignor_failures_total`` reason label say: the strings they were before
+    assert [e.value for e in MemberEvent] == [
+        "send_record", "covered", "uncovered", "fenced", "leave", "left",
+    ]  # fmt: skip
+    assert [r.value for r in LossReason] == [
+        "session_lapsed", "replaced", "expired", "membership_restarted", "instance_fenced",
+    ]  # fmt: skip
+    assert [f.value for f in AssignorFailure] == ["raised", "invalid", "timeout"]
+    # the table speaks only these words
+    assert {e for _, e in MEMBER_TRANSITIONS} == set(MemberEvent)
+    assert all(type(e) is MemberEvent for _, e in MEMBER_TRANSITIONS)
 
 
 def test_a_member_ref_is_the_pair_it_replaced() -> None:

@@ -51,7 +51,7 @@ def test_round_trips() -> None:
     assert s.lags() == {TP("t0", 0): 5, TP("t0", 1): 0, TP("t1", 0): 0}
     assert s.owners() == {TP("t0", 0): "a", TP("t0", 1): "b"}
     summary = RebalanceSummary(
-        "g", "a", "members_changed", "eager", "range", 4, 5, 2, 3, 6, 0.0421, "completed"
+        "g", "a", "membership_changed", "eager", "range", 4, 5, 2, 3, 6, 0.0421, "completed"
     )
     e = RebalanceEvent.from_summary(summary, 999)
     assert e.duration_ms == pytest.approx(42.1)

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 
 from groupkit.assignors import get_assignor
 from groupkit.assignors.invariants import moved_partitions
+from groupkit.protocol.vocab import DecisionReason
 from groupkit.runtime.telemetry import (
     LagSnapshot,
     MemberInfo,
@@ -126,7 +127,7 @@ def synthetic_history(
                     group=group,
                     ts_ms=ts - rng.randint(100, 2000),
                     leader=min(members),
-                    reason="members_changed",
+                    reason=DecisionReason.MEMBERSHIP_CHANGED,
                     protocol=protocol,
                     assignor=real.name,
                     first_generation=generation

@@ -8,14 +8,14 @@
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
 5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
 6. :mod:`~groupkit.protocol.node` — :class:`Node`, the driver that composes the three above.
-7. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
 
-How a runtime drives it (through a ``Node``, as the runtime and the simulator both do): feed
-every control record (``Node.feed``); then ``Node.step(now_ms)`` and carry out its ``Actions`` in
-order (lost, revoke with commit, assign, write records); if the step says the node is ready to
-lead, ``Node.plan(now_ms, partition_counts)`` (again with ``lags`` if it answers ``need_lags``),
-produce the record of a ``write`` answer and report its offset (``Node.written``) or its failure
-(``Node.write_failed``); the node plans again once that offset is replayed.
+How a runtime drives it (through a ``Node``, as the runtime and the simulator,
+:mod:`groupkit.testing.sim`, both do): feed every control record (``Node.feed``); then
+``Node.step(now_ms)`` and carry out its ``Actions`` in order (lost, revoke with commit, assign,
+write records); if the step says the node is ready to lead, ``Node.plan(now_ms,
+partition_counts)`` (again with ``lags`` if it answers ``need_lags``), produce the record of a
+``write`` answer and report its offset (``Node.written``) or its failure (``Node.write_failed``);
+the node plans again once that offset is replayed.
 """
 
 from groupkit.errors import ProtocolError

@@ -1,6 +1,6 @@
 """The leader's assignor, contained: what it is asked, its answer checked, and the fallback.
 
-A user's assignor must cost a log line and a metric, never the group (issue 19). So the planner
+A user's assignor must cost a log line and a metric, never the group. So the planner
 never writes what an assignor answers until it has passed the one invariant checker the
 assignors are tested with (:func:`groupkit.assignors.invariants.check_complete`): every partition
 of a subscribed topic exactly once, only to a member subscribed to its topic, every member
@@ -9,7 +9,8 @@ the check, or takes longer than its budget (the runtime's ``groupkit.assignor.ti
 runtime measures, this module only names the outcome) is treated alike: the plan is made by
 :data:`FALLBACK_ASSIGNOR` instead, which is given what every member owns now, so it keeps the
 current owners (moving only what the counts need evened out) and places the rest. The
-outcome says why (:class:`~groupkit.protocol.records.AssignorFallback`), and the record the
+outcome says why (:class:`~groupkit.protocol.records.AssignorFallback`, its reason an
+:class:`~groupkit.protocol.vocab.AssignorFailure`), and the record the
 planner writes carries it, so every member and ``groupkit describe`` see it.
 
 Why this cannot loop: the fallback's plan is valid by construction (a built-in assignor, checked
@@ -38,16 +39,11 @@ from typing import Any
 from groupkit.assignors import Assignor, get_assignor
 from groupkit.assignors.invariants import check_complete
 from groupkit.protocol.records import MAX_FALLBACK_DETAIL, AssignorFallback
+from groupkit.protocol.vocab import AssignorFailure
 from groupkit.types import MemberSubscription, TopicPartition
 
 #: the built-in assignor that plans when the group's own fails
 FALLBACK_ASSIGNOR = "cooperative-sticky"
-
-#: why the fallback planned a generation
-RAISED = "raised"
-INVALID = "invalid"
-TIMEOUT = "timeout"
-FAILURES = (RAISED, INVALID, TIMEOUT)
 
 #: violations quoted in an ``invalid`` outcome's detail
 _SHOWN = 3
@@ -94,15 +90,17 @@ def run_assignor(assignor: Assignor, request: AssignRequest) -> PlanOutcome:
     try:
         raw = assignor.assign(request.partitions_per_topic, request.members, request.lags)
     except Exception as e:
-        return fallback_outcome(request, RAISED, f"{type(e).__name__}: {e}")
+        return fallback_outcome(request, AssignorFailure.RAISED, f"{type(e).__name__}: {e}")
     answer, problems = check_answer(request, raw)
     if problems:
         more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""
-        return fallback_outcome(request, INVALID, "; ".join(problems[:_SHOWN]) + more)
+        return fallback_outcome(
+            request, AssignorFailure.INVALID, "; ".join(problems[:_SHOWN]) + more
+        )
     return PlanOutcome(request.basis, answer)
 
 
-def fallback_outcome(request: AssignRequest, reason: str, detail: str) -> PlanOutcome:
+def fallback_outcome(request: AssignRequest, reason: AssignorFailure, detail: str) -> PlanOutcome:
     """The built-in plan for ``request``: :data:`FALLBACK_ASSIGNOR` with what members own.
 
     Checked like any other (a fallback that failed would be a bug of groupkit: it raises).

@@ -166,9 +166,8 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         "capacity": v.capacity,
         "client": dict(v.client),
     }
-    if not v.legacy:
-        doc["prev_ts"] = v.prev_ts
-        doc["since_gen"] = v.since_generation
+    doc["prev_ts"] = v.prev_ts
+    doc["since_gen"] = v.since_generation
     if v.committed:  # optional: absent means none (and in every record that predates it)
         by_topic: dict[str, list[list[int]]] = {}
         for tp, o in v.committed:
@@ -452,9 +451,8 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             m is not None
             and _once(payload, b'"seq":', m.start(), m.end())
             and (
-                i < 0  # a legacy record
-                or (p is not None and _once(payload, b'"prev_ts":', p.start(), p.end()))
-                or (_NULL_PREV.match(payload, i) is not None
+                (p is not None and _once(payload, b'"prev_ts":', p.start(), p.end()))
+                or (i >= 0 and _NULL_PREV.match(payload, i) is not None
                     and _once(payload, b'"prev_ts":', i, i + 10))
             )
         ):  # fmt: skip
@@ -470,7 +468,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
                                     k.owned_generation, k.acked_generation, k.joined_at, k.rack,
                                     k.capacity, k.client, k.seen_generation, prev,
-                                    k.since_generation, k.legacy, k.committed,
+                                    k.since_generation, k.committed,
                                     k.instance_id, k.seat, k.seat_ts,
                                     k.reset_at, k.reset_done, k.leaving,
                                     k.admitted_in)  # fmt: skip
@@ -626,11 +624,9 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     seen = _nat(doc, "seen_gen") if "seen_gen" in doc else acked
     if seen < acked:
         raise RecordRejected(RejectReason.BAD_VALUE, f"seen_gen {seen} < acked_gen {acked}")
-    # optional: records of members that predate them have neither (see MemberRecord.legacy)
-    legacy = "prev_ts" not in doc
-    prev = None if legacy else _opt(doc, "prev_ts", int)
+    prev = _opt(doc, "prev_ts", int)  # required, null or not: see MemberRecord.prev_ts
     _check_prev_ts(prev, joined_at)
-    since = 0 if legacy else _nat(doc, "since_gen")
+    since = _nat(doc, "since_gen")
     budget = _Budget()
     owned = decode_partitions(_get(doc, "owned", dict), "owned", budget)
     # optional: static members only (see MemberRecord.instance_id, .seat)
@@ -657,7 +653,6 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         seen_generation=seen,
         prev_ts=prev,
         since_generation=since,
-        legacy=legacy,
         committed=_committed(doc, owned, budget) if "committed" in doc else (),
         instance_id=instance,
         seat=seat,

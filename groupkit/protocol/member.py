@@ -86,8 +86,9 @@ no tombstone, so the seat waits a session for the next process. A process that h
 seat and sees another process there was replaced by a newer join: it drops everything and
 stops for good (``superseded``, state ``left``), writing nothing more, not even a tombstone.
 
-Member states (:data:`MEMBER_TRANSITIONS`; an event missing from the table raises
-:class:`ProtocolError`):
+Member states (:class:`~groupkit.protocol.vocab.MemberPhase`) and the events that move them
+(:class:`~groupkit.protocol.vocab.MemberEvent`), in :data:`MEMBER_TRANSITIONS`; an event missing
+from the table raises :class:`ProtocolError`:
 
 - ``unjoined``: created, no record sent. Action: send the join record. Exits: ``send_record``
   → ``joining``; ``leave`` → ``left``.
@@ -122,35 +123,28 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.state import GroupState
-from groupkit.protocol.vocab import MemberPhase
+from groupkit.protocol.vocab import LossReason, MemberEvent, MemberPhase
 from groupkit.types import TopicPartition
 
-UNJOINED = MemberPhase.UNJOINED
-JOINING = MemberPhase.JOINING
-ACTIVE = MemberPhase.ACTIVE
-FENCED = MemberPhase.FENCED
-LEAVING = MemberPhase.LEAVING
-LEFT = MemberPhase.LEFT
-
-MEMBER_TRANSITIONS: Mapping[tuple[MemberPhase, str], MemberPhase] = {
-    (UNJOINED, "send_record"): JOINING,
-    (UNJOINED, "leave"): LEFT,
-    (JOINING, "send_record"): JOINING,
-    (JOINING, "covered"): ACTIVE,
-    (JOINING, "uncovered"): JOINING,
-    (JOINING, "fenced"): FENCED,
-    (JOINING, "leave"): LEAVING,
-    (ACTIVE, "send_record"): ACTIVE,
-    (ACTIVE, "covered"): ACTIVE,
-    (ACTIVE, "uncovered"): JOINING,
-    (ACTIVE, "fenced"): FENCED,
-    (ACTIVE, "leave"): LEAVING,
-    (FENCED, "fenced"): FENCED,
-    (FENCED, "send_record"): JOINING,
-    (FENCED, "leave"): LEAVING,
-    (LEAVING, "send_record"): LEAVING,
-    (LEAVING, "fenced"): LEAVING,
-    (LEAVING, "left"): LEFT,
+MEMBER_TRANSITIONS: Mapping[tuple[MemberPhase, MemberEvent], MemberPhase] = {
+    (MemberPhase.UNJOINED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.UNJOINED, MemberEvent.LEAVE): MemberPhase.LEFT,
+    (MemberPhase.JOINING, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.JOINING, MemberEvent.COVERED): MemberPhase.ACTIVE,
+    (MemberPhase.JOINING, MemberEvent.UNCOVERED): MemberPhase.JOINING,
+    (MemberPhase.JOINING, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.JOINING, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.ACTIVE, MemberEvent.SEND_RECORD): MemberPhase.ACTIVE,
+    (MemberPhase.ACTIVE, MemberEvent.COVERED): MemberPhase.ACTIVE,
+    (MemberPhase.ACTIVE, MemberEvent.UNCOVERED): MemberPhase.JOINING,
+    (MemberPhase.ACTIVE, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.ACTIVE, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.FENCED, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.FENCED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.FENCED, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.SEND_RECORD): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.FENCED): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.LEFT): MemberPhase.LEFT,
 }
 
 
@@ -196,8 +190,9 @@ class Actions:
     writes: tuple[Write, ...] = ()
     #: the generation the member's partitions belong to after these actions
     generation: int = 0
-    state: MemberPhase = UNJOINED
-    #: why, for the runtime's logs: e.g. ("session_lapsed",) or ("generation 4",)
+    state: MemberPhase = MemberPhase.UNJOINED
+    #: why, for the runtime's logs: a :class:`~groupkit.protocol.vocab.LossReason` when what
+    #: it owned was lost, ``"generation N"`` when what it owns changed for generation N
     events: tuple[str, ...] = ()
     #: offset reset (state.py, "Offset resets"), carried out after ``assign``: start these
     #: partitions (owned, or just assigned) at these offsets and commit them, then report
@@ -273,7 +268,7 @@ class Member:
         #: committed and stopped, so the leader cannot grant them while they are still in use.
         #: The simulator carries out revocations between ``poll`` and the write, so it need not.
         self.defer_revocations = defer_revocations
-        self.state = UNJOINED
+        self.state = MemberPhase.UNJOINED
         #: what this process owns and processes now (local truth)
         self.owned: Partitions = EMPTY
         #: the generation ``owned`` belongs to
@@ -335,7 +330,7 @@ class Member:
 
     def leave(self) -> None:
         """Start a clean leave; the next :meth:`poll` revokes everything and says goodbye."""
-        self._fire("leave")
+        self._fire(MemberEvent.LEAVE)
 
     def park(self) -> None:
         """Stop without leaving (a static member's close, as Kafka's): the next :meth:`poll`
@@ -344,7 +339,7 @@ class Member:
         if self.instance_id is None:
             raise ProtocolError(f"member {self.member_id} is not static: it can only leave")
         self._park = True
-        self._fire("leave")
+        self._fire(MemberEvent.LEAVE)
 
     def session_age_ms(self, now_ms: int) -> int | None:
         """Monotonic ms since the send of the own record the session runs from (``None``:
@@ -378,7 +373,7 @@ class Member:
 
     def poll(self, group: GroupState, now_ms: int) -> Actions:
         """Decide what to do now, given the replayed ``group`` and the monotonic ``now_ms``."""
-        if self.state == LEFT:
+        if self.state == MemberPhase.LEFT:
             raise ProtocolError(f"member {self.member_id} has left; poll is not allowed")
         events: list[str] = []
         me = group.members.get(self.member_id)
@@ -417,17 +412,17 @@ class Member:
         if self.owned:
             why = None
             if lapsed:
-                why = "session_lapsed"  # step 4: our own clock says the log may expire us
+                why = LossReason.SESSION_LAPSED  # step 4: by our own clock, the log may expire us
             elif not mine:
-                why = "replaced"  # another incarnation with our id, or a tombstone
+                why = LossReason.REPLACED  # another incarnation with our id, or a tombstone
             elif not group.is_live(self.member_id):
-                why = "expired"
+                why = LossReason.EXPIRED
             elif me is not None and me.joined_at != self._joined_at:
-                why = "membership_restarted"  # the log saw us return after expiry
+                why = LossReason.MEMBERSHIP_RESTARTED  # the log saw us return after expiry
             if why is not None:
                 lost, self.owned = self.owned, EMPTY
                 events.append(why)
-                self._fire("fenced")
+                self._fire(MemberEvent.FENCED)
                 self._dirty = True
         if mine and me is not None and me.joined_at != self._joined_at:
             self._joined_at = me.joined_at
@@ -440,7 +435,7 @@ class Member:
         healthy = mine and not lapsed and not restarting and group.is_live(self.member_id)
         if self._unready_sent is not None and self._basis(now_ms) is not None:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
-        covered = healthy and group.covers(self.member_id) and self.state != LEAVING
+        covered = healthy and group.covers(self.member_id) and self.state != MemberPhase.LEAVING
         target = handed = EMPTY
         if covered:
             assert group.assignment is not None
@@ -455,12 +450,12 @@ class Member:
             entry = group.assignment.members.get(self.member_id)
             keep = self.owned & entry.pending if entry is not None else EMPTY
             target = (group.assignment.assigned(self.member_id) - away) | handed | keep
-            if self.state in (JOINING, ACTIVE):
-                self._fire("covered")
+            if self.state in (MemberPhase.JOINING, MemberPhase.ACTIVE):
+                self._fire(MemberEvent.COVERED)
         else:
-            if self.state == ACTIVE:
-                self._fire("uncovered")
-            if healthy and self.state == JOINING:
+            if self.state == MemberPhase.ACTIVE:
+                self._fire(MemberEvent.UNCOVERED)
+            if healthy and self.state == MemberPhase.JOINING:
                 # a newcomer the current generation admitted takes what its members give it as
                 # they let go, before any generation covers it (state.py, "Admission")
                 handed = target = group.admission_handoffs(self.member_id)
@@ -509,7 +504,7 @@ class Member:
             and self._unready_sent is not None
             and now_ms - self._unready_sent < self.session_timeout_ms
         )
-        if self.state == LEAVING:
+        if self.state == MemberPhase.LEAVING:
             # a leave's last record says so: it ends the membership by itself, in case a
             # reader sees it before the tombstone (schema.MemberRecord.leaving)
             writes.append(self._record(now_ms, group, leaving=not self._park))
@@ -517,10 +512,12 @@ class Member:
                 key, none = member_tombstone(self.group, self.member_id)
                 rk, rv = encode(key, none)
                 writes.append(Write(key, None, rk, rv))
-            self._fire("left")
-        elif not hold_back and (self._dirty or due or self.state in (UNJOINED, FENCED)):
+            self._fire(MemberEvent.LEFT)
+        elif not hold_back and (
+            self._dirty or due or self.state in (MemberPhase.UNJOINED, MemberPhase.FENCED)
+        ):
             writes.append(self._record(now_ms, group))
-            self._fire("send_record")
+            self._fire(MemberEvent.SEND_RECORD)
         return Actions(
             lost=lost,
             revoke=revoked,
@@ -539,9 +536,9 @@ class Member:
     def _supersede(self) -> Actions:
         lost, self.owned = self.owned, EMPTY
         self.superseded = True
-        self.state = LEFT
-        return Actions(lost=lost, generation=self.generation, state=LEFT,
-                       events=("instance_fenced",))  # fmt: skip
+        self.state = MemberPhase.LEFT
+        return Actions(lost=lost, generation=self.generation, state=MemberPhase.LEFT,
+                       events=(LossReason.INSTANCE_FENCED,))  # fmt: skip
 
     def _refence(self) -> None:
         """Recompute the fence basis: the send time the session runs from.
@@ -673,7 +670,7 @@ class Member:
         acknowledged at once; else once done (:meth:`reset_applied`, at once when revocations
         are not deferred: the caller carries actions out before it writes)."""
         rs = group.reset
-        if rs is None or not healthy or self.state == LEAVING:
+        if rs is None or not healthy or self.state == MemberPhase.LEAVING:
             return {}
         seen = self.reset_at if self._resetting is None else max(self.reset_at, self._resetting)
         unsettled = rs.unsettled()
@@ -705,12 +702,13 @@ class Member:
             return  # superseded by a newer reset meanwhile
         self._dirty = True
 
-    def _fire(self, event: str) -> None:
+    def _fire(self, event: MemberEvent) -> None:
         try:
             self.state = MEMBER_TRANSITIONS[(self.state, event)]
         except KeyError:
             raise ProtocolError(
-                f"member {self.member_id}: event {event!r} is not allowed in state {self.state!r}"
+                f"member {self.member_id}: event {event.value!r} is not allowed in state "
+                f"{self.state!r}"
             ) from None
 
 

@@ -38,11 +38,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
-from groupkit.protocol.member import LEFT, Actions, Member
-from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, WRITE, Decision, Planner
+from groupkit.protocol.member import Actions, Member
+from groupkit.protocol.planner import Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
 from groupkit.protocol.state import GroupState, Replayed
-from groupkit.protocol.vocab import DecisionReason, ReplayKind
+from groupkit.protocol.vocab import DecisionAction, DecisionReason, MemberPhase, ReplayKind
 from groupkit.types import TopicPartition
 
 #: A member whose session ended this many sessions ago is tombstoned by the leader.
@@ -75,16 +75,19 @@ class Lead:
 
     @property
     def lag_topics(self) -> tuple[str, ...]:
-        return self.decision.lag_topics if self.decision.action == NEED_LAGS else ()
+        return self.decision.lag_topics if self.decision.action == DecisionAction.NEED_LAGS else ()
 
     @property
     def request(self) -> AssignRequest | None:
-        return self.decision.request if self.decision.action == NEED_PLAN else None
+        return self.decision.request if self.decision.action == DecisionAction.NEED_PLAN else None
 
     @property
     def stable(self) -> bool:
         """Nothing to do: the group is as the current assignment says."""
-        return self.decision.action == NONE and self.decision.reason == DecisionReason.STABLE
+        return (
+            self.decision.action == DecisionAction.NONE
+            and self.decision.reason == DecisionReason.STABLE
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +198,7 @@ class Node:
 
     @property
     def left(self) -> bool:
-        return self.member.state == LEFT
+        return self.member.state == MemberPhase.LEFT
 
     def session_age_ms(self, now_ms: int) -> int | None:
         return self.member.session_age_ms(now_ms)
@@ -250,9 +253,9 @@ class Node:
         d = self.planner.plan(
             self.state, partition_counts, lags, planned=outcome, defer=self.defer_plans
         )
-        if d.action == NEED_PLAN:
+        if d.action == DecisionAction.NEED_PLAN:
             self.planning = d.request
-        elif d.action == WRITE:
+        elif d.action == DecisionAction.WRITE:
             key, value = d.encode(self.member.signer)
             self.awaiting = SENT
             return Lead(d, key, value)

@@ -64,9 +64,6 @@ from groupkit.assignors import (
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, basis_of, run_assignor
 from groupkit.protocol.records import (
     EMPTY,
-    PHASE_COMPLETE,
-    PHASE_PARTIAL,
-    PHASE_REVOKE,
     PROTOCOLS,
     AssignmentKey,
     AssignmentRecord,
@@ -79,15 +76,8 @@ from groupkit.protocol.records import (
     encode,
 )
 from groupkit.protocol.state import GroupState, MemberState
-from groupkit.protocol.vocab import DecisionAction, DecisionReason, RebalanceProtocol
+from groupkit.protocol.vocab import DecisionAction, DecisionReason, Phase, RebalanceProtocol
 from groupkit.types import MemberSubscription, TopicPartition
-
-#: Decision actions (vocab.DecisionAction says what each means)
-NONE = DecisionAction.NONE
-WAIT = DecisionAction.WAIT
-WRITE = DecisionAction.WRITE
-NEED_LAGS = DecisionAction.NEED_LAGS
-NEED_PLAN = DecisionAction.NEED_PLAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +241,7 @@ class Planner:
 
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""
-        return self.plan(state, partition_counts, defer=True).action == NEED_LAGS
+        return self.plan(state, partition_counts, defer=True).action == DecisionAction.NEED_LAGS
 
     # ------------------------------------------------------------------ planning
 
@@ -269,13 +259,16 @@ class Planner:
         outcome of such a request (used if its basis still holds, else asked for again).
         """
         if state.leader is None:
-            return Decision(NONE, DecisionReason.NO_LEADER)
+            return Decision(DecisionAction.NONE, DecisionReason.NO_LEADER)
         cur = state.assignment
         if state.assignment_clobbered and cur is not None:
             lead = state.members[state.leader]
             if MemberRef(cur.leader_id, cur.leader_incarnation) == lead.ref:
                 return Decision(
-                    WRITE, DecisionReason.REASSERT, state.reassertion(), AssignmentKey(state.group)
+                    DecisionAction.WRITE,
+                    DecisionReason.REASSERT,
+                    state.reassertion(),
+                    AssignmentKey(state.group),
                 )
             # Another leader wrote it: carry it over as a new generation of ours, unless the
             # group changed since. Then the generation planned below supersedes it (compaction
@@ -288,20 +281,20 @@ class Planner:
                                     DecisionReason.REASSERT, cur.fallback)  # fmt: skip
         active = self.active_members(state)
         if not active:
-            return Decision(NONE, DecisionReason.NO_ACTIVE_MEMBERS)
+            return Decision(DecisionAction.NONE, DecisionReason.NO_ACTIVE_MEMBERS)
         reason = self.rebalance_reason(state, partition_counts)
         counts = _counts(active, partition_counts)
         # Who holds and who is reserved what is asked only when a plan needs it: a leader
         # asks at every control turn, and a stable cooperative group needs neither.
         if self.protocol == RebalanceProtocol.EAGER:
             holders, reserved = _holders(state), _reserved(state)
-            in_revoke = cur is not None and cur.phase == PHASE_REVOKE
+            in_revoke = cur is not None and cur.phase == Phase.REVOKE
             holding = [m for m in active if holders.get(m)]
             if reason is not None or in_revoke:
                 if holding:
                     if in_revoke and cur is not None and all(m in cur.members for m in holding):
                         # Phase 1 is under way; a join or leave does not restart it.
-                        return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
+                        return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_REVOCATION)
                     return self._revoke_all(
                         state, active, holders, counts, reason or DecisionReason.REBALANCE
                     )
@@ -313,26 +306,26 @@ class Planner:
         elif reason is not None:
             joining = reason == DecisionReason.MEMBERSHIP_CHANGED
             if joining and self.admission_under_way(state, active):
-                return Decision(WAIT, DecisionReason.AWAITING_ADMISSION)
+                return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_ADMISSION)
             return self._assign(
                 state, active, _holders(state), _reserved(state), counts, lags, reason, planned,
                 defer,
             )  # fmt: skip
 
         assert cur is not None
-        if cur.phase == PHASE_PARTIAL:
+        if cur.phase == Phase.PARTIAL:
             holders, reserved = _holders(state), _reserved(state)
             target = {m: cur.target(m) for m in cur.members}
             adj = adjust_cooperative(target, holders, reserved)
             if any(adj.assigned[m] != cur.members[m].assigned for m in cur.members):
                 if _handed_off(state, cur, adj):
-                    return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
+                    return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_REVOCATION)
                 return self._emit(state, cur.members, adj, dict(cur.partition_counts),
                                   DecisionReason.REVOCATION_ACKNOWLEDGED, cur.fallback)  # fmt: skip
-            return Decision(WAIT, DecisionReason.AWAITING_REVOCATION)
+            return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_REVOCATION)
         if not all(m.acked_generation >= cur.generation for m in active.values()):
-            return Decision(WAIT, DecisionReason.AWAITING_ACKNOWLEDGEMENT)
-        return Decision(NONE, DecisionReason.STABLE)
+            return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_ACKNOWLEDGEMENT)
+        return Decision(DecisionAction.NONE, DecisionReason.STABLE)
 
     # ------------------------------------------------------------------ records
 
@@ -355,14 +348,14 @@ class Planner:
         )
         if planned is None or planned.basis != basis:  # none yet, or made for another group
             if self.assignor.uses_lag and lags is None:
-                return Decision(NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
+                return Decision(DecisionAction.NEED_LAGS, reason, lag_topics=tuple(sorted(counts)))
             subs = {
                 i: MemberSubscription(topics[i], *_previous(state, i, m), m.rack, m.capacity)
                 for i, m in active.items()
             }
             request = AssignRequest(self.assignor.name, counts, subs, lags, basis)
             if defer:
-                return Decision(NEED_PLAN, reason, request=request)
+                return Decision(DecisionAction.NEED_PLAN, reason, request=request)
             planned = run_assignor(self.assignor, request)
         adj = adjust_cooperative(planned.assignment, holders, reserved)
         covered = {i: CoveredMember(m.incarnation, m.topics, EMPTY, EMPTY, EMPTY)
@@ -381,7 +374,7 @@ class Planner:
             i: CoveredMember(m.incarnation, m.topics, EMPTY, holders.get(i, EMPTY), EMPTY)
             for i, m in active.items()
         }
-        return self._record(state, PHASE_REVOKE, members, counts, reason)
+        return self._record(state, Phase.REVOKE, members, counts, reason)
 
     def _emit(
         self,
@@ -405,8 +398,8 @@ class Planner:
             )
             for i, c in covered.items()
         }
-        phase = PHASE_COMPLETE if adj.complete else PHASE_PARTIAL
-        if phase == PHASE_COMPLETE and self._admits(fallback):
+        phase = Phase.COMPLETE if adj.complete else Phase.PARTIAL
+        if phase == Phase.COMPLETE and self._admits(fallback):
             members = name_heirs(admit_newcomer(members, counts, state.leader))
         return self._record(state, phase, members, counts, reason, fallback)
 
@@ -447,7 +440,7 @@ class Planner:
             members=members,
             fallback=fallback,
         )
-        return Decision(WRITE, reason, rec, key)
+        return Decision(DecisionAction.WRITE, reason, rec, key)
 
 
 def admit_newcomer(
@@ -517,7 +510,7 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
     an owner that left (state.py, "Inheritance").
     """
     cur = state.assignment
-    if cur is not None and cur.phase == PHASE_REVOKE and not m.claims:
+    if cur is not None and cur.phase == Phase.REVOKE and not m.claims:
         c = cur.members.get(mid)
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None

@@ -15,7 +15,7 @@ A group's whole history is two kinds of record on one partition of the compacted
 3. **Member tombstone** (key: group + member id, value ``None``): a clean leave.
 4. **Snapshot record** (key: group, its own kind). The whole replayed ``GroupState`` as of an
    offset ``as_of`` of the writer's replay (:class:`SnapshotRecord`), so that a newcomer can
-   restore it and replay only what follows (issue 14). Compaction keeps the newest per group.
+   restore it and replay only what follows. Compaction keeps the newest per group.
    Replay is deterministic, so a snapshot by any correct member is the state every full reader
    holds at ``as_of``; the replay itself ignores snapshot records (state.py). Its payload is
    always compressed, and may be larger than other records' (:data:`MAX_SNAPSHOT_PAYLOAD`).
@@ -40,21 +40,22 @@ never writes its own clock. It *echoes* the value it learned from its own replay
 starting from a compacted topic (where that first record is gone) still orders leaders the same.
 ``prev_ts`` is the broker time of the own record the member's session runs from (``null``: none,
 or lapsed); with it the replay decides from the record alone whether it continues a membership,
-which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Records of members that
-predate it lack both fields (:attr:`MemberRecord.legacy`) and still decode.
+which then takes the echoed ``joined_at`` and ``since_gen`` (state.py). Both fields are in every
+member record: a record without them is rejected (``missing_field``).
 
 ``committed`` (optional, ``{"t": [[partition, offset], ...]}``): in the record by which a member
-lets partitions go, the offsets it committed for them just before (issue 14), so that their next
+lets partitions go, the offsets it committed for them just before, so that their next
 owner starts there without looking them up (``GroupState.offset_hints`` says when it may).
 Absent means none; records that predate it decode with none. Like every field, it is inside the
 signed payload.
 
 ``fallback`` (optional, in assignment records, ``{"reason": r, "detail": d, "assignor": a}``):
 the generation was planned by the built-in fallback ``a`` because the group's assignor failed
-(issue 19: ``reason`` is ``raised``, ``invalid`` or ``timeout``; protocol/assign.py). Follow-up
-generations of that plan carry it on, so every member and ``groupkit describe`` see that the
-group runs on a fallback, and why. Absent means the group's own assignor planned it; records
-that predate the field decode without one. It is inside the signed payload like every field.
+(``reason`` is an ``AssignorFailure``: ``raised``, ``invalid`` or ``timeout``; protocol/assign.py;
+a reader accepts any). Follow-up generations of that plan carry it on, so every member and
+``groupkit describe`` see that the group runs on a fallback, and why. Absent means the group's
+own assignor planned it; records that predate the field decode without one. It is inside the
+signed payload like every field.
 
 ``instance`` (optional, str): the ``group.instance.id`` of a static member (KIP-345), which is
 its member id; ``seat`` (optional, str, only with ``instance``): the incarnation the group knows
@@ -112,9 +113,6 @@ from groupkit.protocol.schema import (
     EMPTY,
     MAX_FALLBACK_DETAIL,
     MAX_RESET_TEXT,
-    PHASE_COMPLETE,
-    PHASE_PARTIAL,
-    PHASE_REVOKE,
     PHASES,
     PROTOCOLS,
     AssignmentKey,
@@ -161,9 +159,6 @@ __all__ = [
     "MAX_SNAPSHOT_PARTITIONS",
     "MAX_SNAPSHOT_PAYLOAD",
     "PHASES",
-    "PHASE_COMPLETE",
-    "PHASE_PARTIAL",
-    "PHASE_REVOKE",
     "PROTOCOLS",
     "SCHEMA_VERSION",
     "AssignmentKey",

@@ -25,9 +25,6 @@ Protocol_ = Literal["eager", "cooperative"]
 #: the plain strings (error messages show them as such); ``RebalanceProtocol`` members are equal
 PROTOCOLS: tuple[str, ...] = tuple(p.value for p in RebalanceProtocol)
 
-PHASE_REVOKE = Phase.REVOKE
-PHASE_PARTIAL = Phase.PARTIAL
-PHASE_COMPLETE = Phase.COMPLETE
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 
 Partitions = frozenset[TopicPartition]
@@ -103,9 +100,6 @@ class MemberRecord:
     prev_ts: int | None = None
     #: the first generation that covers the membership, echoed with ``prev_ts``
     since_generation: int = 0
-    #: written by a member that predates ``prev_ts`` (the field is absent): the replay decides
-    #: new membership or continuation the old way, by what the reader has seen of the member
-    legacy: bool = True
     #: the offsets the member committed, synchronously and successfully, for partitions this
     #: record no longer claims, just before writing it: the next owner starts there instead of
     #: looking them up (``GroupState.offset_hints``). Sorted; never a partition in ``owned``.
@@ -169,7 +163,8 @@ class CoveredMember:
 class AssignorFallback:
     """Why a generation was planned by the built-in fallback instead of the group's assignor."""
 
-    #: ``raised``, ``invalid`` or ``timeout`` (protocol/assign.py); a reader accepts any
+    #: an ``AssignorFailure`` (protocol/assign.py); a reader accepts any string, so a newer
+    #: writer's reason is shown rather than rejected
     reason: str
     #: what was wrong, one line, bounded (:data:`MAX_FALLBACK_DETAIL`)
     detail: str
@@ -325,7 +320,7 @@ def member_record(
     capacity: float | None = None,
     client: Mapping[str, str] | None = None,
     seen_generation: int | None = None,
-    prev_ts: int | Literal["legacy"] | None = "legacy",
+    prev_ts: int | None = None,
     since_generation: int = 0,
     committed: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int] | None = None,
     instance_id: str | None = None,
@@ -338,7 +333,7 @@ def member_record(
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
     ``prev_ts`` (with ``joined_at`` and ``since_generation``): see :class:`MemberRecord`; the
-    default writes a record in the format of members that predate it. ``committed``: offsets
+    default, ``None``, is a record that starts a new membership. ``committed``: offsets
     just committed for partitions the record lets go (:attr:`MemberRecord.committed`).
     ``instance_id``: a static member's ``group.instance.id``, which must be its member id;
     ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
@@ -354,17 +349,15 @@ def member_record(
         raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
     if not 0 <= admitted_in <= seen:
         raise ValueError(f"admitted_in {admitted_in} not in [0, seen_generation {seen}]")
-    legacy = prev_ts == "legacy"
-    prev = None if isinstance(prev_ts, str) else prev_ts
-    if prev is not None and joined_at is None:
+    if prev_ts is not None and joined_at is None:
         # (joined_at may be after prev_ts: brokers' clocks differ; see _check_prev_ts)
-        raise ValueError(f"prev_ts {prev} needs joined_at")
+        raise ValueError(f"prev_ts {prev_ts} needs joined_at")
     if instance_id is not None and instance_id != member_id:
         raise ValueError(f"instance_id {instance_id!r} must be the member id {member_id!r}")
     if seat is not None and (instance_id is None or not seat):
         raise ValueError("a seat needs an instance_id, and must not be empty")
     if seat_ts is not None and (seat is None or seat == incarnation or joined_at is None
-                                or prev_ts not in (None, "legacy") or seat_ts < 0):  # fmt: skip
+                                or prev_ts is not None or seat_ts < 0):  # fmt: skip
         raise ValueError("seat_ts needs another seat, joined_at and no prev_ts")
     owned_set = _tps(owned)
     hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
@@ -384,9 +377,8 @@ def member_record(
         capacity=capacity,
         client=tuple(sorted((client or {}).items())),
         seen_generation=seen,
-        prev_ts=prev,
-        since_generation=0 if legacy else since_generation,
-        legacy=legacy,
+        prev_ts=prev_ts,
+        since_generation=since_generation,
         committed=hints,
         instance_id=instance_id,
         seat=None if seat == incarnation else seat,
@@ -482,8 +474,7 @@ def _check_id(what: str, value: str) -> None:
 
 
 # --------------------------------------------------------------------------- offset resets
-# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
-# "Offset resets")
+# (``groupkit reset-offsets`` on a running group; the rules are in state.py, "Offset resets")
 
 #: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
 MAX_RESET_TEXT = 200

@@ -40,9 +40,7 @@ What one ``replay`` does:
      its own records back: just joined, or lapsed) is *not ready* and counts as lagging, so the
      leader does not plan for it, unless that record is a newcomer's first (``seq`` 1) written
      with the current generation seen (:meth:`GroupState.is_newcomer_ready`): the leader then
-     plans for it at its join record. Records of members that predate ``prev_ts`` (``legacy``)
-     are decided the old way: a new incarnation or a member the reader has seen expire starts a
-     new membership, a live one continues, and a later ``joined_at`` echo is followed.
+     plans for it at its join record.
    - **handoffs**: a partition pending for member ``T`` in a generation is *reserved* for
      ``T`` (:meth:`GroupState.reserved`) from that generation's record until ``T``'s record
      says it has seen a newer one: :meth:`GroupState.may_hold` counts it for ``T``, so nobody
@@ -167,8 +165,7 @@ schedules, at random cleaning points):
    not by what the reader saw before it, and a continuation carries the membership's
    ``joined_at`` and ``since_generation``. So a member record first seen that continues a
    membership whose start was compacted away yields what the full replay holds, and its claims
-   are trusted. (A legacy record first seen carrying a ``joined_at`` echo is trusted the same
-   way, counted as covered by the current assignment; agreement is not promised for those.)
+   are trusted.
 3. An assignment record from a leader the reader has never seen is accepted if that leader, by
    the ``joined_at`` the record carries, outranks the reader's leader at that offset. A forged
    record could use the same door; signing (:class:`~groupkit.protocol.records.Signer`) shuts it.
@@ -309,9 +306,6 @@ from groupkit.errors import RecordRejected
 from groupkit.protocol.records import (
     EMPTY,
     KIND_SNAPSHOT,
-    PHASE_COMPLETE,
-    PHASE_PARTIAL,
-    PHASE_REVOKE,
     AssignmentKey,
     AssignmentRecord,
     CoveredMember,
@@ -331,7 +325,7 @@ from groupkit.protocol.records import (
     decode_key,
     other_group_key,
 )
-from groupkit.protocol.vocab import RebalanceProtocol, RejectReason, ReplayKind
+from groupkit.protocol.vocab import Phase, RebalanceProtocol, RejectReason, ReplayKind
 from groupkit.types import TopicPartition
 
 _EAGER, _COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
@@ -348,14 +342,14 @@ _EAGER, _COOPERATIVE = RebalanceProtocol.EAGER, RebalanceProtocol.COOPERATIVE
 #: - ``complete``: the assignment is the whole plan; the group is stable once every member
 #:   has acknowledged it. Exits: a new rebalance.
 ASSIGNMENT_TRANSITIONS: Mapping[tuple[str, str | None], frozenset[str]] = {
-    (_EAGER, None): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_REVOKE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_PARTIAL): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_EAGER, PHASE_COMPLETE): frozenset({PHASE_REVOKE, PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, None): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_REVOKE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_PARTIAL): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
-    (_COOPERATIVE, PHASE_COMPLETE): frozenset({PHASE_PARTIAL, PHASE_COMPLETE}),
+    (_EAGER, None): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.REVOKE): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.PARTIAL): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_EAGER, Phase.COMPLETE): frozenset({Phase.REVOKE, Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, None): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.REVOKE): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.PARTIAL): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
+    (_COOPERATIVE, Phase.COMPLETE): frozenset({Phase.PARTIAL, Phase.COMPLETE}),
 }
 
 
@@ -1149,18 +1143,13 @@ class GroupState:
                     f"process {v.incarnation} was replaced by {old.proc}",
                 )
         same = old is not None and old.proc == v.incarnation
-        if v.legacy:
-            # A member that predates prev_ts: decided by what this reader has seen of it.
-            continues = same and live
-            first_sight = old is None and v.joined_at is not None and v.joined_at <= ts
-        else:
-            # Decided by the record alone, so every reader decides alike (module docstring).
-            continues = (
-                v.prev_ts is not None
-                and ts - v.prev_ts < self.session_timeout_ms
-                and (old is None or (same and live))
-            )
-            first_sight = continues and old is None
+        # Decided by the record alone, so every reader decides alike (module docstring).
+        continues = (
+            v.prev_ts is not None
+            and ts - v.prev_ts < self.session_timeout_ms
+            and (old is None or (same and live))
+        )
+        first_sight = continues and old is None
         if continues and old is not None:
             # The same membership continues.
             if v.seq <= old.seq:
@@ -1174,15 +1163,9 @@ class GroupState:
                 raise RecordRejected(
                     RejectReason.UNOWNED_CLAIM, f"{len(extra)} partitions never granted"
                 )
-            joined_at, since = old.joined_at, old.since_generation
-            if not v.legacy:
-                # the member's own view of its membership, as of the record prev_ts names
-                assert v.joined_at is not None
-                joined_at, since = v.joined_at, v.since_generation
-            elif v.joined_at is not None and old.joined_at < v.joined_at <= ts:
-                # A later echo means the member knows its membership restarted where this
-                # reader did not see it (a reader that started from a compacted topic): follow.
-                joined_at = v.joined_at
+            # the member's own view of its membership, as of the record prev_ts names
+            assert v.joined_at is not None
+            joined_at, since = v.joined_at, v.since_generation
             m = _from_record(
                 mid, v, ts,
                 claims=v.owned,
@@ -1219,7 +1202,7 @@ class GroupState:
                     owned_generation=v.owned_generation,
                     acked_generation=v.acked_generation,
                     joined_at=v.joined_at,
-                    since_generation=0 if v.legacy else v.since_generation,
+                    since_generation=v.since_generation,
                 )  # fmt: skip
                 if v.instance_id is not None:
                     m.incarnation = v.seat or v.incarnation
@@ -1289,12 +1272,11 @@ class GroupState:
         a = self.assignment
         if (
             a is None
-            or v.legacy
             or v.seq != 1
             or v.prev_ts is not None
             or v.seen_generation < a.generation
             or a.protocol != _COOPERATIVE
-            or a.phase != PHASE_COMPLETE
+            or a.phase != Phase.COMPLETE
             or mid in a.members
             or not self._admits(a)
             or any(c.topics != v.topics for c in a.members.values())
@@ -1652,8 +1634,7 @@ def _from_record(
 ) -> MemberState:
     """A membership as member record ``v``, appended at ``ts``, leaves it; the keywords are
     what the replay decides rather than copies from the record. ``incarnation``: the record's
-    own unless given (a seat's); ``ready``: whether the record names ``prev_ts`` (or is legacy)
-    unless given."""
+    own unless given (a seat's); ``ready``: whether the record names ``prev_ts`` unless given."""
     return MemberState(
         member_id=member_id,
         incarnation=v.incarnation if incarnation is None else incarnation,
@@ -1669,7 +1650,7 @@ def _from_record(
         rack=v.rack,
         capacity=v.capacity,
         client=v.client,
-        ready=(v.legacy or v.prev_ts is not None) if ready is None else ready,
+        ready=v.prev_ts is not None if ready is None else ready,
         process=process,
         instance_id=instance_id,
         process_since=process_since,
@@ -1700,16 +1681,16 @@ def _check_consistent(a: AssignmentRecord) -> None:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: a partition assigned and revoked"
             )
-        if a.phase == PHASE_REVOKE and (c.assigned or c.pending):
+        if a.phase == Phase.REVOKE and (c.assigned or c.pending):
             raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: revoke phase assigns")
-        if a.protocol == _EAGER and a.phase != PHASE_REVOKE and c.revoke:
+        if a.protocol == _EAGER and a.phase != Phase.REVOKE and c.revoke:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: eager revokes outside the revoke phase"
             )
-        if a.phase == PHASE_COMPLETE and c.pending:
+        if a.phase == Phase.COMPLETE and c.pending:
             raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
         if c.admit and (
-            a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or not c.admit <= c.assigned
+            a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or not c.admit <= c.assigned
         ):
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: admits outside its complete cooperative grant"
@@ -1726,7 +1707,7 @@ def _check_consistent(a: AssignmentRecord) -> None:
     for mid, c in a.members.items():
         if not c.inherit:
             continue
-        if a.protocol != _COOPERATIVE or a.phase != PHASE_COMPLETE or c.inherit & c.assigned:
+        if a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or c.inherit & c.assigned:
             raise RecordRejected(
                 RejectReason.INCONSISTENT, f"{mid}: inherits outside a complete cooperative one"
             )

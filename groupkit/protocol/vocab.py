@@ -1,12 +1,12 @@
 """The protocol's closed vocabularies, as ``StrEnum``\\ s: every word the core writes or answers.
 
-Why one leaf module and not one enum per owner: each word crosses layers. The rebalance
-protocol and the phase are written by the planner, checked by the decoder (records.py) and the
-replay (state.py); rejection reasons are raised by the decoder and the replay alike and become
-metric label values (metrics.py); member states and replay kinds are read by the runtime. The
-owners import from here and re-export their old names (``records.PHASE_REVOKE``,
-``member.LEFT``, ``planner.WRITE`` ...), and this module imports nothing of groupkit, so no
-import circle can form around a word.
+Why one leaf module and not one enum per owner: each word crosses layers. The rebalance protocol
+and the phase are written by the planner, checked by the decoder (records.py) and the replay
+(state.py); rejection reasons are raised by the decoder and the replay alike and become metric
+label values (metrics.py), as assignor failures do; member states, loss reasons and replay kinds
+are read by the runtime. Every module imports the words from here (``Phase.REVOKE``,
+``MemberPhase.LEFT``, ``DecisionAction.WRITE`` ...), none re-exports them under another name,
+and this module imports nothing of groupkit, so no import circle can form around a word.
 
 Each member *is* its string (``StrEnum``): it compares and hashes equal to it, and
 ``json.dumps``, ``str()``, f-strings and prometheus label values give the bare string. So the
@@ -19,8 +19,11 @@ from __future__ import annotations
 from enum import StrEnum, unique
 
 __all__ = [
+    "AssignorFailure",
     "DecisionAction",
     "DecisionReason",
+    "LossReason",
+    "MemberEvent",
     "MemberPhase",
     "Phase",
     "RebalanceProtocol",
@@ -64,6 +67,41 @@ class MemberPhase(StrEnum):
 
 
 @unique
+class MemberEvent(StrEnum):
+    """What moves a member from one state to the next (member.MEMBER_TRANSITIONS): an event
+    its table does not list for the current state is a ``ProtocolError``."""
+
+    SEND_RECORD = "send_record"
+    """The member writes its record (a join, a heartbeat, a change of what it owns)."""
+    COVERED = "covered"
+    """The current assignment covers the member, and its session holds."""
+    UNCOVERED = "uncovered"
+    """A new assignment no longer covers it."""
+    FENCED = "fenced"
+    """It lost what it owned (a ``LossReason``)."""
+    LEAVE = "leave"
+    """``Member.leave`` or ``Member.park`` was called."""
+    LEFT = "left"
+    """It wrote its last record (and, unless parked, its tombstone)."""
+
+
+@unique
+class LossReason(StrEnum):
+    """Why a member lost what it owned (``Actions.events``; logged as ``member.event``)."""
+
+    SESSION_LAPSED = "session_lapsed"
+    """Its own clock says the log may have expired it (member.py, self-fencing step 4)."""
+    REPLACED = "replaced"
+    """The log has another incarnation under its id, or its tombstone."""
+    EXPIRED = "expired"
+    """The log expired it."""
+    MEMBERSHIP_RESTARTED = "membership_restarted"
+    """The log saw it return after an expiry: a new membership, which owns nothing."""
+    INSTANCE_FENCED = "instance_fenced"
+    """A newer process with its ``group.instance.id`` took its static seat (KIP-345)."""
+
+
+@unique
 class DecisionAction(StrEnum):
     """What the leader's planner answers (``planner.Decision.action``)."""
 
@@ -104,6 +142,20 @@ class DecisionReason(StrEnum):
     PARTITIONS_LOST = "partitions_lost"
     PARTITION_COUNT_CHANGED = "partition_count_changed"
     PROTOCOL_CHANGED = "protocol_changed"
+
+
+@unique
+class AssignorFailure(StrEnum):
+    """Why the built-in fallback planned a generation instead of the group's assignor
+    (protocol/assign.py; ``AssignorFallback.reason``, the ``reason`` label of
+    ``groupkit_assignor_failures_total``)."""
+
+    RAISED = "raised"
+    """The assignor raised."""
+    INVALID = "invalid"
+    """Its answer failed the invariant checker (``assignors.invariants.check_complete``)."""
+    TIMEOUT = "timeout"
+    """It took longer than ``groupkit.assignor.timeout.ms``."""
 
 
 @unique

@@ -56,7 +56,7 @@ from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node
-from groupkit.protocol.planner import NEED_LAGS, WRITE, Decision
+from groupkit.protocol.planner import Decision
 from groupkit.protocol.records import (
     AssignmentRecord,
     HmacSigner,
@@ -64,7 +64,13 @@ from groupkit.protocol.records import (
     Partitions,
     Signer,
 )
-from groupkit.protocol.vocab import DecisionReason, MemberPhase, ReplayKind
+from groupkit.protocol.vocab import (
+    AssignorFailure,
+    DecisionAction,
+    DecisionReason,
+    MemberPhase,
+    ReplayKind,
+)
 from groupkit.runtime.background import Background
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
@@ -639,7 +645,7 @@ class Coordinator:
         counts = self._partition_counts()
         with self.lock:
             lead = self.node.plan(now, counts)
-        if lead is not None and lead.action == NEED_LAGS:
+        if lead is not None and lead.action == DecisionAction.NEED_LAGS:
             parts = [TopicPartition(t, p) for t in lead.lag_topics for p in range(counts.get(t, 0))]
             try:
                 lags = fetch_lags(self.admin, self.cfg.group_id, parts, self.cfg.lag_reset)
@@ -660,7 +666,11 @@ class Coordinator:
         if lead is None:
             return
         decision = lead.decision
-        if lead.action == WRITE and decision.record is not None and lead.key is not None:
+        if (
+            lead.action == DecisionAction.WRITE
+            and decision.record is not None
+            and lead.key is not None
+        ):
             self._track(decision, decision.record)
             self.stats.rebalances[decision.reason] += 1
             self._write(lead.key, lead.value, assignment=True)
@@ -684,7 +694,9 @@ class Coordinator:
             _log.warning("assignor.failed", group=self.cfg.group_id, member=self.member_id,
                          assignor=self.cfg.assignor, reason=why.reason, detail=why.detail,
                          fallback=why.assignor, generation=generation)  # fmt: skip
-            self.observers.assignor_failed(self.cfg.assignor, why.reason, why.detail)
+            # the leader's own outcome (fallback_outcome): always one of AssignorFailure
+            reason = AssignorFailure(why.reason)
+            self.observers.assignor_failed(self.cfg.assignor, reason, why.detail)
         return True
 
     # ------------------------------------------------------------------ rebalance summaries

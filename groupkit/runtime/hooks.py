@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.records import Partitions
+from groupkit.protocol.vocab import AssignorFailure
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
 
@@ -74,7 +75,7 @@ class GroupObserver:
     def rebalance_done(self, summary: RebalanceSummary) -> None:
         """A rebalance ended (on the leader)."""
 
-    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+    def assignor_failed(self, assignor: str, reason: AssignorFailure, detail: str) -> None:
         """The leader's assignor failed (``raised``, ``invalid``, ``timeout``); the fallback
         planned instead. Once per generation and reason (protocol/assign.py)."""
 
@@ -137,7 +138,7 @@ class Observers(GroupObserver):
     def rebalance_done(self, summary: RebalanceSummary) -> None:
         self._each("rebalance_done", summary)
 
-    def assignor_failed(self, assignor: str, reason: str, detail: str) -> None:
+    def assignor_failed(self, assignor: str, reason: AssignorFailure, detail: str) -> None:
         self._each("assignor_failed", assignor, reason, detail)
 
     def handoff(

@@ -40,14 +40,8 @@ from groupkit.assignors import (
     RoundRobinAssignor,
     StickyAssignor,
 )
-from groupkit.protocol.assign import (
-    RAISED,
-    TIMEOUT,
-    AssignRequest,
-    PlanOutcome,
-    fallback_outcome,
-    run_assignor,
-)
+from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
+from groupkit.protocol.vocab import AssignorFailure
 
 
 class _Job:
@@ -71,7 +65,9 @@ class _Job:
         try:
             self.outcome = fn()
         except BaseException as e:  # SystemExit and the like from the user's code
-            self.outcome = fallback_outcome(self.request, RAISED, f"{type(e).__name__}: {e}")
+            self.outcome = fallback_outcome(
+                self.request, AssignorFailure.RAISED, f"{type(e).__name__}: {e}"
+            )
         finally:
             self.done.set()
 
@@ -86,7 +82,7 @@ BUILT_IN: frozenset[type[Assignor]] = frozenset({
 #: partitions x 20 members here, the others under 0.2 ms). Handing a plan to a thread and
 #: back costs two GIL hand-overs, each up to ``sys.getswitchinterval()`` (5 ms) while the
 #: ``poll`` thread is busy, on the path of every rebalance: a tenth of a tuned join at 10
-#: members (issue 14). A user's assignor (a subclass of a built-in one too) always runs on a
+#: members. A user's assignor (a subclass of a built-in one too) always runs on a
 #: worker: it can take any time.
 INLINE_MAX_PAIRS = 2_000
 
@@ -131,8 +127,8 @@ class PlanRunner:
         return partitions * max(1, len(request.members)) <= INLINE_MAX_PAIRS
 
     def _fallback(self, request: AssignRequest, detail: str, now_ms: int) -> _Job:
-        return _Job(lambda: fallback_outcome(request, TIMEOUT, detail), request, now_ms,
-                    f"{self.name}-fallback", budgeted=False)  # fmt: skip
+        return _Job(lambda: fallback_outcome(request, AssignorFailure.TIMEOUT, detail), request,
+                    now_ms, f"{self.name}-fallback", budgeted=False)  # fmt: skip
 
     def poll(self, now_ms: int) -> PlanOutcome | None:
         """The outcome of the awaited plan once it is made (or its budget is spent: then the

@@ -36,7 +36,7 @@ and reject newer ones) and ``type``:
 (:class:`~groupkit.runtime.hooks.RebalanceSummary`)::
 
     {"schema": "groupkit.telemetry", "version": 1, "type": "rebalance", "group": "orders",
-     "ts_ms": ..., "leader": "m-1", "reason": "members_changed", "protocol": "cooperative",
+     "ts_ms": ..., "leader": "m-1", "reason": "membership_changed", "protocol": "cooperative",
      "assignor": "sticky", "first_generation": 6, "generation": 7, "generations": 2,
      "moved": 4, "revoked": 4, "duration_ms": 35.2, "outcome": "completed"}
 

@@ -28,7 +28,7 @@ poll that revoked it; then the sim calls :meth:`Node.released` and polls at once
 runtime's poll thread does (``Coordinator.released``). Without it, revocations are carried out
 between the poll and the write.
 
-Committed offsets (issue 14). Each partition is a stream of records 0, 1, 2, ...; every tick
+Committed offsets. Each partition is a stream of records 0, 1, 2, ...; every tick
 each running member processes the next record of every partition it owns and has not stopped
 (its ``positions``), and commits them every :data:`COMMIT_EVERY_TICKS` ticks (the group's
 ``committed`` offsets, as the broker keeps them). A revoked partition is stopped at once; with
@@ -42,7 +42,7 @@ records before a reset's offset count as processed, skipped on purpose) and a
 hint ahead of the committed offset; ``hint_starts`` lists every start at a hint with the
 committed offset at that moment.
 
-Offset resets (issue 16): :meth:`GroupSim.reset` appends an operator's reset record. A member
+Offset resets: :meth:`GroupSim.reset` appends an operator's reset record. A member
 carries out ``Actions.reset`` as the runtime does: each partition of it that it still processes
 starts at the new offset, which is committed at once; one under deferred revocation is left to
 its release (its next owner resets it); then ``Member.reset_applied``. Every position and every
@@ -50,7 +50,7 @@ commit is tagged with the reset it descends from (``lineage``): :meth:`violation
 commit descending from an older reset than the partition's committed offset already does, and
 a first commit after a reset that is not its offset (``commits`` lists every commit).
 
-The assignor (issue 19): leaders run as the runtime runs them, with ``Node(defer_plans=True)``:
+The assignor: leaders run as the runtime runs them, with ``Node(defer_plans=True)``:
 a plan is asked for (``need_plan``), made, and reported to the node ``plan_ms`` later
 (default 0: at once, in the same step, so the logs are as when the planner ran it inline); the
 node keeps heartbeating meanwhile. A plan that would take longer than ``assignor_timeout_ms`` is
@@ -70,20 +70,20 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from groupkit.protocol.assign import (
-    TIMEOUT,
-    AssignRequest,
-    PlanOutcome,
-    fallback_outcome,
-    run_assignor,
-)
-from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
+from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
+from groupkit.protocol.member import Actions, Member
 from groupkit.protocol.node import Lead, Node
-from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
+from groupkit.protocol.planner import Planner
 from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
-from groupkit.protocol.vocab import RebalanceProtocol, ReplayKind
+from groupkit.protocol.vocab import (
+    AssignorFailure,
+    DecisionAction,
+    MemberPhase,
+    RebalanceProtocol,
+    ReplayKind,
+)
 from groupkit.types import TopicPartition
 
 #: every member commits the positions of what it owns every this many ticks (and on revocation)
@@ -332,7 +332,7 @@ class GroupSim:
             instance_id=member_id if static else None,
         )
         old = self.members.get(member_id)
-        if old is not None and not old.crashed and old.member.state != LEFT:
+        if old is not None and not old.crashed and old.member.state != MemberPhase.LEFT:
             if not static:
                 raise ValueError(f"{member_id} is running; crash or leave it first")
             self.displaced.append(old)
@@ -407,7 +407,7 @@ class GroupSim:
     def running(self) -> list[SimMember]:
         return [
             s for s in [s for _, s in sorted(self.members.items())] + self.displaced
-            if not s.crashed and s.paused_until <= self.clock and s.member.state != LEFT
+            if not s.crashed and s.paused_until <= self.clock and s.member.state != MemberPhase.LEFT
         ]  # fmt: skip
 
     def tick(self, n: int = 1) -> None:
@@ -497,7 +497,7 @@ class GroupSim:
         step = node.step(self.clock, self.partitions)
         self._carry_out(sm, step.actions)
         lead = step.lead
-        if lead is not None and lead.action == NEED_LAGS:
+        if lead is not None and lead.action == DecisionAction.NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
         if lead is not None and lead.request is not None:
             lead = self._make_plan(sm, lead.request)
@@ -513,7 +513,9 @@ class GroupSim:
         (its answer is returned), else it is reported when due (:meth:`_act`)."""
         budget = self.assignor_timeout_ms
         if sm.assignor_busy_until > self.clock:
-            outcome = fallback_outcome(request, TIMEOUT, "still running a previous plan")
+            outcome = fallback_outcome(
+                request, AssignorFailure.TIMEOUT, "still running a previous plan"
+            )
             due = self.clock
         else:
             outcome = run_assignor(self.planner.assignor, request)
@@ -521,13 +523,17 @@ class GroupSim:
             due = self.clock + min(ms, budget)
             if ms > budget:
                 sm.assignor_busy_until = self.clock + ms
-                outcome = fallback_outcome(request, TIMEOUT, f"no plan within {budget} ms")
+                outcome = fallback_outcome(
+                    request, AssignorFailure.TIMEOUT, f"no plan within {budget} ms"
+                )
         if due > self.clock:
             sm.plan_due = (due, outcome)
             return None
         self._planned(sm, outcome)
         lead = sm.node.plan(self.clock, self.partitions)
-        if lead is not None and lead.action == NEED_PLAN:  # cannot be: the basis is the same
+        if (
+            lead is not None and lead.action == DecisionAction.NEED_PLAN
+        ):  # cannot be: the basis is the same
             raise AssertionError(f"{sm.member_id} asked for a plan twice in one step")
         return lead
 
@@ -627,13 +633,13 @@ class GroupSim:
         # committed first, then released with the offsets just committed (as the runtime)
         sm.node.released(released, self._commit(sm, released))
         sm.stopped -= released
-        if leave and sm.member.state not in (LEAVING, LEFT):
+        if leave and sm.member.state not in (MemberPhase.LEAVING, MemberPhase.LEFT):
             sm.leave_at = None
             if sm.parks:
                 sm.node.park()
             else:
                 sm.node.leave()
-        if sm.member.state != LEFT:
+        if sm.member.state != MemberPhase.LEFT:
             self._carry_out(sm, sm.node.poll(self.clock))
 
     def _produce(
@@ -690,7 +696,7 @@ class GroupSim:
     def _check_actions(self, sm: SimMember, acts: Actions) -> None:
         # invariant 4: cooperative never revokes a partition that stays with its owner
         a = sm.state.assignment
-        leaving = sm.member.state in (LEAVING, LEFT)
+        leaving = sm.member.state in (MemberPhase.LEAVING, MemberPhase.LEFT)
         if (
             acts.revoke
             and a is not None
@@ -758,7 +764,7 @@ class GroupSim:
         for sm in obs:
             m = st.members.get(sm.member_id)
             if (
-                sm.member.state != ACTIVE
+                sm.member.state != MemberPhase.ACTIVE
                 or m is None
                 or m.proc != sm.member.incarnation
                 or not st.covers(sm.member_id)
@@ -773,7 +779,7 @@ class GroupSim:
             if len(ms) != 1 or p.topic not in by_id[ms[0]].member.topics:
                 return False
         d = self.planner.plan(st, self.partitions, self.lags_for(self.partitions))
-        return d.action == NONE
+        return d.action == DecisionAction.NONE
 
     def settle(self, max_ticks: int = 2_000) -> int:
         """Tick until stable; returns the ticks taken (raises if it never settles)."""
