@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     SCHEMA_VERSION,
     AssignmentKey,
@@ -66,7 +67,7 @@ def core(s: GroupState) -> tuple[object, ...]:
     return (
         s.group, s.session_timeout_ms, s.rebalance_timeout_ms, s.offset, s.log_time, s.members,
         s.leader, s.assignment, s.assignment_offset, s.holds, s.assignment_clobbered,
-        s._history, s._gen_time,
+        s.generations, s.generation_time,
     )  # fmt: skip
 
 
@@ -78,17 +79,17 @@ def frozen_core(s: GroupState) -> tuple[object, ...]:
 def observed(s: GroupState) -> tuple[object, ...]:
     """What a member acts on: leader, generation, assignment, live members, who may hold
     what, who is lagging, and what each may take by handoff (a restored state knows its
-    holds: ``GroupState.knows_holds``)."""
+    holds: ``ownership.knows_holds``)."""
     live = s.live_members()
     return (
         s.leader,
         s.generation,
         s.assignment,
         [(i, m.incarnation, m.joined_at) for i, m in live.items()],
-        {p: sorted(h) for p, h in s.holders().items()},
-        {i: s.may_hold(i) for i in live},
-        {i: s.is_lagging(i) for i in live},
-        {i: s.handoffs(i) for i in live},
+        {p: sorted(h) for p, h in ownership.holders(s).items()},
+        {i: ownership.may_hold(s, i) for i in live},
+        {i: ownership.is_lagging(s, i) for i in live},
+        {i: ownership.handoffs(s, i) for i in live},
     )
 
 
@@ -146,7 +147,7 @@ def test_roundtrip_restores_the_whole_state_at_every_tick(signed: bool) -> None:
         assert observed(restored) == observed(full)
         assert not restored.rejections
         seen_holds += bool(full.holds)
-        seen_history += len(full._history) > 1
+        seen_history += len(full.generations) > 1
     sim.leave("m0")
     sim.tick(3)
     _, _, restored = roundtrip(sim.view(), signer)
@@ -463,7 +464,7 @@ class SnapshotSchedule(GroupSchedule):
                 assert agreed(st)[:4] == agreed(full)[:4], (f.origin, agreed(st), agreed(full))
         TALLY["ticks with holds"] += bool(full.holds)
         # more often where the state is richest: holds, unacknowledged generations
-        interesting = bool(full.holds) or len(full._history) > 1
+        interesting = bool(full.holds) or len(full.generations) > 1
         if full.offset >= 0 and rng.random() < (0.4 if interesting else 0.1):
             self.take_snapshot(full)
         if full.offset >= 0 and rng.random() < 0.05:
@@ -484,7 +485,7 @@ class SnapshotSchedule(GroupSchedule):
         self.followers.append(Follower(restored, True, f"snapshot at {src.offset}"))
         TALLY["snapshots" if src is full else "snapshots of a reader behind"] += 1
         TALLY["with holds"] += bool(src.holds)
-        TALLY["with history > 1"] += len(src._history) > 1
+        TALLY["with history > 1"] += len(src.generations) > 1
         del self.followers[:-4]  # a few at a time keep the schedule fast
 
     def take_compacted_snapshot(self, full: GroupState) -> None:
@@ -607,7 +608,7 @@ def measure(sim: GroupSim) -> dict[str, float]:
     assert core(restored) == core(full)
     return {
         "members": len(full.members),
-        "history": len(full._history),
+        "history": len(full.generations),
         "bytes": len(v),
         "json_bytes": len(zlib.decompress(v[2:])),
         "encode_ms": (t1 - t0) * 1e3,

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from groupkit.assignors import assignor_names
+from groupkit.protocol import ownership
 from groupkit.protocol.member import LEFT
 from groupkit.protocol.records import encode, member_record
 from groupkit.protocol.sim import GroupSim
@@ -97,7 +98,7 @@ class StaticCompactedSchedule(StaticRules, CompactedSchedule):
     Not drawn here: forged joins (agreement with a compacted reader is not promised for forged
     records, which signing keeps out: test_protocol_compaction's rule 3), and two processes
     running with one instance id at once: a reader that sees only the newest record of that id
-    cannot tell them apart (state.py, "Where agreement cannot be had"). Their safety is
+    cannot tell them apart (docs/protocol.md, "Where agreement cannot be had"). Their safety is
     checked in the other schedules."""
 
     @precondition(lambda self: False)
@@ -257,7 +258,7 @@ def test_records_of_the_replaced_process_are_refused() -> None:
     assert old.member.superseded and old.member.state == LEFT
     assert len(sim.log.records) >= n
     # its partitions stay held until its session (from its last record) ends
-    assert owned <= sim.view().held()
+    assert owned <= ownership.held(sim.view())
     sim.settle()
     assert sim.members["s0"].member.owned == owned
     # a heartbeat of the replaced process, replayed into the log, is refused

@@ -3,7 +3,9 @@
 0. :mod:`~groupkit.protocol.vocab` — the closed vocabularies (``StrEnum``: phases, reasons ...).
 1. :mod:`~groupkit.protocol.records` — control records, their factories and encoding: the
    schema (:mod:`~groupkit.protocol.schema`) and the codec (:mod:`~groupkit.protocol.codec`).
-2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``.
+2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``; its fields
+   and value classes in :mod:`~groupkit.protocol.group`, who may hold what derived from it in
+   :mod:`~groupkit.protocol.ownership`.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
 5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
@@ -19,6 +21,7 @@ produce the record of a ``write`` answer and report its offset (``Node.written``
 """
 
 from groupkit.errors import ProtocolError
+from groupkit.protocol.group import MemberState
 from groupkit.protocol.member import (
     MEMBER_TRANSITIONS,
     Actions,
@@ -49,7 +52,7 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.snapshot import newest_snapshot, restore
-from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, MemberState, Replayed
+from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, Replayed
 
 __all__ = [
     "ASSIGNMENT_TRANSITIONS",

@@ -227,7 +227,7 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                         if m.instance_id is not None
                         else {}
                     ),
-                    # admitted joins only (state.py, "Admission")
+                    # admitted joins only (docs/protocol.md, "Admission")
                     **({"admitted": m.admitted_in} if m.admitted_in else {}),
                 },
             ]

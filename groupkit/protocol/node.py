@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import LEFT, Actions, Member
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, WRITE, Decision, Planner
@@ -290,15 +291,15 @@ class Node:
         Bounded catch-up (snapshot.py) finds one within ``CATCH_UP_WINDOW_SESSIONS`` of the
         log's end as long as the leader writes one every half session. Due when the newest
         one replayed is that old by log time, and ours (maybe still on its way) by our clock.
-        Never while our replay may lack holds (``GroupState.knows_holds``: we started from
+        Never while our replay may lack holds (``ownership.knows_holds``: we started from
         the compacted topic less than a session ago): a state restored from a snapshot is
-        trusted to know its holds, and takes handoffs on that (``GroupState.handoffs``).
+        trusted to know its holds, and takes handoffs on that (``ownership.handoffs``).
         """
         every = self.snapshot_every_ms
         st = self.state
         if every is None or st.offset < 0 or self.left or not self.is_leader(now_ms):
             return None
-        if not st.knows_holds():
+        if not ownership.knows_holds(st):
             return None
         if self._snapshot_ts is not None and st.log_time - self._snapshot_ts < every:
             return None

@@ -70,6 +70,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import (
     TIMEOUT,
     AssignRequest,
@@ -697,8 +698,10 @@ class GroupSim:
             and a.protocol == RebalanceProtocol.COOPERATIVE
             and not leaving
         ):
-            # (what it gives a newcomer the generation admitted goes: state.py, "Admission")
-            kept = acts.revoke & (a.target(sm.member_id) - sm.state.admitted_away(sm.member_id))
+            # (what it gives a newcomer the generation admitted goes: docs/protocol.md, "Admission")
+            kept = acts.revoke & (
+                a.target(sm.member_id) - ownership.admitted_away(sm.state, sm.member_id)
+            )
             if kept:
                 self.errors.append(f"{sm.member_id} revoked {sorted(kept)} it keeps")
 
@@ -802,7 +805,7 @@ class GroupSim:
             m = st.members.get(sm.member_id)
             log = (
                 f"log: inc={m.incarnation} proc={m.proc} seq={m.seq} last_seen={m.last_seen} "
-                f"live={st.is_live(m.member_id)} lagging={st.is_lagging(m.member_id)} "
+                f"live={st.is_live(m.member_id)} lagging={ownership.is_lagging(st, m.member_id)} "
                 f"acked={m.acked_generation} since={m.since_generation}"
                 if m is not None
                 else "log: -"

@@ -91,7 +91,7 @@ class DecisionReason(StrEnum):
     AWAITING_REVOCATION = "awaiting_revocation"
     AWAITING_ACKNOWLEDGEMENT = "awaiting_acknowledgement"
     AWAITING_ADMISSION = "awaiting_admission"
-    """A newcomer is taking its share from its givers (state.py, "Admission"): the plan that
+    """A newcomer is taking its share from its givers (docs/protocol.md, "Admission"): the plan that
     covers it waits until it owns it (``Planner.admission_under_way``)."""
     REVOCATION_ACKNOWLEDGED = "revocation_acknowledged"
     REASSERT = "reassert"
