@@ -305,7 +305,7 @@ def test_a_pending_reset_survives_a_snapshot() -> None:
     """A newcomer that catches up from a snapshot knows the pending reset (and which
     partitions are settled, and the floor that refuses copies of older resets)."""
     from groupkit.protocol.records import SnapshotKey
-    from groupkit.protocol.state import GroupState
+    from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 
     sim = _running(None)
     sim.members["b"].read_rate = 0  # b falls behind: the reset stays pending for it
@@ -313,9 +313,9 @@ def test_a_pending_reset_survives_a_snapshot() -> None:
     sim.tick(2)
     st = sim.view()
     assert st.reset is not None and ownership.reset_waiting(st)
-    snap = st.snapshot("a", "i1")
+    snap = to_snapshot(st, "a", "i1")
     _k, v = decode(*encode(SnapshotKey("g"), snap))
     assert v == snap
-    back = GroupState.from_snapshot(v, sim.session_timeout_ms)  # type: ignore[arg-type]
+    back = from_snapshot(v, sim.session_timeout_ms)  # type: ignore[arg-type]
     assert back.reset == st.reset and back.reset_floor == st.reset_floor
     assert ownership.reset_waiting(back) == ownership.reset_waiting(st)

@@ -18,6 +18,7 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.sim import GroupSim
+from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.types import MemberSubscription
 from groupkit.types import TopicPartition as TP
@@ -749,7 +750,7 @@ def test_a_snapshot_is_written_only_by_a_reader_that_knows_its_holds() -> None:
     sim.settle()
     sim.tick(20)
     lead = sim.members[sim.view().leader].node  # type: ignore[index]
-    restored = GroupState.from_snapshot(sim.view().snapshot("x", "i0"), sim.session_timeout_ms)
+    restored = from_snapshot(to_snapshot(sim.view(), "x", "i0"), sim.session_timeout_ms)
     assert ownership.knows_holds(restored) and ownership.knows_holds(sim.view())
     fresh = sim.new_state()
     for r in sim.log.compacted():

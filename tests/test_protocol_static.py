@@ -287,7 +287,7 @@ def test_a_snapshot_keeps_the_static_seats() -> None:
     """A state with a seat taken over survives a snapshot (encode, decode, restore) whole, and
     replays on alike."""
     from groupkit.protocol.records import SnapshotKey, decode_value, encode_value
-    from groupkit.protocol.state import GroupState
+    from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 
     sim = stable_static_group("cooperative", "range", 3, 6, 0, None)
     sim.park("s1")
@@ -297,11 +297,11 @@ def test_a_snapshot_keeps_the_static_seats() -> None:
     sim.settle()
     st_ = sim.view()
     assert st_.members["s1"].process not in (None, st_.members["s1"].incarnation)
-    rec = st_.snapshot("s0", "i1")
+    rec = to_snapshot(st_, "s0", "i1")
     key = SnapshotKey(st_.group)
     back = decode_value(key, encode_value(key, rec))
     assert back == rec
-    restored = GroupState.from_snapshot(rec, sim.session_timeout_ms, sim.rebalance_timeout_ms)
+    restored = from_snapshot(rec, sim.session_timeout_ms, sim.rebalance_timeout_ms)
     assert restored.members == st_.members
     sim.tick(30)
     for r in sim.log.records[rec.as_of + 1 :]:

@@ -8,7 +8,8 @@
    :mod:`~groupkit.protocol.ownership`.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
-5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
+5. :mod:`~groupkit.protocol.snapshot` — a state to and from its snapshot, and which one a
+   newcomer restores from.
 6. :mod:`~groupkit.protocol.node` — :class:`Node`, the driver that composes the three above.
 7. :mod:`~groupkit.protocol.sim` — an in-memory log and a simulated group (tests, benches).
 

@@ -42,6 +42,7 @@ from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import LEFT, Actions, Member
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, WRITE, Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
+from groupkit.protocol.snapshot import to_snapshot
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.protocol.vocab import DecisionReason, ReplayKind
 from groupkit.types import TopicPartition
@@ -306,7 +307,7 @@ class Node:
         if self._snapshot_sent is not None and now_ms - self._snapshot_sent < every:
             return None
         self._snapshot_sent = now_ms
-        record = st.snapshot(self.member_id, self.member.incarnation)
+        record = to_snapshot(st, self.member_id, self.member.incarnation)
         return encode(SnapshotKey(st.group), record, self.member.signer)
 
     def tombstones_due(self, now_ms: int) -> tuple[tuple[bytes, bytes | None], ...]:

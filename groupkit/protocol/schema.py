@@ -253,7 +253,7 @@ class SnapshotHold:
 class SnapshotRecord:
     """The deterministic ``GroupState`` as of offset ``as_of`` of the writer's replay.
 
-    Built by ``GroupState.snapshot`` and restored by ``GroupState.from_snapshot``; the
+    Built by ``snapshot.to_snapshot`` and restored by ``snapshot.from_snapshot``; the
     rejection counters are not part of it. ``history`` is ``(generation time, assignment)``
     per generation the state still keeps, oldest first.
     """

@@ -28,7 +28,7 @@ Who may hold what is derived in :mod:`~groupkit.protocol.ownership`; snapshot co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import RecordRejected
@@ -48,11 +48,6 @@ from groupkit.protocol.records import (
     RecordKey,
     ResetKey,
     ResetRecord,
-    Signer,
-    SnapshotHold,
-    SnapshotMember,
-    SnapshotRecord,
-    SnapshotReset,
     decode,
     decode_key,
     other_group_key,
@@ -635,91 +630,6 @@ class GroupState(GroupData):
                 del self.offset_hints[p]
                 self.hints_ignored["reset_pending"] += 1
 
-    # ------------------------------------------------------------------ snapshots
-
-    def snapshot(self, writer_id: str, writer_incarnation: str) -> SnapshotRecord:
-        """This state as of :attr:`offset`, to be written under ``SnapshotKey(group)``."""
-        if self.offset < 0:
-            raise ValueError("nothing replayed yet: no offset to snapshot at")
-        members = tuple(_member_to_snapshot(m) for m in self.members.values())
-        return SnapshotRecord(
-            group=self.group,
-            as_of=self.offset,
-            log_time=self.log_time,
-            writer_id=writer_id,
-            writer_incarnation=writer_incarnation,
-            leader=self.leader,
-            members=members,
-            assignment=self.assignment,
-            assignment_offset=self.assignment_offset,
-            history=tuple(
-                (self.generation_time[g], self.generations[g]) for g in sorted(self.generations)
-            ),
-            holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in self.holds),
-            assignment_clobbered=self.assignment_clobbered,
-            reset=None if self.reset is None else _reset_to_snapshot(self.reset),
-            reset_floor=self.reset_floor,
-        )
-
-    @classmethod
-    def from_snapshot(
-        cls,
-        record: SnapshotRecord,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int = 60_000,
-        verifier: Signer | None = None,
-    ) -> GroupState:
-        """The state :meth:`snapshot` captured (rejection counters start empty); feed it the
-        records after ``record.as_of``."""
-        st = cls(record.group, session_timeout_ms, rebalance_timeout_ms, verifier)
-        st.offset = record.as_of
-        st.log_time = record.log_time
-        st.members = {m.member_id: _member_from_snapshot(m) for m in record.members}
-        st.leader = record.leader
-        st.assignment = record.assignment
-        st.assignment_offset = record.assignment_offset
-        st.holds = [Hold(h.holder, h.partitions, h.until) for h in record.holds]
-        st.assignment_clobbered = record.assignment_clobbered
-        st.generations = {a.generation: a for _, a in record.history}
-        st.generation_time = {a.generation: t for t, a in record.history}
-        for m in st.members.values():
-            for p in m.claims:
-                st.claimers.setdefault(p, set()).add(m.member_id)
-            if m.admitted_in:
-                st.admitted_ids.add(m.member_id)
-        st.pending_generations = {
-            g for g, a in st.generations.items() if any(c.pending for c in a.members.values())
-        }
-        st.inherit_generations = {
-            g for g, a in st.generations.items() if any(c.inherit for c in a.members.values())
-        }
-        st.reset_floor = record.reset_floor
-        if record.reset is not None:
-            r = record.reset
-            st.reset = ResetState(r.at, r.reset_id, dict(r.offsets), set(r.settled),
-                                  dict(r.waiting))  # fmt: skip
-        # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
-        # snapshot carries them: a gap from here on is the reader's own (replay sets it).
-        st.gap_ts = None
-        return st
-
-
-def _reset_to_snapshot(r: ResetState) -> SnapshotReset:
-    return SnapshotReset(r.at, r.reset_id, tuple(sorted(r.offsets.items())),
-                         frozenset(r.settled), tuple(sorted(r.waiting.items())))  # fmt: skip
-
-
-#: MemberState's fields, which a SnapshotMember carries under the same names
-_MEMBER_FIELDS = tuple(f.name for f in fields(MemberState))
-
-
-def _member_to_snapshot(m: MemberState) -> SnapshotMember:
-    return SnapshotMember(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
-
-
-def _member_from_snapshot(m: SnapshotMember) -> MemberState:
-    return MemberState(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
-
 
 def _is_assignment(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == ord("A")
@@ -765,10 +675,6 @@ def _from_record(
         instance_id=instance_id,
         process_since=process_since,
     )
-
-
-#: MemberState's fields, which a SnapshotMember carries under the same names
-_MEMBER_FIELDS = tuple(f.name for f in fields(MemberState))
 
 
 def _is_snapshot(key: bytes | None) -> bool:
