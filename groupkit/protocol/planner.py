@@ -168,6 +168,8 @@ class Planner:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         self.assignor = get_assignor(assignor) if isinstance(assignor, str) else assignor
+        #: the name it was configured by (a registered assignor's ``name`` may differ)
+        self.assignor_name = assignor if isinstance(assignor, str) else assignor.name
         self.protocol = protocol
         self.cover_after_ms = cover_after_ms
 

@@ -483,7 +483,7 @@ def _check_id(what: str, value: str) -> None:
 
 
 # --------------------------------------------------------------------------- offset resets
-# (issue 16: ``groupkit reset-offsets`` on a running group; the rules are in state.py,
+# (``groupkit reset-offsets`` on a running group; the rules are in docs/protocol.md,
 # "Offset resets")
 
 #: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry

@@ -79,7 +79,7 @@ from groupkit.protocol.assign import (
     run_assignor,
 )
 from groupkit.protocol.member import ACTIVE, LEAVING, LEFT, Actions, Member
-from groupkit.protocol.node import Lead, Node
+from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.planner import NEED_LAGS, NEED_PLAN, NONE, Planner
 from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
@@ -256,6 +256,8 @@ class GroupSim:
         )
         #: every outcome reported to a node (the tests read the fallbacks off it)
         self.plans: list[PlanOutcome] = []
+        #: every rebalance a leader finished, as the runtime hands them to its observers
+        self.rebalances: list[RebalanceSummary] = []
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
@@ -496,12 +498,16 @@ class GroupSim:
         if sm.plan_due is not None and sm.plan_due[0] <= self.clock:
             self._planned(sm, sm.plan_due[1])
         step = node.step(self.clock, self.partitions)
+        if step.rebalance_done is not None:
+            self.rebalances.append(step.rebalance_done)
         self._carry_out(sm, step.actions)
         lead = step.lead
         if lead is not None and lead.action == NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
         if lead is not None and lead.request is not None:
             lead = self._make_plan(sm, lead.request)
+        if lead is not None and lead is not step.lead and lead.rebalance_done is not None:
+            self.rebalances.append(lead.rebalance_done)
         if lead is not None and lead.key is not None:
             self._produce(lead.key, lead.value, sm.member_id, node)
         if step.snapshot is not None:
