@@ -124,9 +124,8 @@ class ResetState:
 
 @dataclass(slots=True)
 class GroupData:
-    """What the log says one group is. Only :meth:`GroupState.replay <groupkit.protocol.state.
-    GroupState.replay>` writes it; :mod:`~groupkit.protocol.ownership` derives from it who may
-    hold what.
+    """What the log says one group is. Only ``GroupState.replay`` (state.py) writes it;
+    :mod:`~groupkit.protocol.ownership` derives from it who may hold what.
 
     The fields after ``assignment_clobbered`` are replay's bookkeeping: the history of
     generations some member may still act on, and indexes over it that the derivations read

@@ -1,9 +1,8 @@
 """The group, replayed from its control records: the one place group state changes.
 
 Every member feeds every record of its group's control partition, in offset order, with its
-broker timestamp, into :meth:`GroupState.replay`: from the start of the compacted topic (or a
-snapshot), then live. There is no second path, so readers at one offset hold one state.
-One ``replay``:
+broker timestamp, into :meth:`GroupState.replay`, from the start (or a snapshot) and then live:
+one path, so readers at one offset hold one state. One ``replay``:
 
 1. advances the log time to the record's timestamp, drops holds that ran out, and re-elects if
    the leader expired: for every record, even one then rejected;
