@@ -338,12 +338,13 @@ def test_a_newcomer_that_starts_from_the_compacted_log_is_covered() -> None:
 
 
 def test_a_reasserted_generation_keeps_its_time_and_place_for_a_compacted_reader() -> None:
-    # Found by the random schedules (docs/protocol.md, "Re-assertion"); here as records. Generation
-    # 1 covers c, whose next record starts a new membership (no prev_ts: it had not read its first
-    # back). A forged record then clobbers generation 1's on the assignment key, and the leader
-    # re-asserts it. Compacted, the log keeps only the re-assertion, after c's restart: a fresh
-    # reader saw c start under no generation, so it took generation 1's grant for the new
-    # membership's, and rejected generation 2, which gives those partitions to a, as unsafe.
+    # The random schedules' case (docs/protocol.md, "Generations": re-assertion), as
+    # records. Generation 1 covers c, whose next record starts a new membership (no prev_ts: it had
+    # not read its first back). A forged record then clobbers generation 1's on the assignment key,
+    # and the leader re-asserts it. Compacted, the log keeps only the re-assertion, after c's
+    # restart: a fresh reader saw c start under no generation, so it took generation 1's grant for
+    # the new membership's, and rejected generation 2, which gives those partitions to a, as
+    # unsafe.
     def member(mid: str, seq: int, ts: int, prev: int | None, owned: str = "", gen: int = 0,
                joined: int | None = None) -> tuple[bytes, bytes | None]:  # fmt: skip
         return encode(*member_record(

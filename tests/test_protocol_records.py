@@ -91,8 +91,8 @@ def test_assignment_record_round_trip_and_tombstone() -> None:
 
 
 def test_a_reassertion_names_its_origin_and_equals_the_record_it_repeats() -> None:
-    """docs/protocol.md, "Re-assertion": ``origin`` round-trips, is optional, and is no part of the
-    generation (a re-assertion equals the first record)."""
+    """docs/protocol.md, "Generations": re-assertion: ``origin`` round-trips, is optional, and is
+    no part of the generation (a re-assertion equals the first record)."""
     _, first = decode(*an_assignment())
     assert isinstance(first, AssignmentRecord) and first.origin is None
     again = dataclasses.replace(first, origin=(12, 3_400))

@@ -98,7 +98,7 @@ class StaticCompactedSchedule(StaticRules, CompactedSchedule):
     Not drawn here: forged joins (agreement with a compacted reader is not promised for forged
     records, which signing keeps out: test_protocol_compaction's rule 3), and two processes
     running with one instance id at once: a reader that sees only the newest record of that id
-    cannot tell them apart (docs/protocol.md, "Where agreement cannot be had"). Their safety is
+    cannot tell them apart (docs/protocol.md, "Replay": compaction). Their safety is
     checked in the other schedules."""
 
     @precondition(lambda self: False)

@@ -51,7 +51,7 @@ class MemberState:
     #: (``prev_ts``): only then may the leader plan for it, but for a caught-up newcomer
     #: (see :func:`~groupkit.protocol.ownership.is_lagging`)
     ready: bool = True
-    #: Static seats only (docs/protocol.md: static seats). ``incarnation`` is then
+    #: Static seats only (docs/protocol.md, "Static seats"). ``incarnation`` is then
     #: the incarnation the seat is known by (its first process's: assignments name it), and
     #: ``process`` the incarnation of the process that holds the seat now; ``None``: a dynamic
     #: member, whose process is its incarnation.
@@ -59,8 +59,8 @@ class MemberState:
     instance_id: str | None = None
     #: log time of the seat's current process's first record (its lag clock starts there)
     process_since: int = 0
-    #: the generation that admitted this membership's join (docs/protocol.md:
-    #: admission); 0: none
+    #: the generation that admitted this membership's join (docs/protocol.md,
+    #: "Admission"); 0: none
     admitted_in: int = 0
 
     @property
@@ -90,8 +90,8 @@ class Hold:
 
 @dataclass(frozen=True, slots=True)
 class OffsetHint:
-    """The offset committed for a partition by the member that released it (docs/protocol.md:
-    offset hints)."""
+    """The offset committed for a partition by the member that released it (docs/protocol.md,
+    "Handoffs": offset hints)."""
 
     offset: int
     #: log time of the record that released the partition
@@ -103,7 +103,7 @@ class OffsetHint:
 
 @dataclass(slots=True)
 class ResetState:
-    """The group's newest offset reset, as replayed (docs/protocol.md: resets)."""
+    """The group's newest offset reset, as replayed (docs/protocol.md, "Resets")."""
 
     #: offset of the reset record: what members acknowledge (``MemberRecord.reset_at``)
     at: int
@@ -152,8 +152,8 @@ class GroupData:
     #: the log time each of those generations was written at
     generation_time: dict[int, int] = field(default_factory=dict)
     #: memberships started since the current generation was applied:
-    #: ``{member id: (offset, the record that started it)}`` (docs/protocol.md:
-    #: re-assertion)
+    #: ``{member id: (offset, the record that started it)}`` (docs/protocol.md,
+    #: "Generations": re-assertion)
     started: dict[str, tuple[int, MemberRecord]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -187,8 +187,8 @@ class GroupData:
     complete_at: tuple[tuple[int, int], bool] | None = field(
         default=None, repr=False, compare=False
     )
-    #: per partition, the offset its releasing owner committed (docs/protocol.md: offset hints);
-    #: not part of snapshots nor of what members must agree on
+    #: per partition, the offset its releasing owner committed (docs/protocol.md, "Handoffs":
+    #: offset hints); not part of snapshots nor of what members must agree on
     offset_hints: dict[TopicPartition, OffsetHint] = field(default_factory=dict)
     #: committed offsets in member records that were not taken as hints, by reason
     #: (``not_released``: the record does not let that partition go; ``not_continued``: the
@@ -197,7 +197,7 @@ class GroupData:
     #: log time of the newest record this reader replayed after a gap in offsets (compaction
     #: dropped records it would have needed): see ``ownership.knows_holds``
     gap_ts: int | None = None
-    #: the newest offset reset, while the group has live members (docs/protocol.md: resets); not
+    #: the newest offset reset, while the group has live members (docs/protocol.md, "Resets"); not
     #: part of snapshots nor of what members must agree on
     reset: ResetState | None = None
     #: offset of the newest reset record accepted (kept when the group empties): a reset

@@ -78,7 +78,7 @@ Why ``prev_ts``: whether a record continues the membership must not depend on wh
 member's earlier records a reader has seen, because a reader that starts from the compacted
 topic has seen only some (state.py, compaction rule 2).
 
-Static members (``instance_id``: KIP-345; docs/protocol.md, "Static membership"): the member id is
+Static members (``instance_id``: KIP-345; docs/protocol.md, "Static seats"): the member id is
 the instance id. A new process's join echoes its seat as its replay shows it, and takes it over; it
 then takes the seat's grant once no hold covers it (a process it replaced may still run it).
 :meth:`Member.park` is a static member's close: revoke everything, write a record owning nothing,
@@ -200,7 +200,7 @@ class Actions:
     state: MemberPhase = UNJOINED
     #: why, for the runtime's logs: e.g. ("session_lapsed",) or ("generation 4",)
     events: tuple[str, ...] = ()
-    #: offset reset (docs/protocol.md, "Offset resets"), carried out after ``assign``: start these
+    #: offset reset (docs/protocol.md, "Resets"), carried out after ``assign``: start these
     #: partitions (owned, or just assigned) at these offsets and commit them, then report
     #: :meth:`Member.reset_applied` with ``reset_at`` (at once unless ``defer_revocations``)
     reset: Mapping[TopicPartition, int] = field(default_factory=dict)
@@ -668,7 +668,7 @@ class Member:
     def _reset_step(
         self, group: GroupState, healthy: bool, added: Partitions
     ) -> dict[TopicPartition, int]:
-        """What of the group's reset to carry out now (docs/protocol.md, "Offset resets").
+        """What of the group's reset to carry out now (docs/protocol.md, "Resets").
 
         A reset not carried out yet: every partition of it we own whose new offset nobody has
         committed yet (we owned them before it, or just took them). One carried out (or under

@@ -86,11 +86,11 @@ def reserved(state: GroupData, member_id: str) -> Partitions:
     only conservative: the member's own grant of it still waits for the owner
     (:func:`granted` does not include it, ``Planner`` keeps it pending).
 
-    An admitted newcomer's reservation (docs/protocol.md: admission) works alike: what the
+    An admitted newcomer's reservation (docs/protocol.md, "Admission") works alike: what the
     generation that admitted it has its members ``admit``, from its join until its record says it
     has seen a newer generation. Every reader agrees on it: the join decides it, and the member's
-    later records echo it (``MemberRecord.admitted_in``). So does an heir's (docs/protocol.md:
-    inheritance): what a generation has it ``inherit`` from owners who are gone."""
+    later records echo it (``MemberRecord.admitted_in``). So does an heir's (docs/protocol.md,
+    "Inheritance"): what a generation has it ``inherit`` from owners who are gone."""
     if not state.pending_generations and not state.admitted_ids and not state.inherit_generations:
         return EMPTY
     m = state.members.get(member_id)
@@ -129,7 +129,7 @@ def admits(state: GroupData, a: AssignmentRecord) -> Partitions:
 
 def heirs_of(state: GroupData, g: int, a: AssignmentRecord) -> dict[TopicPartition, MemberRef]:
     """``{partition: (member, incarnation) that inherits it}`` in generation ``g``, built
-    once per generation (docs/protocol.md: inheritance)."""
+    once per generation (docs/protocol.md, "Inheritance")."""
     got = state.heirs.get(g)
     if got is None:
         got = state.heirs[g] = {
@@ -141,7 +141,7 @@ def heirs_of(state: GroupData, g: int, a: AssignmentRecord) -> dict[TopicPartiti
 def _owner_gone(state: GroupData, g: int, a: AssignmentRecord, p: TopicPartition) -> bool:
     """Whether the membership generation ``g`` assigns ``p`` to has ended: its id is no
     member's any more (it left, or was tombstoned), or names another incarnation, or a membership
-    that started after ``g`` (docs/protocol.md: inheritance). A function of the assignment record
+    that started after ``g`` (docs/protocol.md, "Inheritance"). A function of the assignment record
     and the members' newest records, so readers of the same offset agree."""
     to = _receivers_of(state, g, a)[0].get(p)
     if to is None:
@@ -151,7 +151,7 @@ def _owner_gone(state: GroupData, g: int, a: AssignmentRecord, p: TopicPartition
 
 
 def _inheritance_reserved(state: GroupData, m: MemberState) -> Partitions:
-    """What ``m`` (live) may inherit (docs/protocol.md: inheritance): in every generation it may
+    """What ``m`` (live) may inherit (docs/protocol.md, "Inheritance"): in every generation it may
     still act on (none older than the newest it has seen, none older than its membership) that
     names heirs, what it ``inherit``s whose owner is gone."""
     if not state.inherit_generations:
@@ -169,7 +169,7 @@ def _inheritance_reserved(state: GroupData, m: MemberState) -> Partitions:
 
 def inherited(state: GroupData, member_id: str) -> Partitions:
     """What this member inherits in the current generation: what it ``inherit``s whose
-    owner is gone, and that no other member claims (docs/protocol.md: inheritance). The leader's
+    owner is gone, and that no other member claims (docs/protocol.md, "Inheritance"). The leader's
     plan counts it as the member's own (``planner._previous``)."""
     a = state.assignment
     m = state.members.get(member_id)
@@ -205,7 +205,7 @@ def inheritance_handoffs(state: GroupData, member_id: str) -> Partitions:
 
 def admission(state: GroupData) -> tuple[str, Partitions] | None:
     """The newcomer the current generation admitted, and what its members give it
-    (docs/protocol.md: admission), or ``None``."""
+    (docs/protocol.md, "Admission"), or ``None``."""
     a = state.assignment
     if not state.admitted_ids or a is None:
         return None
@@ -236,8 +236,8 @@ def share_claimed_at(state: GroupData, member_id: str) -> int | None:
 
 def admitted_away(state: GroupData, member_id: str) -> Partitions:
     """What this member gives the newcomer the current generation admitted: it revokes
-    them as it would revoke a partition a new generation takes away (docs/protocol.md:
-    admission)."""
+    them as it would revoke a partition a new generation takes away (docs/protocol.md,
+    "Admission")."""
     adm = admission(state)
     if adm is None or adm[0] == member_id:
         return EMPTY
@@ -499,7 +499,7 @@ def is_newcomer_ready(state: GroupData, member_id: str) -> bool:
 
 def admits_join(state: GroupData, mid: str, v: MemberRecord) -> bool:
     """Whether this member record, which starts a new membership, is a join the current
-    generation admits (docs/protocol.md: admission): a dynamic newcomer's first record, written
+    generation admits (docs/protocol.md, "Admission"): a dynamic newcomer's first record, written
     caught up to the current generation, which is complete and cooperative and has its members
     ``admit`` something; it subscribes to what every member it covers subscribes to; the generation
     names no membership under its id; and no other live member was admitted in it (an earlier

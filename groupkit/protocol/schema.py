@@ -114,7 +114,7 @@ class MemberRecord:
     committed: tuple[tuple[TopicPartition, int], ...] = ()
     #: ``group.instance.id`` of a static member (KIP-345), or ``None``: a dynamic member. A
     #: static member's member id *is* its instance id (the seat the group keeps for it), and a
-    #: new process with it takes the seat over (docs/protocol.md, "Static membership"). Absent in
+    #: new process with it takes the seat over (docs/protocol.md, "Static seats"). Absent in
     #: records of dynamic members and of members that predate it.
     instance_id: str | None = None
     #: a static member's echo of the incarnation the group knows its seat by (the seat's
@@ -133,10 +133,10 @@ class MemberRecord:
     reset_at: int = -1
     reset_done: Partitions = frozenset()
     #: the member's last record before its tombstone (a clean leave): the membership ends at this
-    #: record, as if the tombstone followed it at once (docs/protocol.md, "leaving"), so no reader
-    #: ever plans for the member between the two, which are two produce requests. Absent (false) in
-    #: every other record and in records that predate it; a reader that predates it ignores it and
-    #: ends the membership at the tombstone, as before.
+    #: record, as if the tombstone followed it at once (docs/protocol.md, "Expiry and tombstones":
+    #: leaving), so no reader ever plans for the member between the two, which are two produce
+    #: requests. Absent (false) in every other record and in records that predate it; a reader that
+    #: predates it ignores it and ends the membership at the tombstone, as before.
     leaving: bool = False
     #: the generation in which the member's join was *admitted* (docs/protocol.md, "Admission"),
     #: echoed from its own replay like ``joined_at``, so that a reader of the compacted topic
@@ -196,10 +196,10 @@ class AssignmentRecord:
     members: Mapping[str, CoveredMember]
     #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
     fallback: AssignorFallback | None = None
-    #: A re-assertion's (docs/protocol.md, "Re-assertion"): ``(offset, log time)`` of the record
-    #: that first wrote this generation. A reader that never saw that record (compacted away) takes
-    #: the generation's time and place from it. Not part of the generation: a re-assertion equals
-    #: the record it repeats. ``None`` in every first record of a generation.
+    #: A re-assertion's (docs/protocol.md, "Generations": re-assertion): ``(offset, log time)`` of
+    #: the record that first wrote this generation. A reader that never saw that record (compacted
+    #: away) takes the generation's time and place from it. Not part of the generation: a
+    #: re-assertion equals the record it repeats. ``None`` in every first record of a generation.
     origin: tuple[int, int] | None = field(default=None, compare=False)
 
     def assigned(self, member_id: str) -> Partitions:
@@ -231,7 +231,7 @@ class SnapshotMember:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     ready: bool
-    #: static seats only (docs/protocol.md, "Static membership"); absent in snapshots that predate
+    #: static seats only (docs/protocol.md, "Static seats"); absent in snapshots that predate
     #: them
     process: str | None = None
     instance_id: str | None = None
@@ -271,7 +271,7 @@ class SnapshotRecord:
     holds: tuple[SnapshotHold, ...]
     assignment_clobbered: bool
     #: the group's pending offset reset (``state.ResetState``) and the offset of the newest
-    #: reset accepted (docs/protocol.md, "Offset resets"); absent in snapshots that predate them
+    #: reset accepted (docs/protocol.md, "Resets"); absent in snapshots that predate them
     reset: SnapshotReset | None = None
     reset_floor: int = -1
 

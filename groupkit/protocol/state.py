@@ -99,8 +99,8 @@ class GroupState(GroupData):
     __slots__ = ()
 
     def _hint_released(self, old: MemberState | None, v: MemberRecord, continues: bool) -> None:
-        """Take the offsets ``v`` carries for what it releases as hints (docs/protocol.md:
-        offset hints).
+        """Take the offsets ``v`` carries for what it releases as hints (docs/protocol.md,
+        "Handoffs": offset hints).
 
         A partition pending in the current generation names its receiver at once: its target,
         which may take it at this very record (``ownership.handoffs``) before any generation grants
@@ -302,7 +302,7 @@ class GroupState(GroupData):
                 m.incarnation = v.seat or v.incarnation
                 m.process, m.instance_id = v.incarnation, v.instance_id
                 m.process_since = old.process_since
-            m.admitted_in = v.admitted_in  # an echo, like joined_at (docs/protocol.md: admission)
+            m.admitted_in = v.admitted_in  # an echo, like joined_at (docs/protocol.md, "Admission")
             new_membership = False
         else:
             if v.seen_generation > self.generation and old is not None:
@@ -400,7 +400,7 @@ class GroupState(GroupData):
     def _take_seat(
         self, offset: int, k: MemberKey, v: MemberRecord, ts: int, seat: MemberState | None
     ) -> Replayed:
-        """A new process's join takes over a live static seat (docs/protocol.md: static seats):
+        """A new process's join takes over a live static seat (docs/protocol.md, "Static seats"):
         the membership, its coverage and its grants carry on; what the replaced
         process may still hold is held until its session would have ended."""
         if v.seen_generation > self.generation:

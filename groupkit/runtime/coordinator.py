@@ -573,7 +573,7 @@ class Coordinator:
         to their next owner as soon as it reads it, so waiting for the control thread's next
         turn would only add to the time they are without an owner. It carries ``committed``,
         the offsets whose synchronous commit just succeeded, so that the next owner starts
-        there without looking them up (docs/protocol.md, "Offset hints").
+        there without looking them up (docs/protocol.md, "Handoffs": offset hints).
 
         ``leave``: the member is closing, and this record is its last, produced together with
         its tombstone. Apart, a leader reading the record first sees a member that acknowledged

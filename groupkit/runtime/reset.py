@@ -3,7 +3,7 @@
 Kafka's ``kafka-consumer-groups --reset-offsets`` refuses a group with active members, and sees
 a groupkit group as empty (its members never join the broker's group), so it would accept the
 reset and the members' next commits would overwrite it. This command goes through the control
-log instead (docs/protocol.md, "Offset resets"):
+log instead (docs/protocol.md, "Resets"):
 
 1. :func:`plan_reset` replays the group's control log as a newcomer does (what ``describe``
    reads), checks the input, and computes the new offset of each partition from the scenario,
