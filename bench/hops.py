@@ -8,7 +8,7 @@ members compute. That count is what a protocol change can remove; the latency fo
 Scenarios, on a stable 3-member group (12 partitions), both protocols, with the range assignor
 and, for the cooperative protocol, also with ``cooperative-sticky``, whose complete generations
 name what a newcomer would get and who inherits a leaver's partitions, so a join is *admitted*
-and a leave *inherited* without the leader's turn (state.py, "Admission", "Inheritance"):
+and a leave *inherited* without the leader's turn (docs/protocol.md, "Admission", "Inheritance"):
 
 - ``join``: a 4th member joins. Hops from its join record's write to a stable group.
 - ``join_bounded``: the same, in a group whose leader writes snapshots (every half session)

@@ -52,9 +52,10 @@ from prometheus_client.registry import Collector
 
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
+from groupkit.protocol.node import RebalanceSummary
 from groupkit.protocol.records import Partitions
-from groupkit.protocol.vocab import AssignorFailure, RejectReason
-from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
+from groupkit.protocol.vocab import AssignorFailure, RebalanceOutcome, RejectReason
+from groupkit.runtime.hooks import GroupObserver
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
 
@@ -168,7 +169,7 @@ METRICS: Mapping[str, MetricSpec] = {
 #: Rejection reasons (decoder and replay: the one list, ``RejectReason``); each starts at 0 so a
 #: dashboard has a series before the first rejection. A reason not listed is still counted.
 KNOWN_REJECTIONS: tuple[str, ...] = tuple(r.value for r in RejectReason)
-REBALANCE_OUTCOMES = ("completed", "superseded", "abandoned")
+REBALANCE_OUTCOMES: tuple[str, ...] = tuple(o.value for o in RebalanceOutcome)
 RECORD_KINDS = ("member", "assignment")
 DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -405,7 +406,7 @@ class PrometheusObserver(GroupObserver):
     def rebalance_done(self, summary: RebalanceSummary) -> None:
         member = self._member()
         self._i.rebalances.labels(self.group, member, summary.protocol, summary.outcome).inc()
-        if summary.outcome == "completed":
+        if summary.outcome == RebalanceOutcome.COMPLETED:
             self._i.rebalance_seconds.labels(self.group, member, summary.protocol).observe(
                 summary.duration_s
             )

@@ -1,4 +1,5 @@
-"""Admission (state.py, "Admission"): a newcomer's join is planned by the generation it joins.
+"""Admission (docs/protocol.md, "Admission"): a newcomer's join is planned by the generation it
+joins.
 
 A complete cooperative generation planned by a built-in sticky assignor names, per member, what
 it gives the next newcomer (``CoveredMember.admit``). The first caught-up newcomer's join record
@@ -7,10 +8,10 @@ newcomer takes each at its giver's release, without waiting for the leader to re
 write a generation (one control-log hop fewer: ``tests/test_protocol_hops.py``). The leader's
 plan that covers the newcomer then keeps it there.
 
-Inheritance (state.py, "Inheritance") is proven by the same schedules: the same generations name
-who inherits what a member owns, the schedules' members leave (also while the leader is paused,
-so that only their heirs move anything), and the compacted readers must agree on what every
-member inherits too. Its scenarios are in ``tests/test_protocol_inheritance.py``.
+Inheritance (docs/protocol.md, "Inheritance") is proven by the same schedules: the same
+generations name who inherits what a member owns, the schedules' members leave (also while the
+leader is paused, so that only their heirs move anything), and the compacted readers must agree
+on what every member inherits too. Its scenarios are in ``tests/test_protocol_inheritance.py``.
 
 Proven here over random schedules (the base schedule's rules and invariants, every one checked
 after every step, with compacted readers that must agree with the full replay on the admission
@@ -26,6 +27,7 @@ from collections import Counter
 import hypothesis.strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
+from groupkit.protocol import ownership
 from groupkit.protocol.assign import AssignRequest
 from groupkit.protocol.records import (
     AssignmentKey,
@@ -79,7 +81,7 @@ class AdmissionRules(GroupSchedule):
     @rule(data=st.data(), ms=st.integers(300, 3_000))
     def leave_while_the_leader_is_paused(self, data: st.DataObject, ms: int) -> None:
         """A member leaves cleanly while the leader cannot plan: only its heirs move anything
-        (state.py, "Inheritance")."""
+        (docs/protocol.md, "Inheritance")."""
         leader = self.sim.view().leader
         if leader in self.sim.members and not self.sim.members[leader].crashed:
             self.sim.pause(leader, ms)
@@ -95,16 +97,19 @@ class AdmissionRules(GroupSchedule):
         if not hasattr(self, "sim"):
             return
         for state in [self.sim.view(), *(sm.state for sm in self.sim.running())]:
-            holders = state.holders()
-            adm = state.admission()
+            holders = ownership.holders(state)
+            adm = ownership.admission(state)
             if adm is not None:
                 newcomer, admitted = adm
                 assert state.assignment is not None and newcomer not in state.assignment.members
-                for p in state.admission_handoffs(newcomer):
+                for p in ownership.admission_handoffs(state, newcomer):
                     assert p in admitted and holders.get(p) == {newcomer}, (p, holders.get(p))
             for m in state.live_members():
-                for p in state.inheritance_handoffs(m):
-                    assert p in state.inherited(m) and holders.get(p) == {m}, (p, holders.get(p))
+                for p in ownership.inheritance_handoffs(state, m):
+                    assert p in ownership.inherited(state, m) and holders.get(p) == {m}, (
+                        p,
+                        holders.get(p),
+                    )
 
 
 #: how often the compacted reader's base state (leader, generation, assignment, live members,
@@ -116,9 +121,9 @@ def admission_of(st: GroupState) -> tuple[object, ...]:
     """What readers must agree on about the current generation's admission and inheritance."""
     live = st.live_members()
     return (
-        st.admission(),
+        ownership.admission(st),
         sorted(m for m in live if st.members[m].admitted_in == st.generation),
-        {m: st.inherited(m) for m in live},
+        {m: ownership.inherited(st, m) for m in live},
     )
 
 
@@ -146,9 +151,9 @@ class AdmissionSchedule(AdmissionRules, FullReaderRules):
                 TALLY["base_disagreements"] += 1
                 return
         TALLY["compared"] += 1
-        if full.admission() is not None:
+        if ownership.admission(full) is not None:
             TALLY["admissions"] += 1
-        if any(full.inherited(m) for m in full.live_members()):
+        if any(ownership.inherited(full, m) for m in full.live_members()):
             TALLY["inheritances"] += 1
         assert admission_of(fresh) == admission_of(full), clean_to
 
@@ -266,7 +271,7 @@ def test_the_plan_that_covers_the_newcomer_keeps_what_it_was_admitted() -> None:
     assert moved == share  # nothing else moved
     # done: the index of admissions under way forgets it (its records still echo it)
     st = sim.view()
-    assert st.admission() is None and st.members["d"].admitted_in and not st._admitted_ids
+    assert ownership.admission(st) is None and st.members["d"].admitted_in and not st.admitted_ids
 
 
 def test_the_plan_for_a_join_waits_until_the_newcomer_owns_its_share() -> None:
@@ -297,7 +302,7 @@ def test_the_covering_plan_waits_a_heartbeat_after_the_claim_unless_the_group_ch
         while sim.view().members.get("d") is None or sim.view().members["d"].claims != share:
             sim.tick()
             assert sim.view().generation == g
-        claimed = sim.view().share_claimed_at("d")
+        claimed = ownership.share_claimed_at(sim.view(), "d")
         assert claimed is not None
         if leave_meanwhile:
             leaver = max(m for m in ("a", "b", "c") if m != sim.view().leader)

@@ -10,14 +10,14 @@ the log as compacted at a random cleaning point; it must agree with the replay o
 - the **leader**: it decides which assignment records are accepted from now on;
 - the **generation** and the **assignment record** itself: what every member takes and gives up;
 - the **live members**, which of them the assignment **covers**, and which are **newcomers** the
-  leader may plan for at their join record (``GroupState.is_newcomer_ready``): what the leader
+  leader may plan for at their join record (``ownership.is_newcomer_ready``): what the leader
   plans from (``Planner.rebalance_reason``) and whether a member takes its grants
   (``Member.poll``);
 - what the current generation's pending partitions are **reserved** for
-  (``GroupState.reserved``): a grant that one reader rejects as unsafe another must not accept,
+  (``ownership.reserved``): a grant that one reader rejects as unsafe another must not accept,
   and a handoff claimed by its target must be no ``unowned_claim`` for any of them.
 - the current generation's **admission** and what each member **inherits** from owners that are
-  gone (state.py, "Admission", "Inheritance"): reservations too.
+  gone (docs/protocol.md, "Admission", "Inheritance"): reservations too.
 
 What need not agree: what was lost with the compacted records and matters no more. Holds and
 tombstones older than a session, rejection counters, and the assignment history the full reader
@@ -44,6 +44,7 @@ from dataclasses import replace
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant
 
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     AssignmentKey,
     AssignmentRecord,
@@ -75,14 +76,14 @@ def agreed(st: GroupState) -> tuple[object, ...]:
         st.assignment,
         sorted(live),
         sorted(m for m in live if st.covers(m)),
-        sorted(m for m in live if st.is_newcomer_ready(m)),
-        {m: st.reserved(m) & _pending(st, m) for m in live},
-        # the current generation's admission (state.py, "Admission"); like reservations, an
+        sorted(m for m in live if ownership.is_newcomer_ready(st, m)),
+        {m: ownership.reserved(st, m) & _pending(st, m) for m in live},
+        # the current generation's admission (docs/protocol.md, "Admission"); like reservations, an
         # older generation's is not agreed on: a reader may never see that generation's record
-        st.admission(),
+        ownership.admission(st),
         sorted(m for m in live if st.members[m].admitted_in == st.generation),
-        # what each member inherits in the current generation (state.py, "Inheritance")
-        {m: st.inherited(m) for m in live},
+        # what each member inherits in the current generation (docs/protocol.md, "Inheritance")
+        {m: ownership.inherited(st, m) for m in live},
     )
 
 
@@ -337,12 +338,13 @@ def test_a_newcomer_that_starts_from_the_compacted_log_is_covered() -> None:
 
 
 def test_a_reasserted_generation_keeps_its_time_and_place_for_a_compacted_reader() -> None:
-    # Found by the random schedules (state.py, "Re-assertion"); here as records. Generation 1
-    # covers c, whose next record starts a new membership (no prev_ts: it had not read its first
-    # back). A forged record then clobbers generation 1's on the assignment key, and the leader
-    # re-asserts it. Compacted, the log keeps only the re-assertion, after c's restart: a fresh
-    # reader saw c start under no generation, so it took generation 1's grant for the new
-    # membership's, and rejected generation 2, which gives those partitions to a, as unsafe.
+    # The random schedules' case (docs/protocol.md, "Generations": re-assertion), as
+    # records. Generation 1 covers c, whose next record starts a new membership (no prev_ts: it had
+    # not read its first back). A forged record then clobbers generation 1's on the assignment key,
+    # and the leader re-asserts it. Compacted, the log keeps only the re-assertion, after c's
+    # restart: a fresh reader saw c start under no generation, so it took generation 1's grant for
+    # the new membership's, and rejected generation 2, which gives those partitions to a, as
+    # unsafe.
     def member(mid: str, seq: int, ts: int, prev: int | None, owned: str = "", gen: int = 0,
                joined: int | None = None) -> tuple[bytes, bytes | None]:  # fmt: skip
         return encode(*member_record(
@@ -393,7 +395,9 @@ def test_a_reasserted_generation_keeps_its_time_and_place_for_a_compacted_reader
     for o, (k, v, ts) in enumerate(log):
         if o == len(log) - 1:
             assert fresh.members["c"].since_generation == full.members["c"].since_generation
-            assert fresh.assignment_offset == 3 and fresh.is_lagging("c") == full.is_lagging("c")
+            assert fresh.assignment_offset == 3 and ownership.is_lagging(
+                fresh, "c"
+            ) == ownership.is_lagging(full, "c")
             assert fresh.reassertion().origin == (3, 150)
         if o in last.values() or o == len(log) - 1:  # compacted below the last record
             fresh.replay(o, k, v, ts)

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     MAX_CONTAINERS,
     MAX_PARTITIONS,
@@ -260,12 +261,12 @@ def test_fuzz_replay_never_raises_and_counts_rejections(
         granted = [tp for c in a.members.values() for tp in c.assigned]
         assert len(granted) == len(set(granted))
     for mid in state.live_members():  # every query answers
-        state.may_hold(mid)
-        state.is_lagging(mid)
-        hints = state.hints_for(mid, "i1", [TopicPartition(*p) for p in PARTS])
+        ownership.may_hold(state, mid)
+        ownership.is_lagging(state, mid)
+        hints = ownership.hints_for(state, mid, "i1", [TopicPartition(*p) for p in PARTS])
         assert all(o >= 0 for o in hints.values())
-    state.holders()
-    state.in_flight()
+    ownership.holders(state)
+    ownership.in_flight(state)
 
 
 # ------------------------------------------------------------------ memory of a long-lived group
@@ -284,4 +285,7 @@ def test_replay_state_does_not_grow_with_generations() -> None:
         sim.settle()
     st = sim.view()
     assert st.generation >= 60
-    assert len(st._history) <= 2 and len(st._gen_time) <= 2, (st._history, st._gen_time)
+    assert len(st.generations) <= 2 and len(st.generation_time) <= 2, (
+        st.generations,
+        st.generation_time,
+    )

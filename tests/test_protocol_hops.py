@@ -19,11 +19,11 @@ from groupkit.testing.sim import GroupSim
 
 #: (protocol, assignor, scenario) -> (hops until the partitions are owned again, hops until
 #: stable). With cooperative-sticky the current generation names what a newcomer gets, so the
-#: owners let it go at the join record itself, without the leader's turn (state.py, "Admission"):
-#: a join is owned a hop sooner than with range. The leader's plan that covers the newcomer
-#: waits until the newcomer claims its share (``Planner.admission_under_way``): made at the join
-#: record, it raced the owners' releases, and a release it beat took hops more. So the join is
-#: stable a hop later (5, was 4) and owned as soon (2).
+#: owners let it go at the join record itself, without the leader's turn (docs/protocol.md,
+#: "Admission"): a join is owned a hop sooner than with range. The leader's plan that covers the
+#: newcomer waits until the newcomer claims its share (``Planner.admission_under_way``): made at
+#: the join record, it raced the owners' releases, and a release it beat took hops more. So the
+#: join is stable a hop later (5, was 4) and owned as soon (2).
 EXPECTED = {
     ("eager", "range", "join"): (4, 5),
     ("eager", "range", "join_bounded"): (4, 5),

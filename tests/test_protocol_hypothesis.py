@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 )
 
 from groupkit.assignors import assignor_names
+from groupkit.protocol import ownership
 from groupkit.testing.sim import GroupSim
 
 IDS = ["m0", "m1", "m2", "m3", "m4"]
@@ -157,22 +158,22 @@ class GroupSchedule(RuleBasedStateMachine):
         if not hasattr(self, "sim"):
             return
         st = self.sim.view()
-        holders = st.holders()
+        holders = ownership.holders(st)
         seen: dict[object, str] = {}
         for mid in st.live_members():
-            for p in st.handoffs(mid):
+            for p in ownership.handoffs(st, mid):
                 assert p not in seen, (p, seen.get(p), mid)
                 seen[p] = mid
                 assert holders.get(p) == {mid}, (p, mid, holders.get(p))
         # handoffs find a partition's possible holders through indexes
-        # (GroupState._may_hold_partition): exactly the live members holders() names, in the
+        # (ownership.may_hold_partition): exactly the live members holders() names, in the
         # observer's replay and in every member's own (those are the ones that hand over)
         for state in [st, *(sm.state for sm in self.sim.running())]:
-            every = state.holders()
+            every = ownership.holders(state)
             held = {h.holder for h in state.holds}
             for p in self.sim.expected_partitions() | every.keys():
                 want = every.get(p, set()) - held
-                assert set(state._may_hold_partition(p)) == want, (p, want)
+                assert set(ownership.may_hold_partition(state, p)) == want, (p, want)
 
     def teardown(self) -> None:
         sim = self.sim

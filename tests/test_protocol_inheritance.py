@@ -1,4 +1,5 @@
-"""Inheritance (state.py, "Inheritance"): a clean leave is planned by the generation it leaves.
+"""Inheritance (docs/protocol.md, "Inheritance"): a clean leave is planned by the generation it
+leaves.
 
 A complete cooperative generation planned by a built-in sticky assignor names, per member, what
 it inherits (``CoveredMember.inherit``): every partition of every other member has one heir. Once
@@ -18,6 +19,7 @@ from __future__ import annotations
 import pytest
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     AssignmentRecord,
     assignment_record,
@@ -104,7 +106,7 @@ def test_a_crashed_owner_is_not_inherited() -> None:
         st = sim.view()
         if st.generation == gen0:
             assert not set(sim.owners()) & gone, sim.owners()
-            assert not any(st.inherited(m) for m in st.live_members())
+            assert not any(ownership.inherited(st, m) for m in st.live_members())
         if sim.is_stable() and st.generation > gen0:
             break
     else:

@@ -7,9 +7,12 @@ record was already replayed, a failed write, a lapsed session, a node that has l
 
 from __future__ import annotations
 
+import pytest
+
 from groupkit.protocol import GroupState, Member, Node, Planner
 from groupkit.protocol.node import SENT
-from groupkit.protocol.vocab import DecisionAction
+from groupkit.protocol.vocab import DecisionAction, RebalanceOutcome
+from groupkit.testing.sim import GroupSim
 
 SESSION = 10_000
 
@@ -154,3 +157,50 @@ def test_the_leader_tombstones_members_long_expired_and_they_may_return() -> Non
     sim.join("c")
     sim.settle()
     assert sim.members["c"].member.owned
+
+
+# ------------------------------------------------------------------ rebalance summaries
+
+
+def _rebalanced(protocol: str) -> GroupSim:
+    sim = GroupSim({"t": 6}, protocol=protocol, assignor="range")
+    sim.join("a")
+    sim.settle()
+    sim.join("b")
+    sim.settle()
+    sim.tick(5)  # the leader's next plan finds the group stable: the rebalance completed
+    return sim
+
+
+@pytest.mark.parametrize("protocol", ["cooperative", "eager"])
+def test_the_leader_node_summarises_each_rebalance(protocol: str) -> None:
+    """The summaries the runtime hands its observers come from the Node, so the simulator
+    sees the same ones: the first assignment, then b's join (range moves 3 of a's 6)."""
+    sim = _rebalanced(protocol)
+    first, join = sim.rebalances
+    assert first.outcome == RebalanceOutcome.COMPLETED == "completed"
+    assert (first.reason, first.first_generation, first.generation, first.moved) == (
+        "first_assignment", 1, 1, 0,
+    )  # fmt: skip
+    assert (join.group, join.leader, join.protocol, join.assignor) == ("g", "a", protocol, "range")
+    assert join.reason == "membership_changed" and join.outcome == "completed"
+    assert join.first_generation == 2 and join.generation == sim.view().generation == 3
+    assert join.generations == 2 and join.moved == 3
+    # eager revokes everything a owns first; cooperative only what moves
+    assert join.revoked == (6 if protocol == "eager" else 3)
+    assert 0 < join.duration_s < 5
+
+
+def test_a_new_change_supersedes_the_rebalance_under_way() -> None:
+    sim = GroupSim({"t": 6}, protocol="eager", assignor="range")
+    sim.join("a")
+    sim.settle()
+    sim.join("b")
+    while sim.view().generation < 2:  # b's rebalance has started (the revoke phase)
+        sim.tick()
+    sim.join("c")
+    sim.settle()
+    sim.tick(5)
+    outcomes = [(s.first_generation, s.outcome) for s in sim.rebalances]
+    assert outcomes[1] == (2, RebalanceOutcome.SUPERSEDED), outcomes
+    assert outcomes[-1][1] == RebalanceOutcome.COMPLETED, outcomes

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     HmacSigner,
     assignment_record,
@@ -185,7 +186,7 @@ class _Log:
         return self._feed(*encode(k, v), ts)
 
     def hints(self, mid: str) -> dict[int, int]:
-        got = self.st.hints_for(mid, f"i{mid}", [TP("t", p) for p in range(4)])
+        got = ownership.hints_for(self.st, mid, f"i{mid}", [TP("t", p) for p in range(4)])
         return {tp.partition: o for tp, o in got.items()}
 
 
@@ -207,7 +208,7 @@ def test_the_first_receiver_starts_at_the_release_and_its_claim_ends_the_hint() 
     assert log.grant(1800, b=((2, 3), (), ()), a=((0, 1), (), ())) == "assignment"
     assert log.hints("b") == {2: 50, 3: 60}
     assert log.hints("a") == {} and log.hints("c") == {}
-    assert log.st.hints_for("b", "another incarnation", [TP("t", 2)]) == {}
+    assert ownership.hints_for(log.st, "b", "another incarnation", [TP("t", 2)]) == {}
     assert log.beat("b", 1900, owned=(2, 3)) == "member"
     assert log.hints("b") == {} and not log.st.offset_hints
 

@@ -94,8 +94,8 @@ def test_assignment_record_round_trip_and_tombstone() -> None:
 
 
 def test_a_reassertion_names_its_origin_and_equals_the_record_it_repeats() -> None:
-    """state.py, "Re-assertion": ``origin`` round-trips, is optional, and is no part of the
-    generation (a re-assertion equals the first record)."""
+    """docs/protocol.md, "Generations": re-assertion: ``origin`` round-trips, is optional, and is
+    no part of the generation (a re-assertion equals the first record)."""
     _, first = decode(*an_assignment())
     assert isinstance(first, AssignmentRecord) and first.origin is None
     again = dataclasses.replace(first, origin=(12, 3_400))
@@ -437,7 +437,7 @@ def test_member_record_fields_are_the_ones_the_memo_fast_path_builds() -> None:
         # a clean leave's last record
         {"joined_at": 50, "prev_ts": 95, "since_generation": 2, "committed": {("t1", 3): 41},
          "leaving": True},
-        # an admitted newcomer's heartbeat (state.py, "Admission")
+        # an admitted newcomer's heartbeat (docs/protocol.md, "Admission")
         {"joined_at": 50, "prev_ts": 95, "since_generation": 5, "admitted_in": 4},
     ],
 )  # fmt: skip

@@ -13,7 +13,7 @@ The simulator tags every position and commit with the reset it descends from
 
 After the quiet period at the end:
 
-- every live member has acknowledged the newest reset (``GroupState.reset_waiting`` is empty,
+- every live member has acknowledged the newest reset (``ownership.reset_waiting`` is empty,
   and every member's record says so);
 - every partition of it that the group consumes has its committed offset descending from it.
 
@@ -28,6 +28,7 @@ from hypothesis.stateful import initialize, rule
 
 from groupkit.assignors import assignor_names
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     HmacSigner,
     ResetKey,
@@ -114,7 +115,7 @@ class ResetSchedule(GroupSchedule):
             behind = [sm for sm in sim.members.values() if not sm.crashed
                       and sm.member.state != "left" and (sm.paused_until > sim.clock
                       or sm.state.offset < len(sim.log.records) - 1)]  # fmt: skip
-            if not behind and not st.reset_waiting():
+            if not behind and not ownership.reset_waiting(st):
                 break
             sim.tick()
             assert not sim.violations()
@@ -124,7 +125,7 @@ class ResetSchedule(GroupSchedule):
         rs = st.reset
         if rs is None:
             return  # no reset, or the group emptied since (it forgets it then)
-        assert st.reset_waiting() == {}, sim.describe()
+        assert ownership.reset_waiting(st) == {}, sim.describe()
         for sm in sim.running():
             assert sm.member.reset_at == rs.at, (sm.member_id, sm.member.reset_at, rs.at)
             assert st.members[sm.member_id].ready
@@ -157,7 +158,7 @@ def test_a_reset_of_a_running_group_is_applied_and_acknowledged(release: int | N
     assert not sim.violations()
     st = sim.view()
     assert st.reset is not None and st.reset.at == at
-    assert st.reset_waiting() == {} and st.reset.settled == set(st.reset.offsets)
+    assert ownership.reset_waiting(st) == {} and st.reset.settled == set(st.reset.offsets)
     first = {c[2]: c[3] for c in reversed(sim.commits) if c[4] == at}
     assert first == {TP("t", p): 5 for p in range(4)}
 
@@ -173,7 +174,7 @@ def test_a_reset_during_a_rebalance_reaches_the_partitions_that_move(release: in
         assert not sim.violations()
     sim.settle()
     st = sim.view()
-    assert st.reset is not None and st.reset_waiting() == {}
+    assert st.reset is not None and ownership.reset_waiting(st) == {}
     assert all(sim.lineage[TP("t", p)] == at for p in range(4))
 
 
@@ -304,17 +305,17 @@ def test_a_pending_reset_survives_a_snapshot() -> None:
     """A newcomer that catches up from a snapshot knows the pending reset (and which
     partitions are settled, and the floor that refuses copies of older resets)."""
     from groupkit.protocol.records import SnapshotKey
-    from groupkit.protocol.state import GroupState
+    from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 
     sim = _running(None)
     sim.members["b"].read_rate = 0  # b falls behind: the reset stays pending for it
     sim.reset({TP("t", p): 3 for p in range(4)})
     sim.tick(2)
     st = sim.view()
-    assert st.reset is not None and st.reset_waiting()
-    snap = st.snapshot("a", "i1")
+    assert st.reset is not None and ownership.reset_waiting(st)
+    snap = to_snapshot(st, "a", "i1")
     _k, v = decode(*encode(SnapshotKey("g"), snap))
     assert v == snap
-    back = GroupState.from_snapshot(v, sim.session_timeout_ms)  # type: ignore[arg-type]
-    assert back.reset == st.reset and back._reset_floor == st._reset_floor
-    assert back.reset_waiting() == st.reset_waiting()
+    back = from_snapshot(v, sim.session_timeout_ms)  # type: ignore[arg-type]
+    assert back.reset == st.reset and back.reset_floor == st.reset_floor
+    assert ownership.reset_waiting(back) == ownership.reset_waiting(st)

@@ -1,7 +1,7 @@
 """Snapshots of the group state: a restored state replays on exactly like the original.
 
 1. Round trips: a snapshot encodes and decodes to itself (signed or not), and
-   ``GroupState.from_snapshot`` restores a state equal to the one snapshotted in everything but
+   ``snapshot.from_snapshot`` restores a state equal to the one snapshotted in everything but
    the rejection counters, history and holds included.
 2. Bad snapshots are rejected with a reason, never a crash; the replay of a snapshot record
    changes nothing but what every record changes.
@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import ownership
 from groupkit.protocol.records import (
     SCHEMA_VERSION,
     AssignmentKey,
@@ -50,7 +51,7 @@ from groupkit.protocol.records import (
     encode,
     encode_key,
 )
-from groupkit.protocol.snapshot import newest_snapshot, restore
+from groupkit.protocol.snapshot import from_snapshot, newest_snapshot, restore, to_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.testing.sim import GroupSim, LogRecord
 from tests.test_protocol_compaction import FullReader, agreed
@@ -66,7 +67,7 @@ def core(s: GroupState) -> tuple[object, ...]:
     return (
         s.group, s.session_timeout_ms, s.rebalance_timeout_ms, s.offset, s.log_time, s.members,
         s.leader, s.assignment, s.assignment_offset, s.holds, s.assignment_clobbered,
-        s._history, s._gen_time,
+        s.generations, s.generation_time,
     )  # fmt: skip
 
 
@@ -78,17 +79,17 @@ def frozen_core(s: GroupState) -> tuple[object, ...]:
 def observed(s: GroupState) -> tuple[object, ...]:
     """What a member acts on: leader, generation, assignment, live members, who may hold
     what, who is lagging, and what each may take by handoff (a restored state knows its
-    holds: ``GroupState.knows_holds``)."""
+    holds: ``ownership.knows_holds``)."""
     live = s.live_members()
     return (
         s.leader,
         s.generation,
         s.assignment,
         [(i, m.incarnation, m.joined_at) for i, m in live.items()],
-        {p: sorted(h) for p, h in s.holders().items()},
-        {i: s.may_hold(i) for i in live},
-        {i: s.is_lagging(i) for i in live},
-        {i: s.handoffs(i) for i in live},
+        {p: sorted(h) for p, h in ownership.holders(s).items()},
+        {i: ownership.may_hold(s, i) for i in live},
+        {i: ownership.is_lagging(s, i) for i in live},
+        {i: ownership.handoffs(s, i) for i in live},
     )
 
 
@@ -96,13 +97,13 @@ def roundtrip(
     s: GroupState, signer: HmacSigner | None = None, writer: str = "w"
 ) -> tuple[bytes, bytes, GroupState]:
     """Snapshot ``s``, encode, decode, restore: ``(key, value, restored state)``."""
-    snap = s.snapshot(writer, "i0")
+    snap = to_snapshot(s, writer, "i0")
     k, v = encode(SnapshotKey(s.group), snap, signer)
     assert v is not None
     dk, dv = decode(k, v, signer)
     assert dk == SnapshotKey(s.group) and dv == snap
     assert isinstance(dv, SnapshotRecord)
-    restored = GroupState.from_snapshot(dv, s.session_timeout_ms, s.rebalance_timeout_ms, signer)
+    restored = from_snapshot(dv, s.session_timeout_ms, s.rebalance_timeout_ms, signer)
     return k, v, restored
 
 
@@ -146,7 +147,7 @@ def test_roundtrip_restores_the_whole_state_at_every_tick(signed: bool) -> None:
         assert observed(restored) == observed(full)
         assert not restored.rejections
         seen_holds += bool(full.holds)
-        seen_history += len(full._history) > 1
+        seen_history += len(full.generations) > 1
     sim.leave("m0")
     sim.tick(3)
     _, _, restored = roundtrip(sim.view(), signer)
@@ -158,7 +159,7 @@ def test_roundtrip_restores_the_whole_state_at_every_tick(signed: bool) -> None:
 def test_signed_snapshot_needs_the_group_key() -> None:
     sim = busy_group()
     sim.tick(20)
-    snap = sim.view().snapshot("m0", "i1")
+    snap = to_snapshot(sim.view(), "m0", "i1")
     k, v = encode(SnapshotKey("g"), snap, HmacSigner(b"right"))
     assert decode(k, v, HmacSigner(b"right"))[1] == snap
     with pytest.raises(RecordRejected) as e:
@@ -181,10 +182,10 @@ def test_snapshot_key_is_its_own_kind_and_value_is_compressed() -> None:
     sim = GroupSim({"t0": 1})
     sim.join("m0")
     sim.tick()
-    _, v = encode(SnapshotKey("g"), sim.view().snapshot("m0", "i1"))
+    _, v = encode(SnapshotKey("g"), to_snapshot(sim.view(), "m0", "i1"))
     assert v is not None and v[0] == SCHEMA_VERSION and v[1] & 0x01  # zlib, however small
     with pytest.raises(ValueError):
-        GroupState("g", 1_000).snapshot("m0", "i1")  # nothing replayed: no offset
+        to_snapshot(GroupState("g", 1_000), "m0", "i1")  # nothing replayed: no offset
 
 
 # ------------------------------------------------------------------ bad snapshots
@@ -193,7 +194,7 @@ def test_snapshot_key_is_its_own_kind_and_value_is_compressed() -> None:
 def snapshot_doc() -> dict[str, Any]:
     sim = busy_group()
     sim.tick(12)
-    _, v = encode(SnapshotKey("g"), sim.view().snapshot("m0", "i1"))
+    _, v = encode(SnapshotKey("g"), to_snapshot(sim.view(), "m0", "i1"))
     assert v is not None
     doc: dict[str, Any] = json.loads(zlib.decompress(v[2:]))
     assert doc["assignment"] is not None and doc["members"] and doc["holds"]
@@ -303,7 +304,7 @@ def test_corrupted_snapshot_bytes_never_crash_the_decoder(data: st.DataObject) -
 def _good() -> tuple[bytes, bytes]:
     sim = busy_group()
     sim.tick(12)
-    k, v = encode(SnapshotKey("g"), sim.view().snapshot("m0", "i1"))
+    k, v = encode(SnapshotKey("g"), to_snapshot(sim.view(), "m0", "i1"))
     assert v is not None
     return k, v
 
@@ -318,12 +319,12 @@ def test_replay_of_a_snapshot_record_changes_no_state() -> None:
     sim = busy_group()
     sim.tick(12)
     full = sim.view()
-    k, v = encode(SnapshotKey("g"), full.snapshot("m0", "i1"))
+    k, v = encode(SnapshotKey("g"), to_snapshot(full, "m0", "i1"))
     # the same state twice; one replays the snapshot, the other a foreign record at the
     # same offset and time (which moves the clock, expires, and changes nothing else)
-    a = GroupState.from_snapshot(decode(k, v)[1], full.session_timeout_ms,  # type: ignore[arg-type]
+    a = from_snapshot(decode(k, v)[1], full.session_timeout_ms,  # type: ignore[arg-type]
                                  full.rebalance_timeout_ms)  # fmt: skip
-    b = GroupState.from_snapshot(decode(k, v)[1], full.session_timeout_ms,  # type: ignore[arg-type]
+    b = from_snapshot(decode(k, v)[1], full.session_timeout_ms,  # type: ignore[arg-type]
                                  full.rebalance_timeout_ms)  # fmt: skip
     t = full.log_time + 700
     res = a.replay(full.offset + 1, k, v, t)
@@ -349,12 +350,12 @@ def test_newest_snapshot_picks_the_largest_as_of_not_the_last_written() -> None:
         sim.tick(6)
         full = sim.view()
         states[full.offset] = frozen_core(full)
-        k, v = encode(SnapshotKey("g"), full.snapshot("m0", "i1"), key)
+        k, v = encode(SnapshotKey("g"), to_snapshot(full, "m0", "i1"), key)
         written.append(sim.inject(k, v))
     newest = max(states)
     sim.tick(2)
     # forged or broken ones: another group's, unsigned, one claiming a future offset
-    forged = sim.view().snapshot("x", "x")
+    forged = to_snapshot(sim.view(), "x", "x")
     future = SnapshotRecord(**{**_fields(forged), "as_of": len(sim.log.records) + 5})
     sim.inject(*encode(SnapshotKey("h"), forged, key))
     sim.inject(*encode(SnapshotKey("g"), forged))
@@ -370,7 +371,7 @@ def test_newest_snapshot_picks_the_largest_as_of_not_the_last_written() -> None:
     compacted = sim.log.compacted()
     got = newest_snapshot(compacted, "g", key)
     assert got is not None and got[1].as_of == min(states)
-    restored = GroupState.from_snapshot(got[1], sim.session_timeout_ms, sim.rebalance_timeout_ms,
+    restored = from_snapshot(got[1], sim.session_timeout_ms, sim.rebalance_timeout_ms,
                                         key)  # fmt: skip
     assert core(restored) == states[min(states)]
 
@@ -381,7 +382,7 @@ def test_restore_uses_the_snapshot_only_while_its_tail_is_whole() -> None:
     assert restore(sim.log.records, "g", sim.session_timeout_ms) is None  # no snapshot yet
     full = sim.view()
     as_of = full.offset
-    sim.inject(*encode(SnapshotKey("g"), full.snapshot("m0", "i1")))
+    sim.inject(*encode(SnapshotKey("g"), to_snapshot(full, "m0", "i1")))
     sim.tick(30)
     full = sim.view()
 
@@ -463,7 +464,7 @@ class SnapshotSchedule(GroupSchedule):
                 assert agreed(st)[:4] == agreed(full)[:4], (f.origin, agreed(st), agreed(full))
         TALLY["ticks with holds"] += bool(full.holds)
         # more often where the state is richest: holds, unacknowledged generations
-        interesting = bool(full.holds) or len(full._history) > 1
+        interesting = bool(full.holds) or len(full.generations) > 1
         if full.offset >= 0 and rng.random() < (0.4 if interesting else 0.1):
             self.take_snapshot(full)
         if full.offset >= 0 and rng.random() < 0.05:
@@ -484,7 +485,7 @@ class SnapshotSchedule(GroupSchedule):
         self.followers.append(Follower(restored, True, f"snapshot at {src.offset}"))
         TALLY["snapshots" if src is full else "snapshots of a reader behind"] += 1
         TALLY["with holds"] += bool(src.holds)
-        TALLY["with history > 1"] += len(src._history) > 1
+        TALLY["with history > 1"] += len(src.generations) > 1
         del self.followers[:-4]  # a few at a time keep the schedule fast
 
     def take_compacted_snapshot(self, full: GroupState) -> None:
@@ -534,9 +535,7 @@ class SnapshotSchedule(GroupSchedule):
         TALLY["selections"] += 1
         if got is not None:
             TALLY["older snapshot picked"] += got[1].as_of < max(self.taken)
-            restored = GroupState.from_snapshot(
-                got[1], sim.session_timeout_ms, sim.rebalance_timeout_ms
-            )
+            restored = from_snapshot(got[1], sim.session_timeout_ms, sim.rebalance_timeout_ms)
             assert core(restored) == self.taken[got[1].as_of]
 
     def teardown(self) -> None:
@@ -596,18 +595,18 @@ def big_group(members: int) -> GroupSim:
 def measure(sim: GroupSim) -> dict[str, float]:
     full = sim.view()
     t0 = time.process_time()
-    snap = full.snapshot("m0000", "i1")
+    snap = to_snapshot(full, "m0000", "i1")
     k, v = encode(SnapshotKey(sim.group), snap)
     t1 = time.process_time()
     _, dv = decode(k, v)
     t2 = time.process_time()
     assert isinstance(dv, SnapshotRecord) and v is not None
-    restored = GroupState.from_snapshot(dv, sim.session_timeout_ms, sim.rebalance_timeout_ms)
+    restored = from_snapshot(dv, sim.session_timeout_ms, sim.rebalance_timeout_ms)
     t3 = time.process_time()
     assert core(restored) == core(full)
     return {
         "members": len(full.members),
-        "history": len(full._history),
+        "history": len(full.generations),
         "bytes": len(v),
         "json_bytes": len(zlib.decompress(v[2:])),
         "encode_ms": (t1 - t0) * 1e3,

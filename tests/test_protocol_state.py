@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from groupkit.assignors import Assignor
+from groupkit.protocol import ownership
 from groupkit.protocol.member import MEMBER_TRANSITIONS, Member, ProtocolError, diff
 from groupkit.protocol.planner import Planner, adjust_cooperative
 from groupkit.protocol.records import (
@@ -16,6 +17,7 @@ from groupkit.protocol.records import (
     member_record,
     member_tombstone,
 )
+from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.protocol.vocab import DecisionAction, MemberEvent
 from groupkit.testing.sim import GroupSim
@@ -194,7 +196,9 @@ def test_compacted_log_replays_to_the_same_group(protocol: str) -> None:
         live.leader, live.generation, live.assignment,
     )  # fmt: skip
     assert set(fresh.live_members()) == set(live.live_members()) == {"b", "d"}
-    assert {m: fresh.may_hold(m) for m in "bd"} == {m: live.may_hold(m) for m in "bd"}
+    assert {m: ownership.may_hold(fresh, m) for m in "bd"} == {
+        m: ownership.may_hold(live, m) for m in "bd"
+    }
     # a member started now, from the compacted topic, joins without disturbing the group
     sim.join("e")
     sim.settle()
@@ -274,7 +278,7 @@ def test_member_that_never_catches_up_is_left_out_and_holds_nothing() -> None:
     assert set(owners) == sim.expected_partitions()
     assert all(len(ms) == 1 and ms[0] != "b" for ms in owners.values())
     st = sim.view()
-    assert st.is_live("b") and st.is_lagging("b") and not st.may_hold("b")
+    assert st.is_live("b") and ownership.is_lagging(st, "b") and not ownership.may_hold(st, "b")
 
 
 def test_confirmed_send_time_never_moves_back() -> None:
@@ -408,7 +412,7 @@ def test_a_caught_up_newcomer_is_planned_for_at_its_join_record(protocol: str) -
     sim.tick()  # c writes its join record
     st = sim.view()
     assert st.members["c"].seq == 1 and not st.members["c"].ready
-    assert st.is_newcomer_ready("c") and not st.is_lagging("c")
+    assert ownership.is_newcomer_ready(st, "c") and not ownership.is_lagging(st, "c")
     sim.tick()  # the leader reads it and plans
     st = sim.view()
     assert st.generation == g + 1 and "c" in st.assignment.members  # type: ignore[union-attr]
@@ -426,10 +430,10 @@ def test_a_newcomer_that_wrote_before_catching_up_waits_for_prev_ts() -> None:
     sim.tick()
     st = sim.view()
     assert st.members["c"].seen_generation < st.generation
-    assert not st.is_newcomer_ready("c") and st.is_lagging("c")
+    assert not ownership.is_newcomer_ready(st, "c") and ownership.is_lagging(st, "c")
     while sim.view().members["c"].seq == 1:
         sim.tick()
-        assert not sim.view().is_newcomer_ready("c")
+        assert not ownership.is_newcomer_ready(sim.view(), "c")
         assert "c" not in sim.view().assignment.members  # type: ignore[union-attr]
     sim.members["c"].read_rate = None
     sim.settle()
@@ -450,7 +454,11 @@ def test_a_member_that_lapsed_is_not_planned_for_until_it_reads_back() -> None:
     for _ in range(30):
         sim.tick()
         st = sim.view()
-        assert st.is_lagging("b") and not st.is_newcomer_ready("b") and not st.covers("b")
+        assert (
+            ownership.is_lagging(st, "b")
+            and not ownership.is_newcomer_ready(st, "b")
+            and not st.covers("b")
+        )
     sim.members["b"].read_rate = None
     sim.settle()
     assert sim.members["b"].member.owned
@@ -480,7 +488,7 @@ def test_a_member_back_from_a_lapse_is_ready_only_once_it_reads_back_quickly() -
         m = st.members["b"]
         seen[m.seq] = m.ready
         if not m.ready:
-            assert st.is_lagging("b") and not st.covers("b")
+            assert ownership.is_lagging(st, "b") and not st.covers("b")
     after = [ready for seq, ready in sorted(seen.items()) if seq > back.seq]
     assert after[:1] == [False], seen  # read back slowly: not ready yet
     assert True in after and after[after.index(True) :] == [True] * len(after[after.index(True) :])
@@ -540,15 +548,15 @@ def test_a_released_pending_partition_is_taken_before_the_follow_up(release: int
             taken_at_gen = st.generation
             handed = c.member.owned - st.assignment.assigned("c")  # type: ignore[union-attr]
             assert st.assignment.phase == "partial"  # type: ignore[union-attr]
-            assert handed <= st.handoffs("c") and handed <= st.may_hold("c")
-            assert all(st.holders()[p] == {"c"} for p in handed)
+            assert handed <= ownership.handoffs(st, "c") and handed <= ownership.may_hold(st, "c")
+            assert all(ownership.holders(st)[p] == {"c"} for p in handed)
             # a reader that started from the compacted log (it may lack holds and history)
             # reserves them for c alike, but would not take a handoff itself for a session
             fresh = sim.new_state()
             for r in sim.log.compacted(tombstones_before=0):
                 fresh.replay(r.offset, r.key, r.value, r.timestamp)
-            assert fresh.offset == st.offset and handed <= fresh.may_hold("c")
-            assert not fresh.handoffs("c")
+            assert fresh.offset == st.offset and handed <= ownership.may_hold(fresh, "c")
+            assert not ownership.handoffs(fresh, "c")
     assert taken_at_gen == g + 1, "taken before the follow-up generation"
     assert sim.view().generation >= g + 2  # the follow-ups still come, off the critical path
 
@@ -632,9 +640,11 @@ def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> Non
     member("c", 3, [], 1, 1, 9)
     assign(2, "partial", {"a": ([0], [], []), "b": ([1], [2], []), "c": ([], [], [2])}, 10)
     member("c", 4, [], 2, 2, 11)  # c acked 2, nothing to take yet
-    assert st.handoffs("c") == frozenset()
+    assert ownership.handoffs(st, "c") == frozenset()
     member("b", 4, [1], 2, 2, 12)  # b lets go of t0-2: handed to c at this offset
-    assert st.handoffs("c") == {TP("t0", 2)} and st.holders()[TP("t0", 2)] == {"c"}
+    assert ownership.handoffs(st, "c") == {TP("t0", 2)} and ownership.holders(st)[TP("t0", 2)] == {
+        "c"
+    }
     # a newer generation (say, a subscription change) that would give t0-2 to a: unsafe
     k, v = assignment_record(
         "g", generation=3, leader_id="a", leader_incarnation="i", leader_joined_at=0,
@@ -649,13 +659,18 @@ def test_a_handoff_is_reserved_for_its_target_across_a_newer_generation() -> Non
     # a newer generation that keeps it pending for someone else: accepted, yet still c's
     # (reserved for a too: each blocks the other's handoff, and a grant to a third member)
     assign(3, "partial", {"a": ([0], [], [2]), "b": ([1], [], []), "c": ([], [], [])}, 14)
-    assert TP("t0", 2) in st.may_hold("c") and st.holders()[TP("t0", 2)] == {"a", "c"}
-    assert TP("t0", 2) not in st.granted("a")  # a's grant waits for c
-    assert st.handoffs("a") == frozenset()  # c may have taken it at the older generation
+    assert TP("t0", 2) in ownership.may_hold(st, "c") and ownership.holders(st)[TP("t0", 2)] == {
+        "a",
+        "c",
+    }
+    assert TP("t0", 2) not in ownership.granted(st, "a")  # a's grant waits for c
+    assert ownership.handoffs(st, "a") == frozenset()  # c may have taken it at the older generation
     member("c", 5, [2], 2, 2, 15)  # c's record, written before it saw generation 3, claims it
     assert st.members["c"].claims == {TP("t0", 2)} and not st.rejections["unowned_claim"]
     member("c", 6, [], 3, 3, 16)  # c saw generation 3 and let go (not its target)
-    assert st.handoffs("a") == {TP("t0", 2)} and TP("t0", 2) not in st.may_hold("c")
+    assert ownership.handoffs(st, "a") == {TP("t0", 2)} and TP("t0", 2) not in ownership.may_hold(
+        st, "c"
+    )
 
 
 def test_a_reservation_does_not_depend_on_holds_a_compacted_reader_lacks() -> None:
@@ -715,8 +730,10 @@ def test_a_reservation_does_not_depend_on_holds_a_compacted_reader_lacks() -> No
             fresh.replay(o, k, v, ts)
         if o == clean_to - 1:
             assert [h.holder for h in full.holds] == ["b/i1"] and not fresh.holds
-            assert full.reserved("c") == fresh.reserved("c") == {TP("t0", 2)}
-            assert not full.handoffs("c") and not fresh.handoffs("c")  # the hold; the gap
+            assert ownership.reserved(full, "c") == ownership.reserved(fresh, "c") == {TP("t0", 2)}
+            assert not ownership.handoffs(full, "c") and not ownership.handoffs(
+                fresh, "c"
+            )  # the hold; the gap
         if o == clean_to:  # c left: its hold covers what it may have been handed
             assert {h.holder: h.partitions for h in full.holds}["c/i"] == {TP("t0", 2)}
             assert [(h.holder, h.partitions) for h in fresh.holds] == [("c/i", {TP("t0", 2)})]
@@ -726,7 +743,7 @@ def test_a_reservation_does_not_depend_on_holds_a_compacted_reader_lacks() -> No
 
 
 def test_a_snapshot_is_written_only_by_a_reader_that_knows_its_holds() -> None:
-    # A state restored from a snapshot takes handoffs at once (GroupState.handoffs), trusting
+    # A state restored from a snapshot takes handoffs at once (ownership.handoffs), trusting
     # that its writer knew every hold: so a leader that started from the compacted topic less
     # than a session ago (it may lack holds) writes no snapshot yet.
     sim = GroupSim({"t0": 4}, snapshot_every_ms=1_000)
@@ -735,12 +752,12 @@ def test_a_snapshot_is_written_only_by_a_reader_that_knows_its_holds() -> None:
     sim.settle()
     sim.tick(20)
     lead = sim.members[sim.view().leader].node  # type: ignore[index]
-    restored = GroupState.from_snapshot(sim.view().snapshot("x", "i0"), sim.session_timeout_ms)
-    assert restored.knows_holds() and sim.view().knows_holds()
+    restored = from_snapshot(to_snapshot(sim.view(), "x", "i0"), sim.session_timeout_ms)
+    assert ownership.knows_holds(restored) and ownership.knows_holds(sim.view())
     fresh = sim.new_state()
     for r in sim.log.compacted():
         fresh.replay(r.offset, r.key, r.value, r.timestamp)
-    assert fresh.leader == lead.member_id and not fresh.knows_holds()
+    assert fresh.leader == lead.member_id and not ownership.knows_holds(fresh)
     lead.state, lead._snapshot_ts, lead._snapshot_sent = fresh, None, None
     assert lead.snapshot_due(sim.clock) is None
     lead.state = restored

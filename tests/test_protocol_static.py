@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from groupkit.assignors import assignor_names
+from groupkit.protocol import ownership
 from groupkit.protocol.records import encode, member_record
 from groupkit.protocol.vocab import MemberPhase
 from groupkit.testing.sim import GroupSim
@@ -97,7 +98,7 @@ class StaticCompactedSchedule(StaticRules, CompactedSchedule):
     Not drawn here: forged joins (agreement with a compacted reader is not promised for forged
     records, which signing keeps out: test_protocol_compaction's rule 3), and two processes
     running with one instance id at once: a reader that sees only the newest record of that id
-    cannot tell them apart (state.py, "Where agreement cannot be had"). Their safety is
+    cannot tell them apart (docs/protocol.md, "Replay": compaction). Their safety is
     checked in the other schedules."""
 
     @precondition(lambda self: False)
@@ -259,7 +260,7 @@ def test_records_of_the_replaced_process_are_refused() -> None:
     assert old.member.superseded and old.member.state == MemberPhase.LEFT
     assert len(sim.log.records) >= n
     # its partitions stay held until its session (from its last record) ends
-    assert owned <= sim.view().held()
+    assert owned <= ownership.held(sim.view())
     sim.settle()
     assert sim.members["s0"].member.owned == owned
     # a heartbeat of the replaced process, replayed into the log, is refused
@@ -288,7 +289,7 @@ def test_a_snapshot_keeps_the_static_seats() -> None:
     """A state with a seat taken over survives a snapshot (encode, decode, restore) whole, and
     replays on alike."""
     from groupkit.protocol.records import SnapshotKey, decode_value, encode_value
-    from groupkit.protocol.state import GroupState
+    from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 
     sim = stable_static_group("cooperative", "range", 3, 6, 0, None)
     sim.park("s1")
@@ -298,11 +299,11 @@ def test_a_snapshot_keeps_the_static_seats() -> None:
     sim.settle()
     st_ = sim.view()
     assert st_.members["s1"].process not in (None, st_.members["s1"].incarnation)
-    rec = st_.snapshot("s0", "i1")
+    rec = to_snapshot(st_, "s0", "i1")
     key = SnapshotKey(st_.group)
     back = decode_value(key, encode_value(key, rec))
     assert back == rec
-    restored = GroupState.from_snapshot(rec, sim.session_timeout_ms, sim.rebalance_timeout_ms)
+    restored = from_snapshot(rec, sim.session_timeout_ms, sim.rebalance_timeout_ms)
     assert restored.members == st_.members
     sim.tick(30)
     for r in sim.log.records[rec.as_of + 1 :]:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from groupkit.errors import MalformedTelemetry
-from groupkit.runtime.hooks import RebalanceSummary
+from groupkit.protocol.node import RebalanceSummary
 from groupkit.runtime.telemetry import (
     SCHEMA_VERSION,
     LagSnapshot,

@@ -3,10 +3,13 @@
 0. :mod:`~groupkit.protocol.vocab` — the closed vocabularies (``StrEnum``: phases, reasons ...).
 1. :mod:`~groupkit.protocol.records` — control records, their factories and encoding: the
    schema (:mod:`~groupkit.protocol.schema`) and the codec (:mod:`~groupkit.protocol.codec`).
-2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``.
+2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``; its fields
+   and value classes in :mod:`~groupkit.protocol.group`, who may hold what derived from it in
+   :mod:`~groupkit.protocol.ownership`.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
-5. :mod:`~groupkit.protocol.snapshot` — which snapshot a newcomer restores from.
+5. :mod:`~groupkit.protocol.snapshot` — a state to and from its snapshot, and which one a
+   newcomer restores from.
 6. :mod:`~groupkit.protocol.node` — :class:`Node`, the driver that composes the three above.
 
 How a runtime drives it (through a ``Node``, as the runtime and the simulator,
@@ -19,6 +22,7 @@ the node plans again once that offset is replayed.
 """
 
 from groupkit.errors import ProtocolError
+from groupkit.protocol.group import MemberState
 from groupkit.protocol.member import (
     MEMBER_TRANSITIONS,
     Actions,
@@ -49,7 +53,7 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.snapshot import newest_snapshot, restore
-from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, MemberState, Replayed
+from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, Replayed
 
 __all__ = [
     "ASSIGNMENT_TRANSITIONS",

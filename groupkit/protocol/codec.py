@@ -1,22 +1,30 @@
-"""Control records, the codec: versioned keys and values, bounds, signing, the decode memo.
+"""Control records, the codec: versioned keys and values, bounds, the decode memo.
 
-The schema (keys, values, factories) is :mod:`groupkit.protocol.schema`; the wire format, what
+The schema (keys, values, factories) is :mod:`groupkit.protocol.schema`; partitions are
+range-encoded by :mod:`groupkit.protocol.ranges` and records signed by a
+:class:`~groupkit.protocol.signing.Signer`. The wire format, what
 each field means and what decoding refuses are told in :mod:`groupkit.protocol.records`, which
 re-exports both and is what the rest of groupkit imports.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol.ranges import (
+    MAX_PARTITIONS,
+    MAX_RANGE,
+    PartitionBudget,
+    decode_partitions,
+    encode_partitions,
+    is_int,
+)
 from groupkit.protocol.schema import (
     EMPTY,
     MAX_FALLBACK_DETAIL,
@@ -40,6 +48,7 @@ from groupkit.protocol.schema import (
     SnapshotRecord,
     SnapshotReset,
 )
+from groupkit.protocol.signing import Signer
 from groupkit.protocol.vocab import RejectReason
 from groupkit.types import TopicPartition
 
@@ -54,32 +63,6 @@ FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
 #: payloads larger than this are zlib-compressed
 COMPRESS_ABOVE = 512
-
-
-# --------------------------------------------------------------------------- signing hook
-
-
-class Signer(Protocol):
-    """Signs and verifies record bytes (issue 9 plugs a shared group key in here)."""
-
-    def sign(self, data: bytes) -> bytes: ...
-
-    def verify(self, data: bytes, tag: bytes) -> bool: ...
-
-
-class HmacSigner:
-    """HMAC-SHA256 with a key shared by the group's members."""
-
-    def __init__(self, key: bytes) -> None:
-        if not key:
-            raise ValueError("HMAC key must not be empty")
-        self._key = key
-
-    def sign(self, data: bytes) -> bytes:
-        return hmac.new(self._key, data, hashlib.sha256).digest()
-
-    def verify(self, data: bytes, tag: bytes) -> bool:
-        return hmac.compare_digest(self.sign(data), tag)
 
 
 # --------------------------------------------------------------------------- encoding
@@ -130,26 +113,6 @@ def encode(
 ) -> tuple[bytes, bytes | None]:
     """``(key bytes, value bytes or None)``, ready to produce to the control topic."""
     return encode_key(key), encode_value(key, value, signer)
-
-
-def encode_partitions(parts: Iterable[tuple[str, int]]) -> dict[str, list[Any]]:
-    """Range-encode: per topic a sorted list of ``p`` or ``[first, last]`` (inclusive)."""
-    by_topic: dict[str, list[int]] = {}
-    for t, p in parts:
-        by_topic.setdefault(t, []).append(p)
-    out: dict[str, list[Any]] = {}
-    for t in sorted(by_topic):
-        ps = sorted(set(by_topic[t]))
-        runs: list[Any] = []
-        i = 0
-        while i < len(ps):
-            j = i
-            while j + 1 < len(ps) and ps[j + 1] == ps[j] + 1:
-                j += 1
-            runs.append(ps[i] if i == j else [ps[i], ps[j]])
-            i = j + 1
-        out[t] = runs
-    return out
 
 
 def _member_doc(v: MemberRecord) -> dict[str, Any]:
@@ -226,7 +189,7 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                         if m.instance_id is not None
                         else {}
                     ),
-                    # admitted joins only (state.py, "Admission")
+                    # admitted joins only (docs/protocol.md, "Admission")
                     **({"admitted": m.admitted_in} if m.admitted_in else {}),
                 },
             ]
@@ -284,7 +247,6 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
 #: with ~7,000 containers (``bench/limits.py``); these leave an order of magnitude of room.
 MAX_PAYLOAD = 8 * 1024 * 1024  # decompressed JSON bytes: refuses zlib bombs
 MAX_CONTAINERS = 1 << 20  # JSON objects + arrays in one payload: refuses allocation bombs
-MAX_PARTITIONS = 1 << 20  # partitions in one record, over all its fields: refuses range bombs
 #: A snapshot holds a whole group: every member's claims and every assignment record the state
 #: keeps (the current one and those of unacknowledged generations), so it may be larger.
 MAX_SNAPSHOT_PAYLOAD = 4 * MAX_PAYLOAD
@@ -551,66 +513,6 @@ def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(sorted(set(v)))
 
 
-MAX_RANGE = 1 << 20  # a topic has at most ~1M partitions; refuses range bombs
-
-
-class _Budget:
-    """How many more partitions one record may expand to (see :data:`MAX_PARTITIONS`)."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, n: int = MAX_PARTITIONS) -> None:
-        self.left = n
-
-    def take(self, n: int, name: str) -> None:
-        self.left -= n
-        if self.left < 0:
-            raise RecordRejected(
-                RejectReason.TOO_LARGE, f"{name}: more than {MAX_PARTITIONS} partitions"
-            )
-
-
-def decode_partitions(
-    v: Any, name: str = "partitions", budget: _Budget | None = None
-) -> Partitions:
-    """Inverse of :func:`encode_partitions`; rejects anything malformed.
-
-    Ranges are counted against ``budget`` (one per record) *before* they are expanded, so a
-    few bytes like ``{"t": [[0, 1048575], [0, 1048575], ...]}`` cannot make a reader allocate
-    or loop over millions of partitions.
-    """
-    budget = budget if budget is not None else _Budget()
-    if not isinstance(v, dict):
-        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: not an object")
-    ranges: list[tuple[str, int, int]] = []
-    n = 0
-    for t, runs in v.items():
-        if not t or not isinstance(runs, list):
-            raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: bad topic entry")
-        for r in runs:
-            if _is_int(r):
-                lo = hi = r
-            elif isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and _is_int(r[1]):
-                lo, hi = r
-            else:
-                raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: bad range {r!r}")
-            if lo < 0 or hi < lo or hi >= MAX_RANGE:
-                raise RecordRejected(RejectReason.BAD_VALUE, f"{name}: bad range {r!r}")
-            ranges.append((t, lo, hi))
-            n += hi - lo + 1
-            if n > budget.left:
-                budget.take(n, name)  # raises, before anything is expanded
-    budget.take(n, name)
-    out: set[TopicPartition] = set()
-    for t, lo, hi in ranges:
-        out.update(TopicPartition(t, p) for p in range(lo, hi + 1))
-    return frozenset(out)
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     client = _get(doc, "client", dict)
     if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
@@ -627,7 +529,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     prev = _opt(doc, "prev_ts", int)  # required, null or not: see MemberRecord.prev_ts
     _check_prev_ts(prev, joined_at)
     since = _nat(doc, "since_gen")
-    budget = _Budget()
+    budget = PartitionBudget()
     owned = decode_partitions(_get(doc, "owned", dict), "owned", budget)
     # optional: static members only (see MemberRecord.instance_id, .seat)
     instance = _str(doc, "instance") if "instance" in doc else None
@@ -674,7 +576,7 @@ def _admitted(doc: Mapping[str, Any], seen: int) -> int:
 
 
 def _committed(
-    doc: Mapping[str, Any], owned: Partitions, budget: _Budget
+    doc: Mapping[str, Any], owned: Partitions, budget: PartitionBudget
 ) -> tuple[tuple[TopicPartition, int], ...]:
     """``{"t": [[partition, offset], ...]}``: each partition once, none of them ``owned``
     (a record cannot let go of what it claims), offsets >= 0. Counted against the record's
@@ -687,7 +589,7 @@ def _committed(
         budget.take(len(pairs), "committed")
         for pair in pairs:
             if not (isinstance(pair, list) and len(pair) == 2
-                    and _is_int(pair[0]) and _is_int(pair[1])):  # fmt: skip
+                    and is_int(pair[0]) and is_int(pair[1])):  # fmt: skip
                 raise RecordRejected(RejectReason.WRONG_TYPE, f"committed: bad entry {pair!r}")
             tp = TopicPartition(t, pair[0])
             bad = not (0 <= pair[0] < MAX_RANGE and 0 <= pair[1] < 1 << 63)
@@ -697,7 +599,9 @@ def _committed(
     return tuple(sorted(out.items()))
 
 
-def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> AssignmentRecord:
+def _assignment_from(
+    doc: Mapping[str, Any], budget: PartitionBudget | None = None
+) -> AssignmentRecord:
     protocol = _str(doc, "protocol")
     if protocol not in PROTOCOLS:
         raise RecordRejected(RejectReason.BAD_VALUE, f"protocol {protocol!r}")
@@ -705,10 +609,10 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
     if phase not in PHASES:
         raise RecordRejected(RejectReason.BAD_VALUE, f"phase {phase!r}")
     counts = _get(doc, "counts", dict)
-    if not all(_is_int(n) and n >= 0 for n in counts.values()):
+    if not all(is_int(n) and n >= 0 for n in counts.values()):
         raise RecordRejected(RejectReason.WRONG_TYPE, "counts: values must be ints >= 0")
     members: dict[str, CoveredMember] = {}
-    budget = budget if budget is not None else _Budget()
+    budget = budget if budget is not None else PartitionBudget()
     for m, c in sorted(_get(doc, "members", dict).items()):
         if not m or not isinstance(c, dict):
             raise RecordRejected(RejectReason.WRONG_TYPE, "members: bad entry")
@@ -746,7 +650,7 @@ def _assignment_from(doc: Mapping[str, Any], budget: _Budget | None = None) -> A
 
 def _origin(doc: Mapping[str, Any]) -> tuple[int, int]:
     o = _get(doc, "origin", list)
-    if len(o) != 2 or not all(_is_int(x) and x >= 0 for x in o):
+    if len(o) != 2 or not all(is_int(x) and x >= 0 for x in o):
         raise RecordRejected(RejectReason.BAD_VALUE, "origin: [offset, log time] expected")
     return o[0], o[1]
 
@@ -762,7 +666,7 @@ def _fallback(doc: Mapping[str, Any]) -> AssignorFallback:
 
 
 def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
-    budget = _Budget(MAX_SNAPSHOT_PARTITIONS)
+    budget = PartitionBudget(MAX_SNAPSHOT_PARTITIONS)
     group = _str(doc, "group")
     if group != key.group:
         raise RecordRejected(
@@ -789,7 +693,7 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         raise RecordRejected(RejectReason.BAD_VALUE, f"assignment_offset {assignment_offset}")
     history: list[tuple[int, AssignmentRecord]] = []
     for entry in _get(doc, "history", list):
-        if not (isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0])):
+        if not (isinstance(entry, list) and len(entry) == 2 and is_int(entry[0])):
             raise RecordRejected(RejectReason.WRONG_TYPE, "history: bad entry")
         t, a_doc = entry
         if t < 0:
@@ -810,7 +714,7 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         if not (isinstance(entry, list) and len(entry) == 3):
             raise RecordRejected(RejectReason.WRONG_TYPE, "holds: bad entry")
         holder, parts, until = entry
-        if not isinstance(holder, str) or not holder or not _is_int(until) or until < 0:
+        if not isinstance(holder, str) or not holder or not is_int(until) or until < 0:
             raise RecordRejected(RejectReason.BAD_VALUE, "holds: bad holder or time")
         holds.append(SnapshotHold(holder, decode_partitions(parts, "holds", budget), until))
     return SnapshotRecord(
@@ -830,7 +734,9 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
     )
 
 
-def _snapshot_member_from(mid: str, doc: Mapping[str, Any], budget: _Budget) -> SnapshotMember:
+def _snapshot_member_from(
+    mid: str, doc: Mapping[str, Any], budget: PartitionBudget
+) -> SnapshotMember:
     client = _get(doc, "client", dict)
     if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
         raise RecordRejected(RejectReason.WRONG_TYPE, "client: values must be strings")
@@ -879,7 +785,7 @@ def _reset_from(doc: Mapping[str, Any]) -> ResetRecord:
         raise RecordRejected(
             RejectReason.BAD_VALUE, f"reset id or issuer longer than {MAX_RESET_TEXT}"
         )
-    offsets = _committed({"committed": _get(doc, "offsets", dict)}, EMPTY, _Budget())
+    offsets = _committed({"committed": _get(doc, "offsets", dict)}, EMPTY, PartitionBudget())
     if not offsets:
         raise RecordRejected(RejectReason.BAD_VALUE, "a reset of no partition")
     base = _get(doc, "base", int)
@@ -888,7 +794,7 @@ def _reset_from(doc: Mapping[str, Any]) -> ResetRecord:
     return ResetRecord(reset_id, offsets, by, base)
 
 
-def _member_reset(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+def _member_reset(doc: Mapping[str, Any], budget: PartitionBudget) -> dict[str, Any]:
     """A member record's optional ``reset``: ``{"at": offset, "done": partitions}``."""
     r = _get(doc, "reset", dict)
     return {
@@ -911,7 +817,7 @@ def _snapshot_reset_doc(v: SnapshotRecord) -> dict[str, Any]:
     return doc
 
 
-def _snapshot_reset_from(doc: Mapping[str, Any], budget: _Budget) -> dict[str, Any]:
+def _snapshot_reset_from(doc: Mapping[str, Any], budget: PartitionBudget) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if "reset_floor" in doc:
         out["reset_floor"] = _nat(doc, "reset_floor")

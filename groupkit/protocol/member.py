@@ -8,22 +8,22 @@ it answers with :class:`Actions`, which the runtime carries out **in this order*
 2. ``revoke``: stop processing, **commit** their offsets, call ``on_revoke``.
 3. ``assign``: call ``on_assign`` and start processing (``incremental_assign`` in cooperative),
    at ``offsets`` where given: the offsets their previous owner committed and named in the
-   record that released them (``GroupState.hints_for``), so no look-up is needed; the others
+   record that released them (``ownership.hints_for``), so no look-up is needed; the others
    start at their committed offsets, looked up.
 4. ``writes``: produce these records, in order, only after 1-3 are done. A record that says a
    partition is gone is written after its offsets are committed, because the leader grants it
    to the next owner as soon as that record is in the log.
 
 The member side is a diff: ``diff(owned, target) -> (added, revoked)``; eager and cooperative
-differ only in the targets the leader writes. The target is what the current generation grants
-the member, plus its *handoffs*: partitions pending for it whose owner has let go, which replay
-shows nobody else may hold (``GroupState.handoffs``); it takes those at the owner's release
-record, without waiting for the leader's follow-up grant. Less what it gives a newcomer the
-current generation admitted (``GroupState.admitted_away``), which it revokes at once. A
-newcomer so admitted is covered by no generation yet: its target is what its givers have let
-go (``GroupState.admission_handoffs``; state.py, "Admission"). A member takes what it inherits
-from an owner that left the same way, as a handoff (``GroupState.inheritance_handoffs``;
-state.py, "Inheritance").
+differ only in the targets the leader writes. The target is what the current generation grants the
+member, plus its *handoffs*: partitions pending for it whose owner has let go, which replay shows
+nobody else may hold (``ownership.handoffs``); it takes those at the owner's release record,
+without waiting for the leader's follow-up grant. Less what it gives a newcomer the current
+generation admitted (``ownership.admitted_away``), which it revokes at once. A newcomer so admitted
+is covered by no generation yet: its target is what its givers have let go
+(``ownership.admission_handoffs``; docs/protocol.md, "Admission"). A member takes what it inherits
+from an owner that left the same way, as a handoff (``ownership.inheritance_handoffs``;
+docs/protocol.md, "Inheritance").
 
 Self-fencing, step by step (why the member can drop its partitions before anyone gets them):
 
@@ -57,7 +57,7 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    for ends where that record lands.
    A member that has just joined writes no ``prev_ts`` either, but its first record (``seq`` 1)
    says which generation it has seen: if that is the current one, the leader plans for it at
-   once (``GroupState.is_newcomer_ready``). That is as safe as any grant: the log reserves it
+   once (``ownership.is_newcomer_ready``). That is as safe as any grant: the log reserves it
    for this membership (``may_hold``), and the member takes it only once it has read its own
    record back within its session (steps 2-4).
 
@@ -78,13 +78,13 @@ Why ``prev_ts``: whether a record continues the membership must not depend on wh
 member's earlier records a reader has seen, because a reader that starts from the compacted
 topic has seen only some (state.py, compaction rule 2).
 
-Static members (``instance_id``: KIP-345; state.py, "Static membership"): the member id is the
-instance id. A new process's join echoes its seat as its replay shows it, and takes it over;
-it then takes the seat's grant once no hold covers it (a process it replaced may still run it).
+Static members (``instance_id``: KIP-345; docs/protocol.md, "Static seats"): the member id is
+the instance id. A new process's join echoes its seat as its replay shows it, and takes it over; it
+then takes the seat's grant once no hold covers it (a process it replaced may still run it).
 :meth:`Member.park` is a static member's close: revoke everything, write a record owning nothing,
-no tombstone, so the seat waits a session for the next process. A process that has been in its
-seat and sees another process there was replaced by a newer join: it drops everything and
-stops for good (``superseded``, state ``left``), writing nothing more, not even a tombstone.
+no tombstone, so the seat waits a session for the next process. A process that has been in its seat
+and sees another process there was replaced by a newer join: it drops everything and stops for good
+(``superseded``, state ``left``), writing nothing more, not even a tombstone.
 
 Member states (:class:`~groupkit.protocol.vocab.MemberPhase`) and the events that move them
 (:class:`~groupkit.protocol.vocab.MemberEvent`), in :data:`MEMBER_TRANSITIONS`; an event missing
@@ -111,6 +111,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import groupkit.protocol.ownership as ownership
 from groupkit.errors import FencedError, ProtocolError
 from groupkit.protocol.records import (
     EMPTY,
@@ -194,7 +195,7 @@ class Actions:
     #: why, for the runtime's logs: a :class:`~groupkit.protocol.vocab.LossReason` when what
     #: it owned was lost, ``"generation N"`` when what it owns changed for generation N
     events: tuple[str, ...] = ()
-    #: offset reset (state.py, "Offset resets"), carried out after ``assign``: start these
+    #: offset reset (docs/protocol.md, "Resets"), carried out after ``assign``: start these
     #: partitions (owned, or just assigned) at these offsets and commit them, then report
     #: :meth:`Member.reset_applied` with ``reset_at`` (at once unless ``defer_revocations``)
     reset: Mapping[TopicPartition, int] = field(default_factory=dict)
@@ -440,10 +441,12 @@ class Member:
         if covered:
             assert group.assignment is not None
             # pending partitions their owner has let go, handed to us without a leader turn,
-            # and what we inherit from an owner that left (state.py, "Inheritance")
-            handed = group.handoffs(self.member_id) | group.inheritance_handoffs(self.member_id)
+            # and what we inherit from an owner that left (docs/protocol.md, "Inheritance")
+            handed = ownership.handoffs(group, self.member_id) | ownership.inheritance_handoffs(
+                group, self.member_id
+            )
             # what we give the newcomer this generation admitted goes as a revocation would
-            away = group.admitted_away(self.member_id)
+            away = ownership.admitted_away(group, self.member_id)
             # What we own that the generation makes pending for us we keep: it is ours to
             # take, and another's reservation of it (an heir's of a partition we were
             # admitted) only blocks its handoff to us, which we hold already.
@@ -457,22 +460,24 @@ class Member:
                 self._fire(MemberEvent.UNCOVERED)
             if healthy and self.state == MemberPhase.JOINING:
                 # a newcomer the current generation admitted takes what its members give it as
-                # they let go, before any generation covers it (state.py, "Admission")
-                handed = target = group.admission_handoffs(self.member_id)
+                # they let go, before any generation covers it (docs/protocol.md, "Admission")
+                handed = target = ownership.admission_handoffs(group, self.member_id)
         # Held: a process we replaced in our static seat may still run them (state.py); a
         # grant is taken, and acknowledged, only once nothing holds it.
-        blocked = group.held() & target if self.instance_id is not None and target else EMPTY
+        blocked = (
+            ownership.held(group) & target if self.instance_id is not None and target else EMPTY
+        )
         fresh = group.generation != self.acked
         added, revoked = diff(self.owned, target)
         added -= blocked
         if not (healthy and fresh):
             # Never take anything while our session is in doubt, and take a generation's grants
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
-            # reserving g's grants for us (GroupState.may_hold), so a grant of g not taken then
+            # reserving g's grants for us (ownership.may_hold), so a grant of g not taken then
             # may already belong to someone else. What we lost meanwhile the leader re-plans
             # (Planner.rebalance_reason: partitions_lost). A handoff of the current generation
             # may be taken in any healthy poll: the log reserves it for us until our record
-            # says we have seen a newer generation (GroupState.reserved), and this replay has
+            # says we have seen a newer generation (ownership.reserved), and this replay has
             # not seen one.
             added = added & handed if healthy else EMPTY
         if added or revoked:
@@ -490,7 +495,7 @@ class Member:
 
         resets = self._reset_step(group, healthy, added)
         at = self.reset_at if self._resetting is None else self._resetting
-        hints = (group.hints_for(self.member_id, self._seat or self.incarnation, added)
+        hints = (ownership.hints_for(group, self.member_id, self._seat or self.incarnation, added)
                  if added else {})  # fmt: skip
 
         writes: list[Write] = []
@@ -660,7 +665,7 @@ class Member:
     def _reset_step(
         self, group: GroupState, healthy: bool, added: Partitions
     ) -> dict[TopicPartition, int]:
-        """What of the group's reset to carry out now (state.py, "Offset resets").
+        """What of the group's reset to carry out now (docs/protocol.md, "Resets").
 
         A reset not carried out yet: every partition of it we own whose new offset nobody has
         committed yet (we owned them before it, or just took them). One carried out (or under

@@ -18,6 +18,11 @@ the same ones instead of a copy each:
   (:meth:`Node.written`, from the producer's delivery report or the simulated append) or that it
   was never written (:meth:`Node.write_failed`: plan again). Replaying it (or anything after it)
   ends the wait.
+- **Rebalance summaries**: a leader follows each rebalance from the first generation it plans
+  for a change of the group, through eager phases and cooperative follow-ups, to the plan that
+  finds the group stable (``completed``), a new change (``superseded``) or the loss of the lead
+  (``abandoned``), and answers a :class:`RebalanceSummary` then (``Lead.rebalance_done``,
+  ``NodeStep.rebalance_done``): the runtime hands it to its observers, the simulator keeps it.
 - **Lags**: a lag-aware assignor answers ``need_lags`` first; the caller fetches them for
   ``Lead.lag_topics`` and calls :meth:`Node.plan` again with them.
 - **The assignor off the heartbeat path** (``defer_plans``): the planner answers ``need_plan``
@@ -37,12 +42,20 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import Actions, Member
 from groupkit.protocol.planner import Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
+from groupkit.protocol.snapshot import to_snapshot
 from groupkit.protocol.state import GroupState, Replayed
-from groupkit.protocol.vocab import DecisionAction, DecisionReason, MemberPhase, ReplayKind
+from groupkit.protocol.vocab import (
+    DecisionAction,
+    DecisionReason,
+    MemberPhase,
+    RebalanceOutcome,
+    ReplayKind,
+)
 from groupkit.types import TopicPartition
 
 #: A member whose session ended this many sessions ago is tombstoned by the leader.
@@ -53,6 +66,42 @@ MAX_TOMBSTONES_PER_STEP = 50
 
 #: ``Node.awaiting`` while an assignment record of ours is written but its offset not yet known
 SENT = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RebalanceSummary:
+    """One rebalance as its leader saw it: from the first generation planned for a change of
+    the group to the generation after which it was stable again."""
+
+    group: str
+    leader: str
+    reason: str
+    protocol: str
+    assignor: str
+    first_generation: int
+    generation: int
+    generations: int
+    #: partitions whose owner changed between the start and the end
+    moved: int
+    #: partitions revoked from a member on the way (eager: everything owned)
+    revoked: int
+    #: by the leader's own clock (``now_ms``), from its first record's plan to the end
+    duration_s: float
+    outcome: RebalanceOutcome
+
+
+@dataclass(slots=True)
+class _Rebalance:
+    """A rebalance under way, followed across its generations by the node that leads it."""
+
+    started_ms: int
+    reason: str
+    first_generation: int
+    #: who owned each partition when it started
+    owners: dict[TopicPartition, str]
+    generation: int = 0
+    generations: int = 0
+    revoked: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +117,8 @@ class Lead:
     decision: Decision
     key: bytes | None = None
     value: bytes | None = None
+    #: the rebalance this answer ended (superseded by the one ``write`` starts, or completed)
+    rebalance_done: RebalanceSummary | None = None
 
     @property
     def action(self) -> str:
@@ -108,6 +159,8 @@ class NodeStep:
     #: tombstones (key, None) of members long expired, when this node leads (see
     #: :meth:`Node.tombstones_due`)
     tombstones: tuple[tuple[bytes, bytes | None], ...] = ()
+    #: the rebalance this step ended (``lead.rebalance_done``, or abandoned: the lead was lost)
+    rebalance_done: RebalanceSummary | None = None
 
 
 class Node:
@@ -148,6 +201,8 @@ class Node:
         #: member id -> our clock when we wrote its tombstone (rewritten a session later if
         #: the replay still has it: the write failed, or a rejected copy came after)
         self._tombstoned: dict[str, int] = {}
+        #: the rebalance this node leads, while one is under way
+        self._rebalance: _Rebalance | None = None
 
     @property
     def member_id(self) -> str:
@@ -258,7 +313,13 @@ class Node:
         elif d.action == DecisionAction.WRITE:
             key, value = d.encode(self.member.signer)
             self.awaiting = SENT
-            return Lead(d, key, value)
+            return Lead(d, key, value, self._track(now_ms, d))
+        elif (
+            d.action == DecisionAction.NONE
+            and d.reason == DecisionReason.STABLE
+            and self._rebalance is not None
+        ):
+            return Lead(d, rebalance_done=self._finish(now_ms, RebalanceOutcome.COMPLETED))
         return Lead(d)
 
     def step(
@@ -280,7 +341,10 @@ class Node:
             lead = self.plan(now_ms, counts, lags)
         snapshot = self.snapshot_due(now_ms) if leader else None
         tombstones = self.tombstones_due(now_ms) if leader else ()
-        return NodeStep(acts, leader, ready, lead, snapshot, tombstones)
+        done = lead.rebalance_done if lead is not None else None
+        if not leader and self._rebalance is not None:
+            done = self._finish(now_ms, RebalanceOutcome.ABANDONED)
+        return NodeStep(acts, leader, ready, lead, snapshot, tombstones, done)
 
     def restored(self, state: GroupState) -> None:
         """Start from ``state``, restored from a snapshot (snapshot.CatchUp), not from nothing."""
@@ -293,22 +357,22 @@ class Node:
         Bounded catch-up (snapshot.py) finds one within ``CATCH_UP_WINDOW_SESSIONS`` of the
         log's end as long as the leader writes one every half session. Due when the newest
         one replayed is that old by log time, and ours (maybe still on its way) by our clock.
-        Never while our replay may lack holds (``GroupState.knows_holds``: we started from
+        Never while our replay may lack holds (``ownership.knows_holds``: we started from
         the compacted topic less than a session ago): a state restored from a snapshot is
-        trusted to know its holds, and takes handoffs on that (``GroupState.handoffs``).
+        trusted to know its holds, and takes handoffs on that (``ownership.handoffs``).
         """
         every = self.snapshot_every_ms
         st = self.state
         if every is None or st.offset < 0 or self.left or not self.is_leader(now_ms):
             return None
-        if not st.knows_holds():
+        if not ownership.knows_holds(st):
             return None
         if self._snapshot_ts is not None and st.log_time - self._snapshot_ts < every:
             return None
         if self._snapshot_sent is not None and now_ms - self._snapshot_sent < every:
             return None
         self._snapshot_sent = now_ms
-        record = st.snapshot(self.member_id, self.member.incarnation)
+        record = to_snapshot(st, self.member_id, self.member.incarnation)
         return encode(SnapshotKey(st.group), record, self.member.signer)
 
     def tombstones_due(self, now_ms: int) -> tuple[tuple[bytes, bytes | None], ...]:
@@ -341,6 +405,52 @@ class Node:
         if len(self._tombstoned) > 2 * len(st.members) + MAX_TOMBSTONES_PER_STEP:
             self._tombstoned = {i: t for i, t in self._tombstoned.items() if i in st.members}
         return tuple(out)
+
+    # ------------------------------------------------------------------ rebalance summaries
+
+    def _track(self, now_ms: int, d: Decision) -> RebalanceSummary | None:
+        """Follow one rebalance across the generations we write for it (eager phases,
+        cooperative follow-ups); a generation planned for a new change ends the one under way
+        (its summary is the answer)."""
+        record = d.record
+        assert record is not None  # a WRITE has its record
+        follow_up = d.reason in (DecisionReason.REVOCATION_ACKNOWLEDGED, DecisionReason.REASSERT)
+        done = None
+        if self._rebalance is not None and not follow_up:
+            done = self._finish(now_ms, RebalanceOutcome.SUPERSEDED)
+        rb = self._rebalance
+        if rb is None:
+            before = self.state.assignment
+            owners = {
+                tp: m for m, cm in (before.members.items() if before else ()) for tp in cm.assigned
+            }
+            rb = self._rebalance = _Rebalance(now_ms, d.reason, record.generation, owners)
+        rb.generation = record.generation
+        rb.generations += 1
+        rb.revoked += sum(len(cm.revoke) for cm in record.members.values())
+        return done
+
+    def _finish(self, now_ms: int, outcome: RebalanceOutcome) -> RebalanceSummary | None:
+        rb, self._rebalance = self._rebalance, None
+        if rb is None:
+            return None
+        a = self.state.assignment
+        after = {tp: m for m, cm in (a.members.items() if a else ()) for tp in cm.assigned}
+        moved = sum(1 for tp, m in after.items() if tp in rb.owners and rb.owners[tp] != m)
+        return RebalanceSummary(
+            group=self.state.group,
+            leader=self.member_id,
+            reason=rb.reason,
+            protocol=self.planner.protocol,
+            assignor=self.planner.assignor_name,
+            first_generation=rb.first_generation,
+            generation=rb.generation,
+            generations=rb.generations,
+            moved=moved,
+            revoked=rb.revoked,
+            duration_s=(now_ms - rb.started_ms) / 1000,
+            outcome=outcome,
+        )
 
     def planned(self, outcome: PlanOutcome) -> None:
         """The plan asked for (``need_plan``) is made: the next :meth:`plan` uses ``outcome``

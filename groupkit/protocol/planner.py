@@ -33,8 +33,8 @@ Cooperative protocol (KIP-429), for any assignor:
    Follow-ups reuse the target of the record (``assigned`` + ``pending``): the assignor is not
    run again, so the group converges even with an assignor that is not sticky. The target
    does not wait for it: it takes a pending partition as soon as replay shows nobody else may
-   hold it (``GroupState.handoffs``); the follow-up then grants what it already processes.
-   Until then the partition is *reserved* for the target (``GroupState.reserved``): it blocks
+   hold it (``ownership.handoffs``); the follow-up then grants what it already processes.
+   Until then the partition is *reserved* for the target (``ownership.reserved``): it blocks
    a grant to anyone else, but is not the target's own (``adjust_cooperative``'s
    ``reserved``), so its grant still waits for the owner.
 
@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+import groupkit.protocol.ownership as ownership
 from groupkit.assignors import (
     Assignor,
     CooperativeStickyAssignor,
@@ -62,6 +63,7 @@ from groupkit.assignors import (
     get_assignor,
 )
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, basis_of, run_assignor
+from groupkit.protocol.group import MemberState
 from groupkit.protocol.records import (
     EMPTY,
     PROTOCOLS,
@@ -75,7 +77,7 @@ from groupkit.protocol.records import (
     assignment_record,
     encode,
 )
-from groupkit.protocol.state import GroupState, MemberState
+from groupkit.protocol.state import GroupState
 from groupkit.protocol.vocab import DecisionAction, DecisionReason, Phase, RebalanceProtocol
 from groupkit.types import MemberSubscription, TopicPartition
 
@@ -120,7 +122,7 @@ def adjust_cooperative(
 
     ``owned`` maps every holder (members of the plan and others, e.g. a member that is
     dropped or an old incarnation) to what it owns or may still take. ``reserved`` maps
-    members to partitions they may be handed without a grant (``GroupState.reserved``):
+    members to partitions they may be handed without a grant (``ownership.reserved``):
     those block a grant to anyone else, but are not the member's own (its grant still waits
     for their owner). Per member ``m`` of the plan: ``assigned`` = the planned partitions that
     ``m`` holds already or nobody else holds; ``pending`` = the rest of its plan; ``revoke`` =
@@ -156,6 +158,8 @@ class Planner:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
         self.assignor = get_assignor(assignor) if isinstance(assignor, str) else assignor
+        #: the name it was configured by (a registered assignor's ``name`` may differ)
+        self.assignor_name = assignor if isinstance(assignor, str) else assignor.name
         self.protocol = protocol
         self.cover_after_ms = cover_after_ms
 
@@ -163,7 +167,7 @@ class Planner:
 
     def active_members(self, state: GroupState) -> dict[str, MemberState]:
         """Live members that are not lagging, sorted by id."""
-        return {i: m for i, m in state.live_members().items() if not state.is_lagging(i)}
+        return {i: m for i, m in state.live_members().items() if not ownership.is_lagging(state, i)}
 
     def rebalance_reason(
         self, state: GroupState, partition_counts: Mapping[str, int]
@@ -203,7 +207,7 @@ class Planner:
 
     def admission_under_way(self, state: GroupState, active: Mapping[str, MemberState]) -> bool:
         """Whether the plan for a join waits: the current generation admitted the newcomer
-        (state.py, "Admission"), which does not own its share yet, and nothing else changed.
+        (docs/protocol.md, "Admission"), which does not own its share yet, and nothing else changed.
 
         The plan that covers the newcomer keeps what it was admitted, so it is not needed for
         the newcomer to own that; made meanwhile, it only raced the givers' releases. A giver
@@ -222,7 +226,7 @@ class Planner:
         they competed with the start of the partitions that just moved, whose first records
         came after the plan in most joins of the bench (the plan changes nothing the newcomer
         owns). Any other change of the group ends the wait, as above."""
-        adm = state.admission()
+        adm = ownership.admission(state)
         cur = state.assignment
         if adm is None or cur is None:
             return False
@@ -235,7 +239,7 @@ class Planner:
         if state.log_time - newcomer.joined_at >= state.session_timeout_ms // 2:
             return False
         if share <= newcomer.claims:
-            claimed = state.share_claimed_at(mid)
+            claimed = ownership.share_claimed_at(state, mid)
             return claimed is not None and state.log_time - claimed < self.cover_after_ms
         return True
 
@@ -504,31 +508,33 @@ def _previous(state: GroupState, mid: str, m: MemberState) -> tuple[Partitions, 
     Its claims, except in eager phase 2: after revoke-all nobody claims anything, and a sticky
     assignor would start from scratch. The revoke record says what each member gave up, so
     that is what it owned (only advice for stickiness: phase 2 runs once nobody holds it).
-    And while the current generation has admitted a newcomer (state.py, "Admission"): what
+    And while the current generation has admitted a newcomer (docs/protocol.md, "Admission"): what
     its members give it counts as the newcomer's already, so that the plan that covers it
     keeps it there rather than moving other partitions. So does what a member inherits from
-    an owner that left (state.py, "Inheritance").
+    an owner that left (docs/protocol.md, "Inheritance").
     """
     cur = state.assignment
     if cur is not None and cur.phase == Phase.REVOKE and not m.claims:
         c = cur.members.get(mid)
         if m.named_by(c) and c.revoke:
             return c.revoke, cur.generation - 1 or None
-    adm = state.admission()
+    adm = ownership.admission(state)
     if adm is not None:
         # a partition both admitted and inherited (its owner left after the join) counts
         # for whoever claims it, else for the newcomer: never for two members
         if adm[0] == mid:
-            return m.claims | state.unclaimed_by_others(mid, adm[1]), m.owned_generation or None
-        owned = m.claims | (state.inherited(mid) - adm[1])
-        return owned - state.admitted_away(mid), m.owned_generation or None
-    return m.claims | state.inherited(mid), m.owned_generation or None
+            return m.claims | ownership.unclaimed_by_others(
+                state, mid, adm[1]
+            ), m.owned_generation or None
+        owned = m.claims | (ownership.inherited(state, mid) - adm[1])
+        return owned - ownership.admitted_away(state, mid), m.owned_generation or None
+    return m.claims | ownership.inherited(state, mid), m.owned_generation or None
 
 
 def _handed_off(state: GroupState, cur: AssignmentRecord, adj: Adjusted) -> bool:
     """Whether a cooperative follow-up may wait for the revocations still under way: all that
     it would grant now, its targets take without it (they claim it, or replay hands it to them
-    at its owner's release: ``GroupState.handoffs``), it takes nothing back, and it would not
+    at its owner's release: ``ownership.handoffs``), it takes nothing back, and it would not
     complete the rebalance. One follow-up for several releasing owners instead of one each:
     every generation is a record every member reads and acknowledges, a burst of work on
     every member in the middle of the rebalance. Nobody waits for it: a target that cannot
@@ -543,7 +549,7 @@ def _handed_off(state: GroupState, cur: AssignmentRecord, adj: Adjusted) -> bool
         if not new:
             continue
         ms = state.members.get(m)
-        if ms is None or not new <= state.handoffs(m) | ms.claims:
+        if ms is None or not new <= ownership.handoffs(state, m) | ms.claims:
             return False
     return True
 
@@ -552,7 +558,7 @@ def _holders(state: GroupState) -> dict[str, Partitions]:
     """``{holder: partitions it owns or was granted}``: live members (lagging ones too) and
     holds. Not reservations (:func:`_reserved`): a member must not be granted what is only
     reserved for it, and nobody need revoke it."""
-    out = {i: state.granted(i) for i in state.live_members()}
+    out = {i: ownership.granted(state, i) for i in state.live_members()}
     for h in state.holds:
         if h.until > state.log_time:
             out[h.holder] = out.get(h.holder, EMPTY) | h.partitions
@@ -560,8 +566,8 @@ def _holders(state: GroupState) -> dict[str, Partitions]:
 
 
 def _reserved(state: GroupState) -> dict[str, Partitions]:
-    """``{member: partitions reserved for it}`` (``GroupState.reserved``)."""
-    out = {i: state.reserved(i) for i in state.live_members()}
+    """``{member: partitions reserved for it}`` (``ownership.reserved``)."""
+    out = {i: ownership.reserved(state, i) for i in state.live_members()}
     return {i: p for i, p in out.items() if p}
 
 

@@ -85,21 +85,15 @@ from groupkit.protocol.codec import (
     KIND_RESET,
     KIND_SNAPSHOT,
     MAX_CONTAINERS,
-    MAX_PARTITIONS,
     MAX_PAYLOAD,
-    MAX_RANGE,
     MAX_SNAPSHOT_PARTITIONS,
     MAX_SNAPSHOT_PAYLOAD,
     SCHEMA_VERSION,
-    HmacSigner,
-    Signer,
     decode,
     decode_key,
-    decode_partitions,
     decode_value,
     encode,
     encode_key,
-    encode_partitions,
     encode_value,
     other_group_key,
 )
@@ -108,6 +102,12 @@ from groupkit.protocol.codec import (  # the decoder's private parts that tests 
 )
 from groupkit.protocol.codec import (
     _member_memo as _member_memo,
+)
+from groupkit.protocol.ranges import (
+    MAX_PARTITIONS,
+    MAX_RANGE,
+    decode_partitions,
+    encode_partitions,
 )
 from groupkit.protocol.schema import (
     EMPTY,
@@ -139,6 +139,7 @@ from groupkit.protocol.schema import (
     member_tombstone,
     reset_record,
 )
+from groupkit.protocol.signing import HmacSigner, Signer
 
 __all__ = [
     "COMPRESS_ABOVE",

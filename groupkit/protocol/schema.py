@@ -108,7 +108,7 @@ class MemberRecord:
     committed: tuple[tuple[TopicPartition, int], ...] = ()
     #: ``group.instance.id`` of a static member (KIP-345), or ``None``: a dynamic member. A
     #: static member's member id *is* its instance id (the seat the group keeps for it), and a
-    #: new process with it takes the seat over (state.py, "Static membership"). Absent in
+    #: new process with it takes the seat over (docs/protocol.md, "Static seats"). Absent in
     #: records of dynamic members and of members that predate it.
     instance_id: str | None = None
     #: a static member's echo of the incarnation the group knows its seat by (the seat's
@@ -126,13 +126,13 @@ class MemberRecord:
     #: "Offset resets"). Absent in records that predate it.
     reset_at: int = -1
     reset_done: Partitions = frozenset()
-    #: the member's last record before its tombstone (a clean leave): the membership ends at
-    #: this record, as if the tombstone followed it at once (state.py, "leaving"), so no reader
-    #: ever plans for the member between the two, which are two produce requests. Absent
-    #: (false) in every other record and in records that predate it; a reader that predates it
-    #: ignores it and ends the membership at the tombstone, as before.
+    #: the member's last record before its tombstone (a clean leave): the membership ends at this
+    #: record, as if the tombstone followed it at once (docs/protocol.md, "Expiry and tombstones":
+    #: leaving), so no reader ever plans for the member between the two, which are two produce
+    #: requests. Absent (false) in every other record and in records that predate it; a reader that
+    #: predates it ignores it and ends the membership at the tombstone, as before.
     leaving: bool = False
-    #: the generation in which the member's join was *admitted* (state.py, "Admission"),
+    #: the generation in which the member's join was *admitted* (docs/protocol.md, "Admission"),
     #: echoed from its own replay like ``joined_at``, so that a reader of the compacted topic
     #: that never saw the join reserves the admitted partitions alike; 0: none. Absent (0) in
     #: records that predate it.
@@ -149,7 +149,7 @@ class CoveredMember:
     revoke: Partitions
     pending: Partitions
     #: of ``assigned``, what the member gives the next newcomer the group *admits* in this
-    #: generation, without a leader's turn (state.py, "Admission"); only in a complete
+    #: generation, without a leader's turn (docs/protocol.md, "Admission"); only in a complete
     #: cooperative generation. Absent (empty) in records that predate it.
     admit: Partitions = frozenset()
     #: of other members' ``assigned``, what this member *inherits* at once if their owner
@@ -191,10 +191,10 @@ class AssignmentRecord:
     members: Mapping[str, CoveredMember]
     #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
     fallback: AssignorFallback | None = None
-    #: A re-assertion's (state.py, "Re-assertion"): ``(offset, log time)`` of the record that
-    #: first wrote this generation. A reader that never saw that record (compacted away) takes
-    #: the generation's time and place from it. Not part of the generation: a re-assertion
-    #: equals the record it repeats. ``None`` in every first record of a generation.
+    #: A re-assertion's (docs/protocol.md, "Generations": re-assertion): ``(offset, log time)`` of
+    #: the record that first wrote this generation. A reader that never saw that record (compacted
+    #: away) takes the generation's time and place from it. Not part of the generation: a
+    #: re-assertion equals the record it repeats. ``None`` in every first record of a generation.
     origin: tuple[int, int] | None = field(default=None, compare=False)
 
     def assigned(self, member_id: str) -> Partitions:
@@ -226,11 +226,12 @@ class SnapshotMember:
     capacity: float | None
     client: tuple[tuple[str, str], ...]
     ready: bool
-    #: static seats only (state.py, "Static membership"); absent in snapshots that predate them
+    #: static seats only (docs/protocol.md, "Static seats"); absent in snapshots that predate
+    #: them
     process: str | None = None
     instance_id: str | None = None
     process_since: int = 0
-    #: state.py, "Admission"; absent (0) in snapshots that predate it
+    #: docs/protocol.md, "Admission"; absent (0) in snapshots that predate it
     admitted_in: int = 0
 
 
@@ -247,7 +248,7 @@ class SnapshotHold:
 class SnapshotRecord:
     """The deterministic ``GroupState`` as of offset ``as_of`` of the writer's replay.
 
-    Built by ``GroupState.snapshot`` and restored by ``GroupState.from_snapshot``; the
+    Built by ``snapshot.to_snapshot`` and restored by ``snapshot.from_snapshot``; the
     rejection counters are not part of it. ``history`` is ``(generation time, assignment)``
     per generation the state still keeps, oldest first.
     """
@@ -265,7 +266,7 @@ class SnapshotRecord:
     holds: tuple[SnapshotHold, ...]
     assignment_clobbered: bool
     #: the group's pending offset reset (``state.ResetState``) and the offset of the newest
-    #: reset accepted (state.py, "Offset resets"); absent in snapshots that predate them
+    #: reset accepted (docs/protocol.md, "Resets"); absent in snapshots that predate them
     reset: SnapshotReset | None = None
     reset_floor: int = -1
 
@@ -474,7 +475,8 @@ def _check_id(what: str, value: str) -> None:
 
 
 # --------------------------------------------------------------------------- offset resets
-# (``groupkit reset-offsets`` on a running group; the rules are in state.py, "Offset resets")
+# (``groupkit reset-offsets`` on a running group; the rules are in docs/protocol.md,
+# "Offset resets")
 
 #: characters of :attr:`ResetRecord.requested_by` and ``reset_id`` a record may carry
 MAX_RESET_TEXT = 200

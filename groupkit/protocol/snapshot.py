@@ -1,7 +1,10 @@
-"""Choosing the snapshot a newcomer restores from (issue 14).
+"""Snapshots of a group's state: taking one, choosing one, and restoring from it.
 
-A newcomer reads the tail of the control partition, restores the state of the snapshot this
-picks (:meth:`GroupState.from_snapshot`), and replays only the records after its ``as_of``.
+The leader writes the whole replayed state now and then as a snapshot record
+(:func:`to_snapshot`; ``Node.snapshot_due``). A newcomer reads the tail of the control
+partition, restores the state of the snapshot :func:`newest_snapshot` picks
+(:func:`from_snapshot`), and replays only the records after its ``as_of``. Replaying a snapshot
+record changes nothing (state.py): it is a copy of a past state, not an event.
 
 The rule: the valid snapshot of the group with the largest ``as_of``. Not the newest in the log:
 a stale copy of an old snapshot may be written again later (a zombie leader, a replayed
@@ -23,12 +26,106 @@ contiguous and otherwise declines; the caller then replays from the start of the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol
 
 from groupkit.errors import RecordRejected
-from groupkit.protocol.records import Signer, SnapshotKey, SnapshotRecord, decode
+from groupkit.protocol.group import Hold, MemberState, ResetState
+from groupkit.protocol.records import (
+    Signer,
+    SnapshotHold,
+    SnapshotKey,
+    SnapshotMember,
+    SnapshotRecord,
+    SnapshotReset,
+    decode,
+)
 from groupkit.protocol.state import GroupState
+
+
+def to_snapshot(state: GroupState, writer_id: str, writer_incarnation: str) -> SnapshotRecord:
+    """``state`` as of its offset (rejection counters and offset hints aside), to be written
+    under ``SnapshotKey(group)``."""
+    if state.offset < 0:
+        raise ValueError("nothing replayed yet: no offset to snapshot at")
+    history = tuple(
+        (state.generation_time[g], state.generations[g]) for g in sorted(state.generations)
+    )
+    return SnapshotRecord(
+        group=state.group,
+        as_of=state.offset,
+        log_time=state.log_time,
+        writer_id=writer_id,
+        writer_incarnation=writer_incarnation,
+        leader=state.leader,
+        members=tuple(_member_to_snapshot(m) for m in state.members.values()),
+        assignment=state.assignment,
+        assignment_offset=state.assignment_offset,
+        history=history,
+        holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in state.holds),
+        assignment_clobbered=state.assignment_clobbered,
+        reset=None if state.reset is None else _reset_to_snapshot(state.reset),
+        reset_floor=state.reset_floor,
+    )
+
+
+def from_snapshot(
+    record: SnapshotRecord,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int = 60_000,
+    verifier: Signer | None = None,
+) -> GroupState:
+    """The state :func:`to_snapshot` captured (rejection counters start empty); feed it the
+    records after ``record.as_of``."""
+    st = GroupState(record.group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    st.offset = record.as_of
+    st.log_time = record.log_time
+    st.members = {m.member_id: _member_from_snapshot(m) for m in record.members}
+    st.leader = record.leader
+    st.assignment = record.assignment
+    st.assignment_offset = record.assignment_offset
+    st.holds = [Hold(h.holder, h.partitions, h.until) for h in record.holds]
+    st.assignment_clobbered = record.assignment_clobbered
+    st.generations = {a.generation: a for _, a in record.history}
+    st.generation_time = {a.generation: t for t, a in record.history}
+    for m in st.members.values():
+        for p in m.claims:
+            st.claimers.setdefault(p, set()).add(m.member_id)
+        if m.admitted_in:
+            st.admitted_ids.add(m.member_id)
+    st.pending_generations = {
+        g for g, a in st.generations.items() if any(c.pending for c in a.members.values())
+    }
+    st.inherit_generations = {
+        g for g, a in st.generations.items() if any(c.inherit for c in a.members.values())
+    }
+    st.reset_floor = record.reset_floor
+    if record.reset is not None:
+        r = record.reset
+        st.reset = ResetState(r.at, r.reset_id, dict(r.offsets), set(r.settled),
+                              dict(r.waiting))  # fmt: skip
+    # Its writer knew its holds (Node.snapshot_due writes no snapshot otherwise), and the
+    # snapshot carries them: a gap from here on is the reader's own (replay sets it). So a
+    # newcomer that caught up from a snapshot takes handoffs at once (ownership.knows_holds).
+    st.gap_ts = None
+    return st
+
+
+def _reset_to_snapshot(r: ResetState) -> SnapshotReset:
+    return SnapshotReset(r.at, r.reset_id, tuple(sorted(r.offsets.items())),
+                         frozenset(r.settled), tuple(sorted(r.waiting.items())))  # fmt: skip
+
+
+#: MemberState's fields, which a SnapshotMember carries under the same names
+_MEMBER_FIELDS = tuple(f.name for f in fields(MemberState))
+
+
+def _member_to_snapshot(m: MemberState) -> SnapshotMember:
+    return SnapshotMember(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
+
+
+def _member_from_snapshot(m: SnapshotMember) -> MemberState:
+    return MemberState(**{f: getattr(m, f) for f in _MEMBER_FIELDS})
 
 
 class RawRecord(Protocol):
@@ -87,7 +184,7 @@ def restore(
     if got is None:
         return None
     snap = got[1]
-    state = GroupState.from_snapshot(snap, session_timeout_ms, rebalance_timeout_ms, verifier)
+    state = from_snapshot(snap, session_timeout_ms, rebalance_timeout_ms, verifier)
     for r in rs:
         if r.offset <= snap.as_of:
             continue

@@ -129,7 +129,7 @@ class DecisionReason(StrEnum):
     AWAITING_REVOCATION = "awaiting_revocation"
     AWAITING_ACKNOWLEDGEMENT = "awaiting_acknowledgement"
     AWAITING_ADMISSION = "awaiting_admission"
-    """A newcomer is taking its share from its givers (state.py, "Admission"): the plan that
+    """A newcomer is taking its share from its givers (docs/protocol.md, "Admission"): the plan that
     covers it waits until it owns it (``Planner.admission_under_way``)."""
     REVOCATION_ACKNOWLEDGED = "revocation_acknowledged"
     REASSERT = "reassert"
@@ -205,3 +205,23 @@ class RejectReason(StrEnum):
     FENCED_INSTANCE = "fenced_instance"
     STALE_RESET = "stale_reset"
     RESET_OF_EMPTY_GROUP = "reset_of_empty_group"
+
+
+# ------------------------------------------------------------------ rebalance outcomes
+# (a block of its own, with its own export: each vocabulary here is added independently)
+
+__all__ += ["RebalanceOutcome"]
+
+
+@unique
+class RebalanceOutcome(StrEnum):
+    """How a rebalance ended, as its leader saw it (``node.RebalanceSummary.outcome``): the
+    ``outcome`` label values of ``groupkit_rebalances_total`` (metrics.py starts a series for
+    each)."""
+
+    #: the planner found the group stable again
+    COMPLETED = "completed"
+    #: a new change of the group started another rebalance before this one completed
+    SUPERSEDED = "superseded"
+    #: the leader lost the lead mid-rebalance
+    ABANDONED = "abandoned"

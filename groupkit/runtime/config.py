@@ -14,7 +14,7 @@ module splits it into:
 
 ``group.instance.id`` keeps its Kafka meaning (KIP-345): the member is *static*, its member id
 is the instance id, and a new process with it takes the seat back, with its partitions and no
-rebalance, if it starts within ``session.timeout.ms`` (protocol/state.py, "Static membership").
+rebalance, if it starts within ``session.timeout.ms`` (docs/protocol.md, "Static seats").
 Static members may use sessions of minutes. It is not passed to the data consumer (which never
 joins the broker's group).
 

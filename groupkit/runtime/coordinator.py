@@ -55,10 +55,8 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
-from groupkit.protocol.node import Node
-from groupkit.protocol.planner import Decision
+from groupkit.protocol.node import Node, RebalanceSummary
 from groupkit.protocol.records import (
-    AssignmentRecord,
     HmacSigner,
     MemberKey,
     Partitions,
@@ -67,7 +65,6 @@ from groupkit.protocol.records import (
 from groupkit.protocol.vocab import (
     AssignorFailure,
     DecisionAction,
-    DecisionReason,
     MemberPhase,
     ReplayKind,
 )
@@ -76,7 +73,7 @@ from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
-from groupkit.runtime.hooks import Observers, RebalanceSummary
+from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
@@ -117,17 +114,6 @@ class Fence(NamedTuple):
     until: float | None
     #: what of the partitions asked about the member no longer claims: it lost them
     gone: Partitions
-
-
-@dataclass
-class _Rebalance:
-    started: float
-    reason: str
-    first_generation: int
-    owners: dict[TopicPartition, str]
-    generation: int = 0
-    generations: int = 0
-    revoked: int = 0
 
 
 @dataclass
@@ -217,7 +203,6 @@ class Coordinator:
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
-        self._rebalance: _Rebalance | None = None
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
         #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
@@ -401,8 +386,8 @@ class Coordinator:
             self._on_handoff()
         if step.ready:
             self._lead(now)
-        elif self._rebalance is not None and not step.leader:
-            self._finish_rebalance("abandoned")  # we lost the lead mid-rebalance
+        elif step.rebalance_done is not None:  # abandoned: we lost the lead mid-rebalance
+            self._rebalance_done(step.rebalance_done)
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
 
@@ -578,7 +563,7 @@ class Coordinator:
         to their next owner as soon as it reads it, so waiting for the control thread's next
         turn would only add to the time they are without an owner. It carries ``committed``,
         the offsets whose synchronous commit just succeeded, so that the next owner starts
-        there without looking them up (state.py, "Offset hints").
+        there without looking them up (docs/protocol.md, "Handoffs": offset hints).
 
         ``leave``: the member is closing, and this record is its last, produced together with
         its tombstone. Apart, a leader reading the record first sees a member that acknowledged
@@ -665,20 +650,18 @@ class Coordinator:
                 lead = self.node.plan(now, counts)
         if lead is None:
             return
-        decision = lead.decision
-        if (
-            lead.action == DecisionAction.WRITE
-            and decision.record is not None
-            and lead.key is not None
-        ):
-            self._track(decision, decision.record)
+        if lead.rebalance_done is not None:  # superseded by the one this record starts, or done
+            self._rebalance_done(lead.rebalance_done)
+        decision, record = lead.decision, lead.decision.record
+        if lead.action == DecisionAction.WRITE and record is not None and lead.key is not None:
+            _log.info("rebalance.generation", group=self.cfg.group_id, leader=self.member_id,
+                      reason=decision.reason, generation=record.generation, phase=record.phase,
+                      protocol=record.protocol)  # fmt: skip
             self.stats.rebalances[decision.reason] += 1
             self._write(lead.key, lead.value, assignment=True)
             self.observers.generation_written(
-                self.state, decision.record.generation, decision.record.phase, decision.reason
+                self.state, record.generation, record.phase, decision.reason
             )
-        elif lead.stable and self._rebalance:
-            self._finish_rebalance("completed")
 
     def _take_plan(self, outcome: PlanOutcome | None) -> bool:
         """Hand a made plan to the node (it uses it at its next plan if the membership it was
@@ -701,57 +684,14 @@ class Coordinator:
 
     # ------------------------------------------------------------------ rebalance summaries
 
-    def _track(self, decision: Decision, record: AssignmentRecord) -> None:
-        """Follow one rebalance across its generations (eager phases, cooperative follow-ups)."""
-        follow_up = decision.reason in (
-            DecisionReason.REVOCATION_ACKNOWLEDGED,
-            DecisionReason.REASSERT,
-        )
-        if self._rebalance is not None and not follow_up:
-            self._finish_rebalance("superseded")
-        if self._rebalance is None:
-            before = self.state.assignment
-            owners = {
-                tp: m for m, cm in (before.members.items() if before else ()) for tp in cm.assigned
-            }
-            self._rebalance = _Rebalance(
-                time.monotonic(), decision.reason, record.generation, owners
-            )
-        rb = self._rebalance
-        rb.generation = record.generation
-        rb.generations += 1
-        rb.revoked += sum(len(cm.revoke) for cm in record.members.values())
-        _log.info("rebalance.generation", group=self.cfg.group_id, leader=self.member_id,
-                  reason=decision.reason, generation=record.generation, phase=record.phase,
-                  protocol=record.protocol)  # fmt: skip
-
-    def _finish_rebalance(self, outcome: str) -> None:
-        rb, self._rebalance = self._rebalance, None
-        if rb is None:
-            return
-        a = self.state.assignment
-        after = {tp: m for m, cm in (a.members.items() if a else ()) for tp in cm.assigned}
-        moved = sum(1 for tp, m in after.items() if tp in rb.owners and rb.owners[tp] != m)
-        summary = RebalanceSummary(
-            group=self.cfg.group_id,
-            leader=self.member_id,
-            reason=rb.reason,
-            protocol=self.cfg.protocol,
-            assignor=self.cfg.assignor,
-            first_generation=rb.first_generation,
-            generation=rb.generation,
-            generations=rb.generations,
-            moved=moved,
-            revoked=rb.revoked,
-            duration_s=time.monotonic() - rb.started,
-            outcome=outcome,
-        )
+    def _rebalance_done(self, summary: RebalanceSummary) -> None:
+        """A rebalance we led ended (the node follows it: ``Node.step``, ``Node.plan``)."""
         # One summary line per rebalance (the observability contract).
         _log.info("rebalance", group=summary.group, leader=summary.leader, reason=summary.reason,
                   protocol=summary.protocol, generation=summary.generation,
                   generations=summary.generations, moved=summary.moved,
                   revoked=summary.revoked, duration_ms=round(summary.duration_s * 1000, 1),
-                  outcome=outcome)  # fmt: skip
+                  outcome=summary.outcome)  # fmt: skip
         self.observers.rebalance_done(summary)
 
     def _partition_counts(self) -> dict[str, int]:

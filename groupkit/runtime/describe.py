@@ -27,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.errors import BrokerError, InputError, RecordRejected
-from groupkit.protocol import GroupState
+from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.protocol.vocab import Phase
 from groupkit.runtime.admin import connect_admin
@@ -62,7 +62,7 @@ def group_state(state: GroupState, now_ms: int | None = None) -> str:
         and set(a.members) == set(live)
         and all(state.covers(m) for m in live)
         and all(state.members[m].acked_generation >= a.generation for m in live)
-        and not state.in_flight()
+        and not ownership.in_flight(state)
     ):
         return "Stable"
     return "Rebalancing"
@@ -212,7 +212,7 @@ def _pending_reset(state: GroupState) -> dict[str, Any] | None:
     if rs is None:
         return None
     unsettled = rs.unsettled()
-    waiting = state.reset_waiting()
+    waiting = ownership.reset_waiting(state)
     if not unsettled and not waiting:
         return None
     return {

@@ -27,10 +27,10 @@ A hand-off is done in the order of its fields: lose, revoke, assign.
      claiming the partitions, so nobody is granted them with offsets still uncommitted.
 
 - **Assign**: at the offsets the previous owner committed and named in its release, where it
-  did (``Handoff.offsets``; protocol/state.py, "Offset hints"): no look-up for those. Only
+  did (``Handoff.offsets``; docs/protocol.md, "Handoffs": offset hints): no look-up for those. Only
   partitions whose offsets groupkit cannot know (auto-commit off, offsets stored by the user)
   or whose previous owner did not release them (a crash) are looked up. Then ``on_assign``.
-- **Reset** (an operator's ``groupkit reset-offsets``; protocol/state.py, "Offset resets"),
+- **Reset** (an operator's ``groupkit reset-offsets``; docs/protocol.md, "Resets"),
   last: each partition of it still owned starts again at its new offset
   (:meth:`~groupkit.runtime.data_consumer.DataConsumer.restart_at`: nothing fetched or stored
   before it is handed out or committed after it), the new offsets are committed synchronously,
@@ -166,7 +166,7 @@ class HandoffExecutor(Generic[ConsumerT]):
             add = h.assign - frozenset(data.owned)
             if add:
                 # At the offsets the previous owner committed and named in its release, where
-                # it did: no look-up for those (state.py, "Offset hints").
+                # it did: no look-up for those (docs/protocol.md, "Handoffs": offset hints).
                 hinted = {p: o for p, o in h.offsets.items() if p in add}
                 for hook in self.hooks:
                     hook.assigning(add)

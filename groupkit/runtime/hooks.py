@@ -12,37 +12,16 @@ skipped, never allowed to break the group).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
+from groupkit.protocol.node import RebalanceSummary
 from groupkit.protocol.records import Partitions
 from groupkit.protocol.vocab import AssignorFailure
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.hooks")
-
-
-@dataclass(frozen=True, slots=True)
-class RebalanceSummary:
-    """One rebalance as its leader saw it: from the first generation planned for a change of
-    the group to the generation after which it was stable again."""
-
-    group: str
-    leader: str
-    reason: str
-    protocol: str
-    assignor: str
-    first_generation: int
-    generation: int
-    generations: int
-    #: partitions whose owner changed between the start and the end
-    moved: int
-    #: partitions revoked from a member on the way (eager: everything owned)
-    revoked: int
-    duration_s: float
-    outcome: str  # "completed" | "superseded" (a new change arrived) | "abandoned" (lost lead)
 
 
 class GroupObserver:

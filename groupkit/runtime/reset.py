@@ -3,7 +3,7 @@
 Kafka's ``kafka-consumer-groups --reset-offsets`` refuses a group with active members, and sees
 a groupkit group as empty (its members never join the broker's group), so it would accept the
 reset and the members' next commits would overwrite it. This command goes through the control
-log instead (protocol/state.py, "Offset resets"):
+log instead (docs/protocol.md, "Resets"):
 
 1. :func:`plan_reset` replays the group's control log as a newcomer does (what ``describe``
    reads), checks the input, and computes the new offset of each partition from the scenario,
@@ -46,7 +46,7 @@ from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.errors import BrokerError, ControlTopicError, InputError, ResetFailed
-from groupkit.protocol import GroupState
+from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, encode, reset_record
 from groupkit.protocol.vocab import RejectReason, ReplayKind
 from groupkit.runtime.admin import connect_admin
@@ -374,7 +374,7 @@ def execute_reset(config: dict[str, Any], plan: ResetPlan, timeout: float = 60.0
                     raise ResetFailed(f"a newer reset (offset {rs.at}) superseded this one")
                 if asked is None:
                     asked = dict(rs.waiting)
-                waiting = state.reset_waiting()
+                waiting = ownership.reset_waiting(state)
                 consumed = {t for m in state.live_members().values() for t in m.topics}
                 open_parts = [p for p in rs.unsettled() if p.topic in consumed]
                 if not waiting and not open_parts:

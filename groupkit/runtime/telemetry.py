@@ -33,7 +33,7 @@ and reject newer ones) and ``type``:
   ``owner`` (the live member whose record claims it, ``null`` while it is unowned).
 
 ``rebalance`` — one per rebalance the leader finished
-(:class:`~groupkit.runtime.hooks.RebalanceSummary`)::
+(:class:`~groupkit.protocol.node.RebalanceSummary`)::
 
     {"schema": "groupkit.telemetry", "version": 1, "type": "rebalance", "group": "orders",
      "ts_ms": ..., "leader": "m-1", "reason": "membership_changed", "protocol": "cooperative",
@@ -63,9 +63,10 @@ from confluent_kafka.admin import AdminClient
 from groupkit.errors import BrokerError, MalformedTelemetry
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
+from groupkit.protocol.node import RebalanceSummary
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.hooks import GroupObserver, RebalanceSummary
+from groupkit.runtime.hooks import GroupObserver
 from groupkit.runtime.lag import read_offsets
 from groupkit.types import TopicPartition
 

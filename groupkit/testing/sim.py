@@ -70,9 +70,10 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
 from groupkit.protocol.member import Actions, Member
-from groupkit.protocol.node import Lead, Node
+from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.planner import Planner
 from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
@@ -255,6 +256,8 @@ class GroupSim:
         )
         #: every outcome reported to a node (the tests read the fallbacks off it)
         self.plans: list[PlanOutcome] = []
+        #: every rebalance a leader finished, as the runtime hands them to its observers
+        self.rebalances: list[RebalanceSummary] = []
         self.log = ControlLog()
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
@@ -495,12 +498,16 @@ class GroupSim:
         if sm.plan_due is not None and sm.plan_due[0] <= self.clock:
             self._planned(sm, sm.plan_due[1])
         step = node.step(self.clock, self.partitions)
+        if step.rebalance_done is not None:
+            self.rebalances.append(step.rebalance_done)
         self._carry_out(sm, step.actions)
         lead = step.lead
         if lead is not None and lead.action == DecisionAction.NEED_LAGS:
             lead = node.plan(self.clock, self.partitions, self.lags_for(lead.lag_topics))
         if lead is not None and lead.request is not None:
             lead = self._make_plan(sm, lead.request)
+        if lead is not None and lead is not step.lead and lead.rebalance_done is not None:
+            self.rebalances.append(lead.rebalance_done)
         if lead is not None and lead.key is not None:
             self._produce(lead.key, lead.value, sm.member_id, node)
         if step.snapshot is not None:
@@ -703,8 +710,10 @@ class GroupSim:
             and a.protocol == RebalanceProtocol.COOPERATIVE
             and not leaving
         ):
-            # (what it gives a newcomer the generation admitted goes: state.py, "Admission")
-            kept = acts.revoke & (a.target(sm.member_id) - sm.state.admitted_away(sm.member_id))
+            # (what it gives a newcomer the generation admitted goes: docs/protocol.md, "Admission")
+            kept = acts.revoke & (
+                a.target(sm.member_id) - ownership.admitted_away(sm.state, sm.member_id)
+            )
             if kept:
                 self.errors.append(f"{sm.member_id} revoked {sorted(kept)} it keeps")
 
@@ -808,7 +817,7 @@ class GroupSim:
             m = st.members.get(sm.member_id)
             log = (
                 f"log: inc={m.incarnation} proc={m.proc} seq={m.seq} last_seen={m.last_seen} "
-                f"live={st.is_live(m.member_id)} lagging={st.is_lagging(m.member_id)} "
+                f"live={st.is_live(m.member_id)} lagging={ownership.is_lagging(st, m.member_id)} "
                 f"acked={m.acked_generation} since={m.since_generation}"
                 if m is not None
                 else "log: -"
