@@ -1,4 +1,5 @@
-"""The ``groupkit`` command line: ``assign``, ``broker``, and the commands later issues add.
+"""The ``groupkit`` command line: ``assign``, ``describe``, ``list``, ``reset-offsets``,
+``replay``, ``demo`` and ``broker``.
 
 Each subcommand is one ``_cmd_*`` function; ``main`` returns the process exit code
 (0 ok, 1 failure, 2 bad input or usage).
@@ -257,8 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
     p.add_argument("action", choices=["start", "stop", "status", "fetch"])
     p.add_argument("--dir", default=None, help="state folder (default ~/.cache/groupkit/broker)")
-    p.add_argument("--kafka-version", default=None, help="Apache Kafka version to run")
-    p.add_argument("--port", type=int, default=0, help="listener port (default: a free one)")
+    p.add_argument(
+        "--kafka-version",
+        default=None,
+        help="Apache Kafka version to run (default: the newest tested; fetch: every tested one)",
+    )
+    p.add_argument(
+        "--port", type=int, default=0, help="listener port (default: 9092 if free, else a free one)"
+    )
     p.add_argument(
         "--brokers",
         type=int,
