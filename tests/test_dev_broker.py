@@ -8,12 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from groupkit.dev import broker as dev_broker
+from groupkit.dev.harness import wait_for
 from groupkit.errors import DevBrokerError
 
 
@@ -51,13 +51,8 @@ def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
         pid = int((state / "broker.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         broker = dev_broker.LocalBroker(state)
-        st = broker.status()
-        # The pid may linger a moment as it dies; wait on the condition, bounded.
-        deadline = time.monotonic() + 10
-        while st.state != "crashed" and time.monotonic() < deadline:
-            time.sleep(0.05)
-            st = broker.status()
-        assert st.state == "crashed"
+        # The pid may linger a moment as it dies.
+        wait_for(lambda: broker.status().state == "crashed", 10, "the broker to be seen crashed")
         crashed = _groupkit("broker", "status", "--dir", str(state))
         assert crashed.returncode == 1 and crashed.stdout.startswith("crashed:")
         stop = _groupkit("broker", "stop", "--dir", str(state))
