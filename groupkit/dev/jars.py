@@ -22,8 +22,9 @@ from groupkit.cache import cache_root
 from groupkit.errors import DevBrokerError
 
 DEFAULT_KAFKA_VERSION = "4.1.1"
-#: the oldest Apache Kafka release groupkit is tested against (KRaft mode)
-OLDEST_KAFKA_VERSION = "3.7.2"
+#: the oldest Apache Kafka release groupkit is tested against: 3.3 is the first whose KRaft
+#: mode is production-ready, and the local brokers run KRaft only
+OLDEST_KAFKA_VERSION = "3.3.2"
 TESTED_KAFKA_VERSIONS = (DEFAULT_KAFKA_VERSION, OLDEST_KAFKA_VERSION)
 LOG4J_VERSION = "2.24.3"
 SLF4J_VERSION = "2.0.17"
@@ -31,7 +32,7 @@ MIN_JAVA = 17
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """``"3.7.2"`` -> ``(3, 7, 2)``; a suffix such as ``-rc1`` is ignored."""
+    """``"3.3.2"`` -> ``(3, 3, 2)``; a suffix such as ``-rc1`` is ignored."""
     return tuple(int(p) for p in re.findall(r"\d+", version.split("-", 1)[0]))
 
 
