@@ -257,8 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("broker", help="start, stop or inspect the local development broker")
     p.add_argument("action", choices=["start", "stop", "status", "fetch"])
     p.add_argument("--dir", default=None, help="state folder (default ~/.cache/groupkit/broker)")
-    p.add_argument("--kafka-version", default=None, help="Apache Kafka version to run")
-    p.add_argument("--port", type=int, default=0, help="listener port (default: a free one)")
+    p.add_argument(
+        "--kafka-version",
+        default=None,
+        help="Apache Kafka version to run (default: the newest tested; fetch: every tested one)",
+    )
+    p.add_argument(
+        "--port", type=int, default=0, help="listener port (default: 9092 if free, else a free one)"
+    )
     p.add_argument(
         "--brokers",
         type=int,

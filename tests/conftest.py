@@ -79,8 +79,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 #: test modules that need no broker
 _PURE = ("test_protocol_", "test_assignor_")
-#: test modules that start a broker of their own and mostly wait
-_OWN_BROKER = ("test_offset_retention.py",)
+#: test modules that start a broker of their own and mostly wait (the Kafka 3.x smoke test's
+#: broker is of another release)
+_OWN_BROKER = ("test_offset_retention.py", "test_kafka3_smoke.py")
 
 
 def _worker_group(module: str) -> str:

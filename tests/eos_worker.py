@@ -87,7 +87,7 @@ def main() -> None:
                         value = {"tp": tp, "o": m.offset(), "v": (m.value() or b"").decode()}
                         producer.produce(args.output, key=m.key(), value=json.dumps(value))
                     audit.write("txn", tp=tp, first=batch[0].offset(), n=len(batch))
-                    time.sleep(args.hold_ms / 1000)
+                    time.sleep(args.hold_ms / 1000)  # open a while: the faults land inside
                 audit.write("committed", tp=tp, next=(batch[-1].offset() or 0) + 1)
             except FencedError as e:
                 audit.write("fenced", tp=tp, error=str(e))

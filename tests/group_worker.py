@@ -55,7 +55,7 @@ class SlowControl(GroupObserver):
         self.seconds = seconds
 
     def turn(self, state: GroupState, member_id: str, now_ms: int) -> None:
-        time.sleep(self.seconds)
+        time.sleep(self.seconds)  # the slowness under test
 
 
 def parser() -> argparse.ArgumentParser:

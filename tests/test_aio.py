@@ -98,8 +98,7 @@ def test_poll_waits_off_the_loop(conf: dict[str, Any], topic_factory: Callable[.
                 with Ticker() as t:
                     pending = asyncio.ensure_future(c.poll(1.0))
                     # Ticks while poll is pending, counted on the loop itself.
-                    while not pending.done():
-                        await asyncio.sleep(0.01)
+                    await asyncio.wait([pending])
                     msg = await pending
                 if msg is None:  # it waited its whole second
                     break

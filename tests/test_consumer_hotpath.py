@@ -340,7 +340,7 @@ def test_a_member_frozen_inside_a_fetch_hands_out_nothing_fetched_after(
     def stats_cb(_stats: str) -> None:  # served by the data consumer's fetch, on our thread
         if freeze["armed"]:
             freeze["armed"] = False
-            time.sleep(session_s + 0.5)
+            time.sleep(session_s + 0.5)  # the freeze under test, past the session
             freeze["fired"] = True
 
     lost: list[KTP] = []

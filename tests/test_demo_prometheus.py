@@ -226,8 +226,11 @@ def test_demo_scraped_by_prometheus(
             assert before == prom.scalar(partitions_sum, at=t1)
             # A sample stamped at or before t1 may come from a scrape still reading offsets up
             # to SCRAPE_TIMEOUT_S later: measure only once every such scrape has ended, or the
-            # "before" sum may be younger than the measurement (2493 against 2530, say).
-            time.sleep(max(0.0, t1 + SCRAPE_TIMEOUT_S + 0.1 - time.time()))
+            # "before" sum may be younger than the measurement. Prometheus scrapes a target
+            # one scrape after another, so once every member's newest sample is stamped after
+            # t1, the scrapes stamped before it are over.
+            wait_for(lambda t1=t1: (prom.scalar(last_scrape) or 0) > t1, 15,  # type: ignore[misc]
+                     "a scrape of every member begun after the Prometheus sums")  # fmt: skip
             measured = admin_lag(admin, group, topic)
             t2 = time.time()
             # Each member's next scrape must ask the brokers after t2 (its offsets are reused

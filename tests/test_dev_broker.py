@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from groupkit.dev import broker as dev_broker
+from groupkit.dev.harness import wait_for
 from groupkit.errors import DevBrokerError
 
 
@@ -28,9 +30,14 @@ def _groupkit(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
 
 def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
     state = tmp_path / "broker"
+    default_free = dev_broker.port_is_free(dev_broker.DEFAULT_PORT)
     start = _groupkit("broker", "start", "--dir", str(state))
     assert start.returncode == 0, start.stderr
     assert "bootstrap.servers=127.0.0.1:" in start.stdout
+    # 9092, where the examples look, when it was free; else a free port, and a word on it.
+    on_default = f"bootstrap.servers=127.0.0.1:{dev_broker.DEFAULT_PORT}\n" in start.stdout
+    assert on_default == default_free, (default_free, start.stdout)
+    assert ("is taken" in start.stderr) == (not default_free), start.stderr
     try:
         status = _groupkit("broker", "status", "--dir", str(state))
         assert status.returncode == 0
@@ -44,13 +51,8 @@ def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
         pid = int((state / "broker.pid").read_text())
         os.kill(pid, signal.SIGKILL)
         broker = dev_broker.LocalBroker(state)
-        st = broker.status()
-        # The pid may linger a moment as it dies; wait on the condition, bounded.
-        deadline = time.monotonic() + 10
-        while st.state != "crashed" and time.monotonic() < deadline:
-            time.sleep(0.05)
-            st = broker.status()
-        assert st.state == "crashed"
+        # The pid may linger a moment as it dies.
+        wait_for(lambda: broker.status().state == "crashed", 10, "the broker to be seen crashed")
         crashed = _groupkit("broker", "status", "--dir", str(state))
         assert crashed.returncode == 1 and crashed.stdout.startswith("crashed:")
         stop = _groupkit("broker", "stop", "--dir", str(state))
@@ -58,6 +60,36 @@ def test_start_status_stop_and_crash_detection(tmp_path: Path) -> None:
         assert _groupkit("broker", "status", "--dir", str(state)).stdout.startswith("stopped")
     finally:
         _groupkit("broker", "stop", "--dir", str(state))
+
+
+def test_start_falls_back_to_a_free_port_when_9092_is_taken(tmp_path: Path) -> None:
+    state = tmp_path / "broker"
+    with contextlib.ExitStack() as held:
+        if dev_broker.port_is_free(dev_broker.DEFAULT_PORT):  # else something else holds it
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", dev_broker.DEFAULT_PORT))
+            s.listen()
+        start = _groupkit("broker", "start", "--dir", str(state))
+    try:
+        assert start.returncode == 0, start.stderr
+        (line,) = [x for x in start.stdout.splitlines() if "bootstrap.servers=" in x]
+        bootstrap = line.split("bootstrap.servers=", 1)[1]
+        assert bootstrap.startswith("127.0.0.1:")
+        assert bootstrap != f"127.0.0.1:{dev_broker.DEFAULT_PORT}"
+        assert f"port {dev_broker.DEFAULT_PORT} is taken" in start.stderr
+        assert bootstrap in start.stderr  # the address clients must use instead
+        status = _groupkit("broker", "status", "--dir", str(state))
+        assert status.stdout.startswith(f"running: bootstrap {bootstrap} "), status.stdout
+    finally:
+        _groupkit("broker", "stop", "--dir", str(state))
+
+
+def test_fetch_resolves_every_tested_version() -> None:
+    fetch = _groupkit("broker", "fetch")
+    assert fetch.returncode == 0, fetch.stderr
+    for version in dev_broker.TESTED_KAFKA_VERSIONS:
+        assert f"Apache Kafka {version} jars in " in fetch.stdout
+        assert any(dev_broker.kafka_home(version).glob("lib/kafka_2.13-*.jar"))
 
 
 def test_clean_stop(tmp_path: Path) -> None:

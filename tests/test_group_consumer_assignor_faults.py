@@ -1,12 +1,12 @@
 """A user's assignor cannot take a running group down, on a real broker.
 
-Three buggy assignors, registered through ``register_assignor`` as a user would, and a slow
-one: unguarded, the first would end the leader's control loop (and the next leader's, member by
-member), the second would make the leader rewrite a rejected record for ever, the third would
-leave three of four partitions unconsumed, and the slow one would delay the leader's heartbeats
-for as long as it ran. The group stays fully assigned and consuming, on the built-in fallback,
-and says why:
-in the assignment record every member replays, in ``groupkit describe``, in the leader's
+Three buggy assignors, registered through ``register_assignor`` as a user would (one raises,
+one assigns a partition twice, one leaves a partition out), and a slow one. Unguarded, the first
+would end the leader's control loop (and the next leader's, member by member), the second would
+make the leader rewrite a rejected record for ever, the third would leave partitions unconsumed,
+and the slow one would delay the leader's heartbeats for as long as it ran. The group stays
+fully assigned and consuming, on the built-in fallback, and says why: in the assignment record
+every member replays, in ``groupkit describe``, in the leader's
 ``groupkit_assignor_failures_total`` and its ``assignor.failed`` log line.
 """
 
@@ -39,7 +39,7 @@ class SlowAssignor(FaultyAssignor):
     """Range, after a long think (longer than its budget and than the session)."""
 
     def assign(self, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(SLOW_S)
+        time.sleep(SLOW_S)  # the slowness under test
         return super().assign(*args, **kwargs)
 
 
@@ -148,7 +148,14 @@ def test_a_buggy_assignor_leaves_the_group_assigned_consuming_and_saying_why(
     assert "inconsistent" not in desc["rejected"], desc["rejected"]
     assert sum(desc["rejected"].values()) <= 2, desc["rejected"]
     generation = desc["generation"]
-    time.sleep(2 * BUDGET_MS / 1000 + 1)
+    # A rewrite loop shows within a few planning turns: wait until every member has replayed
+    # the log (its clock: the broker's time of each record) two assignor budgets and a second
+    # further on, the leader planning on each record meanwhile.
+    window_ms = 2 * BUDGET_MS + 1000
+    since = max(c.coordinator.state.log_time for c in group if c.coordinator is not None)
+    wait_for(lambda: all(c.coordinator is not None
+                         and c.coordinator.state.log_time >= since + window_ms for c in group),
+             30, "the members to replay the log two budgets and a second on")  # fmt: skip
     for c in group:
         c.poll(0.05)
     # not rewritten in a loop (an unguarded buggy assignor writes a record every tick): at

@@ -60,6 +60,8 @@ class Driver:
         self.consumers: list[GroupConsumer] = []
         self.consumed: dict[int, int] = {}
         self.paused = threading.Event()
+        #: set by the poll loop once it saw ``paused``: no poll runs until ``resume()``
+        self.idle = threading.Event()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -69,6 +71,15 @@ class Driver:
         with self._lock:
             self.consumers.append(c)
 
+    def pause(self) -> None:
+        """Stop polling, and return once the poll loop's current call is over."""
+        self.idle.clear()
+        self.paused.set()
+        wait_for(self.idle.is_set, 10, "the poll loop to pause")
+
+    def resume(self) -> None:
+        self.paused.clear()
+
     def remove(self, c: GroupConsumer) -> None:
         with self._lock:
             self.consumers.remove(c)
@@ -76,7 +87,8 @@ class Driver:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self.paused.is_set():
-                time.sleep(0.02)
+                self.idle.set()
+                time.sleep(0.02)  # the paused loop's pace: nothing to wait for but resume()
                 continue
             # Under the lock, so that remove() returns only once its consumer is no longer
             # being polled: closed while this thread polled it, the poll would raise, the thread
@@ -85,9 +97,9 @@ class Driver:
                 for c in self.consumers:
                     n = len([m for m in c.consume(100, 0.02) if m.error() is None])
                     self.consumed[id(c)] = self.consumed.get(id(c), 0) + n
-                idle = not self.consumers
-            if idle:
-                time.sleep(0.02)
+                none = not self.consumers
+            if none:
+                time.sleep(0.02)  # the pace of a loop with no consumer yet
 
     def stop(self) -> None:
         self._stop.set()
@@ -163,13 +175,12 @@ def test_every_metric_moves_with_the_group(
     assert value(r1, "groupkit_control_records_rejected_total") == 0
 
     # -- lag change: new records, not yet polled, then consumed --------------------------
-    driver.paused.set()
-    time.sleep(0.2)  # let the poll loop finish its current call
+    driver.pause()
     produce(bootstrap, topic, {0: 25})
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag", partition="0") == 25, 15,
              "partition 0's lag to show the 25 new records")  # fmt: skip
     assert value(r1, "groupkit_consumergroup_lag_sum") == 25
-    driver.paused.clear()
+    driver.resume()
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag_sum") == 0, 15, "lag back to 0")
     assert value(r1, "groupkit_consumergroup_committed_offset", partition="0") == 65
     assert value(r1, "groupkit_records_consumed_total", topic=topic) == 100
@@ -242,10 +253,10 @@ def test_every_metric_moves_with_the_group(
     # -- loss: the control thread stalls past the session; the member loses everything -----
     coordinator = c1.coordinator
     assert coordinator is not None
-    driver.paused.set()
+    driver.pause()
     with coordinator.lock:  # the control loop can neither heartbeat nor replay meanwhile
-        time.sleep(2.5)
-    driver.paused.clear()
+        time.sleep(2.5)  # the stall under test: longer than the 2 s session
+    driver.resume()
     wait_for(lambda: value(r1, "groupkit_partitions_lost_total") == 4, 15,
              "the 4 partitions counted as lost")  # fmt: skip
     wait_for(lambda: value(r1, "groupkit_consumergroup_assigned_partitions") == 4, 30,

@@ -110,7 +110,7 @@ def group_run(bootstrap: str, admin: Any) -> Iterator[Run]:
                 for _ in range(10):
                     producer.produce(run.topic, b"y" * 20, partition=p)
             producer.poll(0)
-            time.sleep(0.05)
+            time.sleep(0.05)  # the load's pace
         producer.flush(10)
 
     threads = [threading.Thread(target=produce, daemon=True)]

@@ -46,12 +46,15 @@ class Worker(threading.Thread):
     def __init__(self, conf: dict[str, Any], topic: str, audit: list[Any]) -> None:
         super().__init__(daemon=True)
         self.handed: list[tuple[float, TP, int]] = []
+        #: when each of its commits was acknowledged
+        self.commits: list[float] = []
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
         def on_commit(err: Any, parts: Any) -> None:
             if err is None:
                 now = time.monotonic()
+                self.commits.append(now)
                 audit.extend((now, TP(p.topic, p.partition), p.offset) for p in parts
                              if p.error is None and p.offset >= 0)  # fmt: skip
 
@@ -97,7 +100,7 @@ class Auditor(threading.Thread):
                 now = time.monotonic()
                 self.audit.extend((now, TP(p.topic, p.partition), p.offset) for p in got
                                   if p.error is None and p.offset >= 0)  # fmt: skip
-                time.sleep(0.005)
+                time.sleep(0.005)  # the audit's pace: a read every few milliseconds
         finally:
             self.c.close()
 
@@ -188,6 +191,14 @@ def _check_handed(ws: list[Worker], since: float, done: float) -> None:
     assert restarted, "no partition was handed out after the reset"
 
 
+def _wait_commits_after(ws: list[Worker], t: float) -> None:
+    """Until each member has had two commits acknowledged after ``t``: the first may have been
+    on its way at ``t``, the second was sent after it, and a member's commits land in order.
+    Whatever the members had in flight at ``t`` has landed, and the audit has seen it."""
+    wait_for(lambda: all(sum(c > t for c in w.commits) >= 2 for w in ws), 30,
+             "every member to commit twice more")  # fmt: skip
+
+
 def _wait_before(g: dict[str, Any]) -> None:
     wait_for(lambda: len(_committed(g)) == PARTITIONS and min(_committed(g).values()) >= BEFORE,
              60, "the group to commit BEFORE on every partition")  # fmt: skip
@@ -208,7 +219,7 @@ def test_reset_on_a_running_group(
     assert code == 0, out
     assert "GROUP" in out and "CURRENT-OFFSET" in out and "NEW-OFFSET" in out
     assert "acknowledged by 2 live member(s)" in out, out
-    time.sleep(1.0)  # commits go on: the audit must keep showing post-reset offsets only
+    _wait_commits_after(ws, done)  # the audit must keep showing post-reset offsets only
     assert all(w.error is None for w in ws), [w.error for w in ws]
     committed = _committed(group)
     assert all(NEW <= o < BEFORE for o in committed.values()), committed
@@ -224,7 +235,14 @@ def test_reset_during_a_rebalance(
     group["auditor"].start()
     t0 = time.monotonic()
     ws += _start(group, 1)  # a third member joins: partitions move while the reset is applied
-    time.sleep(0.05)
+
+    def joined() -> bool:
+        new = ws[-1].c.member_id
+        return new is not None and any(w.c.coordinator is not None
+                                       and new in w.c.coordinator.state.members
+                                       for w in ws[:2])  # fmt: skip
+
+    wait_for(joined, 30, "the group to see the third member")
     code = _cli(group, "--topic", group["topic"], "--to-offset", str(NEW), "--execute",
                 "--timeout", "30")  # fmt: skip
     done = time.monotonic()
@@ -233,7 +251,7 @@ def test_reset_during_a_rebalance(
     # the rebalance finishes (each of three members owns something) with the reset kept
     wait_for(lambda: all({q for _t, q, _o in w.handed if _t > done} for w in ws), 30,
              "every member to consume after the rebalance")  # fmt: skip
-    time.sleep(0.5)
+    _wait_commits_after(ws, time.monotonic())
     committed = _committed(group)
     assert all(NEW <= o < BEFORE for o in committed.values()), committed
     _check_audit(group, t0)
