@@ -258,9 +258,9 @@ def lapsed_slow_reader(rate: int) -> GroupSim:
 
 
 def test_slow_reader_never_retakes_a_grant_that_moved_while_it_was_fenced() -> None:
-    # Found by a random schedule: b acknowledged the current generation while fenced (owning
-    # nothing), so the log stopped reserving its grants; c was granted t0-3; then b caught up
-    # and took t0-3 from the generation it had acknowledged: two owners.
+    # The schedule: b acknowledges the current generation while fenced (owning nothing), so the
+    # log stops reserving its grants; c is granted t0-3; then b catches up. Taking t0-3 from the
+    # generation it had acknowledged would make two owners.
     sim = lapsed_slow_reader(rate=1)
     sim.members["b"].read_rate = None
     sim.settle()
@@ -501,7 +501,7 @@ def test_a_member_back_from_a_lapse_is_ready_only_once_it_reads_back_quickly() -
 def test_a_member_back_from_a_lapse_takes_no_grant_its_own_restart_voided(
     backlog: int, release: int | None
 ) -> None:
-    # Found by TestStaticCompactedSchedule (not static-specific). m1 reads 4 records a tick
+    # A schedule of TestStaticCompactedSchedule (not static-specific). m1 reads 4 records a tick
     # behind a backlog: its second record goes out without prev_ts (it has read nothing of its
     # own yet). As leader in its own replay (m2 is paused), it plans generation 1 for itself and
     # m0. Then it reads its second record back late, and so, back from a lapse (_basis), writes

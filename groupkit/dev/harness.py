@@ -475,8 +475,8 @@ class LoadProducer:
 
     def renew(self) -> None:
         """Replace the client at the thread's next round. After a broker restart under load,
-        librdkafka's idempotent producer has been seen (once, in CI) to deliver nothing more to
-        some partitions for a minute, its records queued: the load stopped, not the group.
+        librdkafka's idempotent producer can deliver nothing more to some partitions for a minute,
+        its records queued: the load stops, not the group.
         Records the old client never had acknowledged are dropped, so :func:`missing` does not
         expect them."""
         self._renew.set()

@@ -278,8 +278,8 @@ class Planner:
             # group changed since. Then the generation planned below supersedes it (compaction
             # keeps that one), and a carried-over grant may no longer be safe: a member that
             # left gave its partitions to one a newer join admitted, and every copy of its
-            # grant was rejected as unsafe, and clobbered the assignment again (found by
-            # tests/test_protocol_jitter.py in CI: a leader that did nothing else for good).
+            # grant would be rejected as unsafe and clobber the assignment again: a leader that
+            # did nothing else for good (tests/test_protocol_jitter.py).
             if self.rebalance_reason(state, partition_counts) is None:
                 return self._record(state, cur.phase, cur.members, dict(cur.partition_counts),
                                     DecisionReason.REASSERT, cur.fallback)  # fmt: skip

@@ -62,8 +62,8 @@ _DENIED = frozenset(
 
 #: A partition whose leadership is still being taken over (librdkafka does not always mark
 #: these retriable on a watermark query), or that the client's metadata does not know yet
-#: (``_UNKNOWN_PARTITION``, a local error: on the three-broker cluster a member's catch-up
-#: asked before its metadata named the partition, and its control loop died of it in CI).
+#: (``_UNKNOWN_PARTITION``, a local error: on a three-broker cluster a member's catch-up can
+#: ask before its metadata names the partition, which must not end its control loop).
 _NOT_LED = frozenset(
     {
         KafkaError._UNKNOWN_PARTITION,
