@@ -27,7 +27,7 @@ from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.log import capture
-from tests.conftest import _local_version, create_topic, unique_name
+from tests.conftest import create_topic, local_version, unique_name
 
 pytestmark = pytest.mark.broker
 
@@ -37,7 +37,7 @@ _RETRY_QUANTUM_MS = 400
 
 @pytest.fixture
 def fresh_broker(tmp_path: Path) -> Iterator[str]:
-    broker = LocalBroker(tmp_path / "broker", version=_local_version())
+    broker = LocalBroker(tmp_path / "broker", version=local_version())
     try:
         yield broker.start()
     finally:

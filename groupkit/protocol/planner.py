@@ -214,10 +214,11 @@ class Planner:
         whose release came after it no longer gave by admission (the new generation says what
         it owns) but by that generation's revocation, which the newcomer takes only once it
         acknowledged the generation and read its acknowledgement back: 100-250 ms more at the
-        bench's load, in about half the traced joins (bench/trace_joins.py). So the plan waits until the newcomer's record claims its share, or another
-        member joins or leaves, or half a session passed since the join (a giver that cannot
-        let go holds the group's plan back no longer than that; the plan would take the same
-        partitions from it anyway). ``active``: :meth:`active_members`, as the caller has it.
+        bench's load, in about half the traced joins (bench/trace_joins.py). So the plan
+        waits until the newcomer's record claims its share, or another member joins or leaves,
+        or half a session passed since the join (a giver that cannot let go holds the group's
+        plan back no longer than that; the plan would take the same partitions from it
+        anyway). ``active``: :meth:`active_members`, as the caller has it.
 
         And once the newcomer claims its share, the plan still waits ``cover_after_ms`` of log
         time (the heartbeat interval): the plan, its record, and every member's record that

@@ -95,16 +95,19 @@ class GroupConsumer:
     ) -> None:
         self._cfg = cfg = GroupConfig.from_dict(config)
         self.observers = Observers(observers)
-        # Fails fast and says so when the credentials are refused (admin.connect_admin).
-        self._admin: AdminClient | None = connect_admin(cfg.client_config("admin"))
         #: the control clients the next join takes (opened here: see _open_control)
         self._control: ControlClients | None = None
+        self._admin: AdminClient | None = None
+        # The data consumer first: it learns the cluster's metadata in the background while
+        # the admin client connects (subscribe() reads it; DataConsumer._learn_metadata).
         try:
+            self._data = DataConsumer(cfg, lambda: self.member_id, self._unassign_failed)
+        except KafkaException as e:
+            raise ConfigError(f"the data consumer refused its settings: {e}") from e
+        try:
+            # Fails fast and says so when the credentials are refused (admin.connect_admin).
+            self._admin = connect_admin(cfg.client_config("admin"))
             self._open_control()
-            try:
-                self._data = DataConsumer(cfg, lambda: self.member_id, self._unassign_failed)
-            except KafkaException as e:
-                raise ConfigError(f"the data consumer refused its settings: {e}") from e
         except BaseException:
             self._close_clients()
             raise

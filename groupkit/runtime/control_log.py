@@ -561,9 +561,10 @@ class ControlClients:
         except Exception as e:  # the control loop's first use retries and reports it
             _log.debug("control_client.warm_failed", error=str(e))
 
-    def wait_warm(self) -> None:
-        """Wait for the warm-up (bounded by its metadata request's timeout)."""
-        for t in self._warming:
+    def wait_warm(self, writer: bool = True) -> None:
+        """Wait for the warm-up (bounded by its requests' timeouts): the reader's, and the
+        writer's unless ``writer`` is false."""
+        for t in self._warming if writer else self._warming[:1]:
             t.join()
 
     def set_sasl_credentials(self, username: str, password: str) -> None:

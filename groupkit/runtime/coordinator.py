@@ -260,11 +260,17 @@ class Coordinator:
 
     def _run(self) -> None:
         try:
-            # The clients' warm-up (GroupConsumer() started it) is done before they are used.
-            self.control.wait_warm()
-            # The writer's warm-up (~60 ms) runs while we read the history, not after it.
+            # The reader's warm-up (GroupConsumer() started it) is done before it is used. The
+            # writer's (its metadata, then its producer id: ControlWriter.warm) goes on while
+            # we read the history, and is done before the first write.
+            self.control.wait_warm(writer=False)
             started = monotonic_ms()
-            warm = Background(self.writer.warm, "groupkit-warm")
+
+            def warm_writer() -> None:
+                self.control.wait_warm()  # the warm-up GroupConsumer() started, then ours
+                self.writer.warm()
+
+            warm = Background(warm_writer, "groupkit-warm")
             hw = self._catch_up()
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
