@@ -60,11 +60,13 @@ def machine() -> dict[str, Any]:
 
 
 def commit() -> str:
-    """The checked-out commit the bench ran (``+dirty`` with uncommitted changes)."""
+    """The checked-out commit the bench ran (``+dirty`` with uncommitted changes to anything
+    but the results, which a run of several settings writes as it goes)."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                               capture_output=True, timeout=10).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", ":(exclude)bench/results"],
                                cwd=ROOT, text=True, capture_output=True,
                                timeout=10).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
