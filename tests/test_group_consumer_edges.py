@@ -66,15 +66,17 @@ _librdkafka_handles = live_client_handles
 def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(
     conf: dict[str, Any], topic_factory: Callable[..., str]
 ) -> None:
-    """GroupConsumer() opens the control reader and writer and warms them; close() without a
-    subscribe (or after a failed one), and a constructor that fails after opening them, leave
-    no client alive."""
+    """GroupConsumer() opens the control reader and writer and warms them (a reader that
+    warmed before the control topic was created learns it again on first use, in the standby's
+    catch-up); close() without a subscribe (or after a failed one), and a constructor that
+    fails, leave no client alive."""
     gc.collect()
     before = _librdkafka_handles()
     c = GroupConsumer(conf)
     assert c._control is None and c._standby is not None  # the standby member took them
     ctl = c._standby.control
     ctl.wait_warm()
+    assert c._standby.wait_caught_up(30)
     assert ctl.reader._warm and ctl.writer._warm
     # admin, data consumer, control reader and writer (>=: other tests' handles may be closing)
     assert _librdkafka_handles() >= before + 4
@@ -84,7 +86,7 @@ def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(
     assert ctl.reader._closed and ctl.writer._closed
     wait_for(lambda: _librdkafka_handles() <= before, 10, "every client of the consumer closed")
 
-    # the data consumer refuses its settings after the control clients were opened
+    # the data consumer refuses its settings
     with pytest.raises(ConfigError, match="data consumer refused"):
         GroupConsumer({**conf, "fetch.wait.max.ms": "soon"})
     wait_for(lambda: _librdkafka_handles() <= before, 10, "the failed consumer's clients closed")

@@ -105,6 +105,9 @@ class GroupConsumer:
         except KafkaException as e:
             raise ConfigError(f"the data consumer refused its settings: {e}") from e
         try:
+            # The control clients next: they warm up (metadata, the writer's producer id) while
+            # the admin client connects and checks the control topic (_open_control).
+            self._control = ControlClients(cfg, cfg.control_topic)
             # Fails fast and says so when the credentials are refused (admin.connect_admin).
             self._admin = connect_admin(cfg.client_config("admin"))
             self._open_control()
@@ -297,7 +300,9 @@ class GroupConsumer:
             session_timeout_ms=cfg.session_timeout_ms,
         )
         self._control_partition = partition_for_group(cfg.group_id, partitions)
-        self._control = ControlClients(cfg, cfg.control_topic, self._control_partition)
+        if self._control is None:
+            self._control = ControlClients(cfg, cfg.control_topic)
+        self._control.bind(self._control_partition)
 
     def _join(self, hold: bool = False) -> None:
         """Start a new member: the standby the constructor started, else (a member joining

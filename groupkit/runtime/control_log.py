@@ -84,6 +84,11 @@ _MAX_REPLACEMENTS = 5
 #: How long :meth:`ControlWriter.warm` waits for the producer id once a learned broker is up:
 #: two of librdkafka's own retries (500 ms each), after which the first write waits as it would.
 _PID_WAIT_S = 1.0
+#: The bound of the warm-up ``GroupConsumer()`` runs in the background. It only saves time:
+#: one that does not finish leaves the client to its first use, with the full timeouts. And a
+#: ``GroupConsumer()`` that fails (a refused password) waits for it before it closes the
+#: clients (a handle is never closed under a request), so it must be short.
+_BACKGROUND_WARM_S = 3.0
 #: The pause before asking again after a broker refused a producer id (its controller hands it
 #: a block of ids within a few ms of the refusal).
 _PID_RETRY_S = 0.02
@@ -140,8 +145,11 @@ class ControlReader:
         """Learn the topic's metadata: assigned a topic it knows nothing of, librdkafka waits
         ~500 ms before its first fetch (measured in bench/rebalance.py)."""
         if not self._warm:
-            self._consumer.list_topics(self.topic, timeout=timeout)
-            self._warm = True
+            md = self._consumer.list_topics(self.topic, timeout=timeout)
+            topic = md.topics.get(self.topic)
+            # A topic not created yet (GroupConsumer() warms the clients while it checks the
+            # topic) leaves the reader cold: its first use learns it again.
+            self._warm = topic is not None and topic.error is None
 
     def _assign(self) -> None:
         """Start reading, on first use (so constructing a reader never blocks on the broker)."""
@@ -532,18 +540,21 @@ class ControlClients:
     """The reader and writer of one member's control partition: opened together, warmed in
     the background, closed together.
 
-    ``GroupConsumer()`` opens them, so their connections and metadata are ready by the time the
-    app subscribes (the warm-up is most of a cold join's latency; see :meth:`ControlWriter.warm`)
-    and hands them to the member's control loop, which owns them from then on. A warm-up that
+    ``GroupConsumer()`` opens them first, so their connections, metadata and producer id are
+    ready by the time the app subscribes (the warm-up is most of a cold join's latency; see
+    :meth:`ControlWriter.warm`), and hands them to the member's control loop, which owns them
+    from then on. It opens them before it knows the group's partition of the control topic
+    (``partition`` ``None``), so the warm-up runs while the admin client connects and checks
+    the topic; :meth:`bind` then names the partition, before any read or write. A warm-up that
     fails leaves its client cold, and the control loop's own first use tries again and reports
     what it finds, as before.
     """
 
-    def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
-        self.partition = partition
-        self.reader = ControlReader(cfg, topic, partition)
+    def __init__(self, cfg: GroupConfig, topic: str, partition: int | None = None) -> None:
+        self.partition = -1 if partition is None else partition
+        self.reader = ControlReader(cfg, topic, self.partition)
         try:
-            self.writer = ControlWriter(cfg, topic, partition)
+            self.writer = ControlWriter(cfg, topic, self.partition)
         except BaseException:
             self.reader.close()
             raise
@@ -555,11 +566,15 @@ class ControlClients:
             t.start()
 
     @staticmethod
-    def _warm(warm: Callable[[], None]) -> None:
+    def _warm(warm: Callable[[float], None]) -> None:
         try:
-            warm()
+            warm(_BACKGROUND_WARM_S)
         except Exception as e:  # the control loop's first use retries and reports it
             _log.debug("control_client.warm_failed", error=str(e))
+
+    def bind(self, partition: int) -> None:
+        """Name the group's partition of the control topic (the warm-up needs none)."""
+        self.partition = self.reader.partition = self.writer.partition = partition
 
     def wait_warm(self, writer: bool = True) -> None:
         """Wait for the warm-up (bounded by its requests' timeouts): the reader's, and the

@@ -228,6 +228,8 @@ class Coordinator:
             )
             partition = partition_for_group(cfg.group_id, partitions)
             control = ControlClients(cfg, cfg.control_topic, partition)
+        if control.partition < 0:
+            raise ValueError("the control clients are not bound to a partition (bind)")
         self.control = control
         self.control_partition = control.partition
         self.reader: ControlReader = control.reader

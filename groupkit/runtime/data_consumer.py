@@ -234,6 +234,11 @@ class AsyncCommits:
         return out
 
 
+#: The bound of the metadata warm-up (:meth:`DataConsumer._learn_metadata`): it only saves
+#: time, and a ``GroupConsumer()`` that fails waits for it before it closes the handle.
+_WARM_S = 3.0
+
+
 class DataConsumer:
     """The member's librdkafka data handle: assign/unassign at offsets, commits, repairs.
 
@@ -289,7 +294,7 @@ class DataConsumer:
         subscribes. A failure is not reported here: ``subscribe()`` asks again and says why.
         """
         try:
-            self.handle.list_topics(timeout=10)
+            self.handle.list_topics(timeout=_WARM_S)
         except KafkaException as e:
             _log.debug("data_consumer.warm_failed", error=str(e))
 
