@@ -99,6 +99,16 @@ class Group(harness.Group[Member]):
         proc, out = self.popen(f"{self.group}-{name}", cmd, ROOT)
         return self.add(Member(name, proc, AuditLog(audit), out))
 
+    def start(self, n: int, timeout: float = 120) -> list[Member]:
+        """Spawn ``n`` members, subscribe them once all are built, and wait until the group is
+        stable; the members."""
+        members = [self.spawn() for _ in range(n)]
+        self.wait_ready(members, timeout)
+        for m in members:
+            m.send("subscribe")
+        self.wait_stable(timeout=timeout)
+        return members
+
     def wait_ready(self, ms: Iterable[Member], timeout: float = 120) -> None:
         ms = list(ms)
 

@@ -40,12 +40,8 @@ def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
                   heartbeat, control_topic=f"__gk_{gid}")  # fmt: skip
     out = []
     try:
-        members = [group.spawn() for _ in range(args.members)]
-        group.wait_ready(members)
-        for m in members:
-            m.send("subscribe")
+        group.start(args.members)
         timeout = session / 1000 + 30
-        group.wait_stable(timeout=120)
         for trial in range(args.trials):
             spare = group.spawn()
             group.wait_ready([spare])

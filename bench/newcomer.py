@@ -83,11 +83,7 @@ def run_contender(boot: str, topic: str, workdir: Path, name: str,
     timeout = args.session_ms / 1000 + 30
     out = []
     try:
-        members = [group.spawn() for _ in range(args.members)]
-        group.wait_ready(members)
-        for m in members:
-            m.send("subscribe")
-        group.wait_stable(timeout=120)
+        group.start(args.members)
         for i in range(args.newcomers):
             out.append(newcomer_times(group, timeout))
             print(f"  {name} newcomer {i + 1}/{args.newcomers}: subscribe -> first record "

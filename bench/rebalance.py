@@ -162,11 +162,7 @@ def run_contender(
     timeout = kill_timeout(kind, protocol, session) + 30
     cpu = float("nan")
     try:
-        members = [group.spawn() for _ in range(args.members)]
-        group.wait_ready(members)
-        for m in members:
-            m.send("subscribe")
-        group.wait_stable(timeout=120)
+        members = group.start(args.members)
         # idle cost: CPU of the stable group's members over 2 s, per member
         time.sleep(0.5)
         c0 = sum(m.cpu_seconds() for m in members)
