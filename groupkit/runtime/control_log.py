@@ -404,6 +404,9 @@ class ControlWriter:
                 raise BrokerError(f"cannot reach the control topic {self.topic!r}: {e}") from e
             if md.orig_broker_id >= 0 or time.monotonic() >= deadline:
                 return
+            # The learned broker's connection is not up yet (after a broker restart it may take
+            # a reconnect backoff): ask again shortly, not in a tight loop.
+            time.sleep(min(_PID_RETRY_S, max(0.0, deadline - time.monotonic())))
 
     def _refused(self, err: KafkaError) -> BrokerError:
         return BrokerError(
