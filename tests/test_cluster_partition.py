@@ -25,15 +25,22 @@ partitions ``w0`` owned when it was cut off.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition as KTP
+from confluent_kafka.admin import AdminClient
 
+from groupkit import GroupConsumer
 from groupkit.dev.harness import MemberProcess, wait_for
 from groupkit.dev.proxy import FaultProxy
-from tests.conftest import KafkaBackend
+from groupkit.runtime.admin import create_topic
+from groupkit.runtime.coordinator import monotonic_ms
+from tests.conftest import KafkaBackend, delete_topics, unique_name
 from tests.groupharness import CUTS, cut_pattern
 from tests.test_cluster_faults import (
     MARGIN_S,
@@ -111,3 +118,94 @@ def test_member_cut_off_then_healed(
         report = run.finish()
     assert_clean(report)
     assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
+
+
+#: session and clock-skew allowance of the lapse test: the member fences itself 2.5 s after its
+#: newest confirmed heartbeat; its "processing" outlasts that by 0.7 s
+LAPSE_SESSION_MS = 4000
+LAPSE_SKEW_MS = 1500
+PROCESSING_S = 3.2
+
+
+def test_a_lapsed_member_lets_go_only_once_its_poll_stopped(
+    cluster: KafkaBackend, proxy: FaultProxy
+) -> None:
+    """A member that cannot read its own heartbeats back lapses by its own clock while its app
+    is busy between two polls. Its next record ends its claims where it lands, and the others
+    are granted them at once; so that record must wait until the app polls again and the
+    member's ``on_lost`` has run. The writer is not cut: were the record written at the lapse,
+    the other member would own the partitions while ``on_lost`` is still to come."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    topic = unique_name("data")
+    create_topic(admin, topic, 4, replication_factor=-1)
+    conf: dict[str, Any] = {
+        "group.id": unique_name("g"),
+        "session.timeout.ms": LAPSE_SESSION_MS,
+        "heartbeat.interval.ms": 100,
+        "groupkit.max.clock.skew.ms": LAPSE_SKEW_MS,
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+    events: list[tuple[float, str, str, frozenset[int]]] = []  # (monotonic, member, what, ps)
+
+    def record(who: str, what: str) -> Callable[[GroupConsumer, list[KTP]], None]:
+        def callback(_c: GroupConsumer, parts: list[KTP]) -> None:
+            events.append((time.monotonic(), who, what, frozenset(p.partition for p in parts)))
+
+        return callback
+
+    def owned(who: str) -> frozenset[int]:
+        held: set[int] = set()
+        for _t, w, what, ps in list(events):
+            if w == who:
+                held = held | ps if what == "assign" else held - ps
+        return frozenset(held)
+
+    a = GroupConsumer({**conf, "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"})
+    b = GroupConsumer({**conf, "bootstrap.servers": lc.bootstrap})
+    stop = threading.Event()
+
+    def run_b() -> None:
+        while not stop.is_set():
+            b.poll(0.05)
+
+    b_thread = threading.Thread(target=run_b, daemon=True)
+    try:
+        a.subscribe([topic], on_assign=record("a", "assign"), on_revoke=record("a", "revoke"),
+                    on_lost=record("a", "lost"))  # fmt: skip
+        wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == 4, 60, "a to own all 4")
+        b.subscribe([topic], on_assign=record("b", "assign"), on_revoke=record("b", "revoke"),
+                    on_lost=record("b", "lost"))  # fmt: skip
+        b_thread.start()
+        wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == len(owned("b")) == 2, 60,
+                 "a and b to own 2 each")  # fmt: skip
+        mine = owned("a")
+        cut = proxy.cut("both", cut_pattern("write-not-read", "a0"))
+        try:
+            t0 = time.monotonic()
+            # a's app is busy with a batch past its fence (not a wait for anything)
+            time.sleep(PROCESSING_S)
+            coordinator = a.coordinator
+            assert coordinator is not None
+            with coordinator.lock:
+                age = coordinator.member.session_age_ms(monotonic_ms())
+            assert age is None or age >= LAPSE_SESSION_MS - LAPSE_SKEW_MS, "a has not lapsed"
+            assert owned("a") == mine, "a lost its partitions before it polled"
+            assert not owned("b") & mine, "b was granted a's partitions while a still held them"
+            wait_for(lambda: a.poll(0.05) is None and not owned("a"), 10, "a's on_lost")
+            lost_at = max(t for t, w, what, _ in events if w == "a" and what == "lost")
+            wait_for(lambda: owned("b") == frozenset(range(4)), 30, "b to own all 4")
+            granted_at = min(t for t, w, what, ps in events
+                             if w == "b" and what == "assign" and ps & mine and t > t0)  # fmt: skip
+            assert granted_at > lost_at
+            print(f"a lapsed and lost its partitions {lost_at - t0:.2f}s after the cut; b was "
+                  f"granted them {granted_at - lost_at:.3f}s after that")  # fmt: skip
+        finally:
+            proxy.heal(cut)
+    finally:
+        stop.set()
+        if b_thread.is_alive():
+            b_thread.join(10)
+        a.close()
+        b.close()
+        delete_topics(admin, [topic, conf["groupkit.control.topic"]])

@@ -200,6 +200,10 @@ class Coordinator:
         self.stats = Stats()
         self._handoffs: deque[Handoff] = deque()
         self._revoking: set[TopicPartition] = set()
+        #: what the member lost that the poll thread has not stopped yet, and the member's
+        #: records held back meanwhile (see _carry_out)
+        self._stopping: set[TopicPartition] = set()
+        self._held: list[tuple[bytes, bytes | None]] = []
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
@@ -458,9 +462,29 @@ class Coordinator:
             for e in acts.events:
                 _log.info("member.event", group=self.cfg.group_id, member=self.member_id,
                           what=e, generation=acts.generation)  # fmt: skip
+        # A record written after a loss may end our claims where it lands (a lapsed member's
+        # has no prev_ts), and others are granted them at once. So it waits until the poll
+        # thread has stopped the lost partitions (``lost``): the protocol's member stops
+        # owning in the same step that writes it, and only then is the runtime the same.
+        # Holding it back costs nothing safety needs: without it the log expires us a
+        # session after our last heartbeat, later than our own fence.
+        self._stopping |= acts.lost
         for w in acts.writes:
-            self._write(w.raw_key, w.raw_value, service=service)
+            if self._stopping:
+                self._held.append((w.raw_key, w.raw_value))
+            else:
+                self._write(w.raw_key, w.raw_value, service=service)
         return acts
+
+    def _stopped(self, partitions: Partitions) -> None:
+        """The poll thread stopped ``partitions``: once it stopped everything lost, produce the
+        records held back meanwhile (under lock, on the poll thread)."""
+        self._stopping -= partitions
+        if self._stopping or not self._held:
+            return
+        held, self._held = self._held, []
+        for key, value in held:
+            self._write(key, value, service=False)
 
     # ------------------------------------------------------------------ the poll thread's side
 
@@ -615,9 +639,13 @@ class Coordinator:
         target for it already matches that claim, would never grant them again. So the claim
         is dropped here, and the record that says so is produced at once (the leader then
         re-plans them: ``partitions_lost``).
+
+        The records held back since the member lost partitions (``_carry_out``) go out here,
+        once the poll thread has stopped all of them.
         """
         with self.lock:
             self._revoking -= partitions
+            self._stopped(partitions)
             if (
                 not self.member.owned & partitions
                 or self.member.state == MemberPhase.LEFT

@@ -155,7 +155,10 @@ class HandoffExecutor(Generic[ConsumerT]):
         data = self._data
         t0 = time.monotonic()
         if h.lost:
-            self.lose(h.lost & frozenset(data.owned), "lost")
+            mine = h.lost & frozenset(data.owned)
+            self.lose(mine, "lost")
+            if h.lost - mine:  # stopped already (poll's own fence was first), or never started
+                c.lost(h.lost - mine)
         if h.revoke:
             revoke = h.revoke & frozenset(data.owned)
             if revoke:
