@@ -155,6 +155,7 @@ class FaultRun:
             # Described now, at the deadline (not as the wait began, when after a broker
             # restart every member has just lost everything).
             silent = self.producer.silent_since(t)
+            self.group.dump_stacks()
             raise AssertionError(
                 f"{e}: {self.group.describe()}; {self.group.stale(t)}; "
                 f"no record acknowledged since to partitions {silent}"

@@ -14,6 +14,7 @@ written before it):
   of the ``commit`` command, per partition; ``{"e": "closed"}``;
 - ``{"e": "failed", "error": ...}`` when ``consume`` raised (the control loop failed): the worker
   closes and exits with status 3, so the harness sees it dead instead of silently idle;
+- with ``GK_LOG_LEVEL=debug``, groupkit's debug events too (the hop events) in its ``.out`` file;
 - with ``GK_TRACE_BATCHES=1``: ``{"e": "batch", "n": ..., "age_ms": ..., "fence_until": ...}``
   before each batch's records (the member's session age as the batch was handed out).
 
@@ -30,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -118,8 +121,10 @@ def audit_records(
 
 def main() -> None:
     args = parser().parse_args()
-    # groupkit's own events (JSON lines with UTC timestamps) go to the worker's .out file.
-    configure_logs(json=True, level="info", stream=sys.stdout)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # WorkerGroup.dump_stacks
+    # groupkit's own events (JSON lines with UTC timestamps) go to the worker's .out file;
+    # GK_LOG_LEVEL=debug adds the hop events (diagnosis).
+    configure_logs(json=True, level=os.environ.get("GK_LOG_LEVEL", "info"), stream=sys.stdout)
     audit = Audit(args.audit)
     # GK_TRACE_BATCHES=1: audit each batch with the member's session age (diagnosis).
     trace_batches = os.environ.get("GK_TRACE_BATCHES") == "1"

@@ -7,8 +7,10 @@ Every wait here is on a condition (an audit fact, a process state), bounded by a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -72,6 +74,19 @@ class WorkerGroup(Group[MemberProcess]):
         self.protocol, self.assignor = protocol, assignor
         self.session_timeout_ms, self.control_topic = session_timeout_ms, control_topic
         self.extra = extra or {}
+
+    def dump_stacks(self, timeout: float = 5.0) -> None:
+        """Every live member writes the stacks of all its threads to its ``.out`` file
+        (``tests.group_worker`` registers ``faulthandler`` on SIGUSR1): for a run that failed
+        waiting for a member that may hang."""
+        asked = []
+        for m in self.live():
+            with contextlib.suppress(OSError):
+                m.proc.send_signal(signal.SIGUSR1)
+                asked.append(m)
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: all("most recent call first" in m.log_tail(20_000) for m in asked),
+                     timeout, "the members' stacks")  # fmt: skip
 
     def spawn(
         self,

@@ -471,6 +471,7 @@ class Coordinator:
         self._stopping |= acts.lost
         for w in acts.writes:
             if self._stopping:
+                _log.debug("hop.held", member=self.member_id, stopping=len(self._stopping))
                 self._held.append((w.raw_key, w.raw_value))
             else:
                 self._write(w.raw_key, w.raw_value, service=service)
@@ -483,6 +484,7 @@ class Coordinator:
         if self._stopping or not self._held:
             return
         held, self._held = self._held, []
+        _log.debug("hop.unheld", member=self.member_id, records=len(held))
         for key, value in held:
             self._write(key, value, service=False)
 
