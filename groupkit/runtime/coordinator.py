@@ -581,7 +581,12 @@ class Coordinator:
         return self.member.state == MemberPhase.LEFT
 
     def close(self, timeout: float) -> None:
-        """Stop the loop and close the control clients, flushing for up to ``timeout`` s."""
+        """Stop the loop and close the control clients, flushing for up to ``timeout`` s.
+
+        Called by the closing ``poll`` thread, which hands nothing out any more: records held
+        back for a loss it has not carried out (a leave's tombstone, say) go out now."""
+        with self.lock:
+            self._stopped(frozenset(self._stopping))
         self.stop()
         self.control.close(timeout)
 
