@@ -1,0 +1,274 @@
+"""Protocol version 2's liveness: heartbeats on a log of their own (docs/protocol-v2.md, rules
+L1, L2 and L6), proven here before the runtime runs them; the runtime speaks version 1.
+
+Two sides read the same heartbeats differently:
+
+- :class:`HeartbeatClock` is a member's own side. It learns where each of its heartbeats landed
+  from the producer's delivery report (offset and ``LogAppendTime``), never by reading the log,
+  and says when the member must stop processing (its *deadline*, by its own monotonic clock).
+- :class:`LivenessJudge` is the judge's side (the leader and its successors): it replays the
+  liveness log in order and says when a member's process or session has ended, and when a
+  heartbeat restarted a member's liveness. Those are the *verdicts* the leader writes into the
+  main log, where they free the member's partitions.
+
+The safety argument (docs/protocol-v2.md, "Safety") is that no verdict can end a *run* (an
+unbroken chain of continuing heartbeats of one incarnation) before the member's deadline for
+that run has passed, and that both sides agree on where every run starts, although the member
+never reads the log: a heartbeat continues iff it lands within its lease of the stamp its
+``prev_ts`` names, and the judge ends a run only a skew allowance after its lease.
+``tests/test_protocol_liveness.py`` checks both over random schedules
+(:mod:`groupkit.testing.liveness_sim`).
+
+Pure: every time is passed in, in milliseconds. ``ts`` is a broker's ``LogAppendTime``;
+``now_ms`` is the member's monotonic clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum, unique
+
+__all__ = [
+    "Confirmed",
+    "Heartbeat",
+    "HeartbeatClock",
+    "LivenessJudge",
+    "Run",
+    "Verdict",
+    "VerdictKind",
+    "continues",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One ``H`` record: a member's "still running" (rule L1)."""
+
+    member: str
+    inc: str
+    seq: int
+    #: the stamp of the own heartbeat this one's liveness runs from; ``None`` after a lapse
+    prev_ts: int | None
+    #: how long the process may process after its newest confirmed heartbeat (rule L7)
+    lease_ms: int
+    #: the writer's clock-skew allowance
+    skew_ms: int
+
+
+def continues(hb: Heartbeat, ts: int) -> bool:
+    """Whether ``hb``, stamped ``ts``, continues the run its ``prev_ts`` names (rule L1.3), as
+    far as its own stamps say. The judge also requires that it has not ended that run first;
+    the safety argument shows that it never has when this holds."""
+    return hb.prev_ts is not None and ts - hb.prev_ts < hb.lease_ms
+
+
+@unique
+class Confirmed(StrEnum):
+    """What a delivery report told the member about one of its heartbeats."""
+
+    CONTINUED = "continued"
+    """It continues the member's run: the deadline may move on."""
+    RESTARTED = "restarted"
+    """It starts a new run: whatever the member owned is void (it had fenced by then)."""
+    UNKNOWN = "unknown"
+    """A report of a heartbeat the member no longer tracks (a superseded one)."""
+
+
+@dataclass(slots=True)
+class _Sent:
+    sent_ms: int
+    prev_ts: int | None
+    #: send time of the heartbeat ``prev_ts`` names: the deadline's basis while this is on its way
+    basis_sent: int | None
+
+
+class HeartbeatClock:
+    """A member's own liveness, from its delivery reports (rules L1 and L6).
+
+    The member fences itself at ``s + lease − skew``, where ``s`` is the send time of its newest
+    confirmed heartbeat that continued, or earlier: while a heartbeat written with an older
+    ``prev_ts`` is on its way (it may land too late and restart the run, and the member cannot
+    know before its report comes), ``s`` is that older heartbeat's; and while one without
+    ``prev_ts`` is on its way, or one whose report said it may or may not have landed, the member
+    stays lapsed. That deadline never moves back within a run.
+    """
+
+    def __init__(self, lease_ms: int, skew_ms: int) -> None:
+        if not 0 <= skew_ms < lease_ms:
+            raise ValueError(f"skew_ms must be in [0, lease_ms), got {skew_ms}")
+        self.lease_ms = lease_ms
+        self.skew_ms = skew_ms
+        self._sent: dict[int, _Sent] = {}
+        #: (seq, send time, stamp) of the newest confirmed heartbeat of the current run
+        self._basis: tuple[int, int, int] | None = None
+        #: the first heartbeat of the current run (runs are named by it, as the judge names them)
+        self.run_start: int | None = None
+        #: seqs whose report failed and that may have landed: the member cannot know their stamp
+        self._unknown: set[int] = set()
+
+    def deadline(self) -> int | None:
+        """Monotonic ms after which the member must not process (``None``: lapsed, or nothing
+        confirmed yet)."""
+        if self._basis is None or self._unknown:
+            return None
+        basis = self._basis[1]
+        for s in self._sent.values():
+            if s.basis_sent is None:
+                return None  # one without prev_ts on its way: it restarts the run where it lands
+            basis = min(basis, s.basis_sent)
+        return basis + self.lease_ms - self.skew_ms
+
+    @property
+    def restarting(self) -> bool:
+        """A heartbeat without ``prev_ts`` is on its way: sending more before its report only
+        restarts the run again where each lands (as version 1's rule 10.5, the member waits)."""
+        return any(s.prev_ts is None for s in self._sent.values())
+
+    def lapsed(self, now_ms: int) -> bool:
+        d = self.deadline()
+        return d is None or now_ms >= d
+
+    def heartbeat(self, seq: int, now_ms: int) -> int | None:
+        """Note heartbeat ``seq`` sent now; returns the ``prev_ts`` it must carry."""
+        if self._sent and seq <= max(self._sent):
+            raise ValueError(f"heartbeat {seq} is not newer than one already sent")
+        lapsed = self.lapsed(now_ms)
+        prev_ts = None if lapsed or self._basis is None else self._basis[2]
+        basis_sent = None if prev_ts is None or self._basis is None else self._basis[1]
+        self._sent[seq] = _Sent(now_ms, prev_ts, basis_sent)
+        return prev_ts
+
+    def confirmed(self, seq: int, ts: int) -> Confirmed:
+        """Heartbeat ``seq`` landed, stamped ``ts`` (its delivery report)."""
+        s = self._sent.pop(seq, None)
+        if s is None:
+            return Confirmed.UNKNOWN
+        hb = Heartbeat("", "", seq, s.prev_ts, self.lease_ms, self.skew_ms)
+        if continues(hb, ts):
+            if self._basis is None or seq > self._basis[0]:
+                self._basis = (seq, s.sent_ms, ts)
+            return Confirmed.CONTINUED
+        # A new run starts here. Everything sent before it landed before it (the producer keeps
+        # their order) and belongs to runs that have ended: none binds the deadline any more.
+        for older in [q for q in self._sent if q < seq]:
+            del self._sent[older]
+        self._unknown = {q for q in self._unknown if q > seq}
+        self._basis = (seq, s.sent_ms, ts)
+        self.run_start = seq
+        return Confirmed.RESTARTED
+
+    def failed(self, seq: int, maybe_landed: bool) -> None:
+        """Heartbeat ``seq``'s report is an error. ``maybe_landed``: it may still have been
+        appended (a timeout): its stamp is unknown, so the member stays lapsed until a later
+        heartbeat restarts its run."""
+        s = self._sent.pop(seq, None)
+        if s is not None and maybe_landed:
+            self._unknown.add(seq)
+            self._sent[seq] = s  # still bounds the deadline: see deadline()
+
+
+@unique
+class VerdictKind(StrEnum):
+    """What the judge found (rule L3)."""
+
+    RESTARTED = "restarted"
+    """A heartbeat that did not continue the run: the run's claims are void."""
+    PROCESS_ENDED = "process_ended"
+    """No continuing heartbeat within the lease and the allowance: the process may be gone."""
+    EXPIRED = "expired"
+    """No continuing heartbeat within the session and the allowance: the membership ends."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    member: str
+    inc: str
+    #: the run it ends: the seq of that run's first heartbeat (as the judge saw it)
+    run_start: int
+    kind: VerdictKind
+    #: the liveness-log offset of the record at which the judge found it
+    offset: int
+
+
+@dataclass(slots=True)
+class Run:
+    """The judge's view of one incarnation's current run."""
+
+    start: int
+    seq: int
+    #: liveness time at its newest continuing heartbeat
+    last_seen: int
+    lease_ms: int
+    skew_ms: int
+    process_ended: bool = False
+
+
+@dataclass(slots=True)
+class LivenessJudge:
+    """The judge's replay of the liveness log (rule L2). ``session_ms``: the group's session.
+
+    ``complete``: this judge has read the log from its beginning. One that starts mid-log knows
+    nobody's ``last_seen`` until their next heartbeat, so it ends no run it has not seen for a
+    session of liveness time (rule L2.3)."""
+
+    session_ms: int
+    complete: bool = True
+    runs: dict[tuple[str, str], Run] = field(default_factory=dict)
+    time: int | None = None
+    offset: int = -1
+    #: liveness time from which a judge that started mid-log may end what it has not seen
+    _blind_until: int | None = None
+    #: heartbeats ignored: not newer than their run's newest
+    stale: int = 0
+    #: heartbeats that continued a run by their stamps after the run's process had ended
+    late_continuations: int = 0
+
+    def replay(self, offset: int, ts: int, hb: Heartbeat) -> list[Verdict]:
+        """Feed one heartbeat in log order; the verdicts it and the clock's advance bring."""
+        if offset <= self.offset:
+            raise ValueError(f"offset {offset} is not above {self.offset}")
+        self.offset = offset
+        self.time = ts if self.time is None else max(self.time, ts)
+        if not self.complete and self._blind_until is None:
+            self._blind_until = self.time + self.session_ms
+        out = self._expire(offset)
+        key = (hb.member, hb.inc)
+        run = self.runs.get(key)
+        if run is not None and hb.seq <= run.seq:
+            self.stale += 1
+            return out
+        if run is not None and continues(hb, ts):
+            if not run.process_ended:
+                run.seq, run.last_seen = hb.seq, self.time
+                run.lease_ms, run.skew_ms = hb.lease_ms, hb.skew_ms
+                return out
+            # After an end, the allowance makes every later heartbeat late by its own stamps,
+            # as long as the brokers' skew is within the writer's allowance: this counts the
+            # times it was not, and the run restarts (the safe way).
+            self.late_continuations += 1
+        if run is not None:
+            out.append(Verdict(hb.member, hb.inc, run.start, VerdictKind.RESTARTED, offset))
+        self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms)
+        return out
+
+    def advance(self, offset: int, ts: int) -> list[Verdict]:
+        """Another record of the liveness log (another group's, a snapshot): only the clock."""
+        if offset <= self.offset:
+            raise ValueError(f"offset {offset} is not above {self.offset}")
+        self.offset = offset
+        self.time = ts if self.time is None else max(self.time, ts)
+        return self._expire(offset)
+
+    def _expire(self, offset: int) -> list[Verdict]:
+        now = self.time
+        if now is None or (self._blind_until is not None and now < self._blind_until):
+            return []
+        out: list[Verdict] = []
+        for key, run in list(self.runs.items()):
+            if now >= run.last_seen + self.session_ms + run.skew_ms:
+                out.append(Verdict(key[0], key[1], run.start, VerdictKind.EXPIRED, offset))
+                del self.runs[key]
+            elif not run.process_ended and now >= run.last_seen + run.lease_ms + run.skew_ms:
+                run.process_ended = True
+                out.append(Verdict(key[0], key[1], run.start, VerdictKind.PROCESS_ENDED, offset))
+        return out
