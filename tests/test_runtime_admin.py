@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KTP
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from groupkit import GroupConsumer
+from groupkit.dev.broker import LocalCluster
 from groupkit.errors import ControlTopicError
 from groupkit.log import capture
+from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import (
     REQUIRED_CONFIG,
     TUNING_CONFIG,
@@ -20,7 +24,8 @@ from groupkit.runtime.control_topic import (
 )
 from groupkit.runtime.lag import compute_lag, fetch_lags
 from groupkit.types import TopicPartition
-from tests.conftest import delete_topics, unique_name
+from tests.conftest import KafkaBackend, delete_topics, unique_name
+from tests.groupharness import pump
 
 
 def test_control_topic_is_created_compacted_with_log_append_time(admin: AdminClient) -> None:
@@ -58,7 +63,89 @@ def test_control_topic_with_wrong_settings_is_refused(
 
 def test_missing_control_topic_without_create_is_an_error(admin: AdminClient) -> None:
     with pytest.raises(ControlTopicError, match="does not exist"):
-        ensure_control_topic(admin, unique_name("absent"), create=False)
+        ensure_control_topic(admin, unique_name("absent"), create=False, propagation_timeout=1.0)
+
+
+def test_missing_control_topic_fails_the_member_that_may_not_create_it(
+    conf: dict[str, Any],
+) -> None:
+    """A topic no broker's metadata ever shows is, after the wait for a new topic's metadata
+    to reach every broker, the same clear error naming the topic and the setting."""
+    absent = unique_name("absent")
+    with pytest.raises(ControlTopicError, match=rf"{absent}.*groupkit\.control\.topic\.create"):
+        GroupConsumer({**conf, "groupkit.control.topic": absent,
+                       "groupkit.control.topic.create": False,
+                       "topic.metadata.propagation.max.ms": 2000})  # fmt: skip
+
+
+#: Control topics created, each asked for at once through another broker: one broker's metadata
+#: lagging another's is a race, so one try may miss it (on an idle machine a broker asked at
+#: once did not know the topic yet in about a third of the tries, for up to half a second)
+FRESH_TOPIC_ROUNDS = 8
+
+
+def _local(backend: KafkaBackend) -> LocalCluster:
+    if backend.local is None:
+        pytest.skip("GROUPKIT_BOOTSTRAP_SERVERS names a cluster whose brokers this run cannot list")
+    lc: LocalCluster = backend.local
+    return lc
+
+
+def _create_as_an_operator(creator: AdminClient, name: str) -> None:
+    """Create a control topic as ``kafka-topics.sh --create`` does: done once the controller has
+    it, whether or not every broker knows it yet."""
+    new = NewTopic(name, 3, -1, config={**REQUIRED_CONFIG, **TUNING_CONFIG})
+    creator.create_topics([new])[name].result(timeout=30)
+
+
+def test_a_control_topic_created_a_moment_ago_is_waited_for(cluster: KafkaBackend) -> None:
+    """A control topic created through one broker, looked up at once through another that may
+    not create it: that broker may not know it yet, which does not make it absent."""
+    lc = _local(cluster)
+    creator = AdminClient(lc.node(0).client_config())
+    askers = [AdminClient(lc.node(i).client_config()) for i in (1, 2)]
+    for a in askers:
+        a.list_topics(timeout=30)  # connected: asked as soon as the topic is created
+    made: list[str] = []
+    try:
+        for i in range(FRESH_TOPIC_ROUNDS):
+            made.append(unique_name("ctl"))
+            _create_as_an_operator(creator, made[-1])
+            assert ensure_control_topic(askers[i % 2], made[-1], create=False) == 3
+    finally:
+        delete_topics(creator, made)
+
+
+def test_a_member_started_right_after_its_control_topic_was_created_joins(
+    cluster: KafkaBackend,
+) -> None:
+    """An operator creates the control topic through one broker and at once starts a member,
+    bootstrapped at another, that may not create it: it constructs, then joins."""
+    lc = _local(cluster)
+    creator = AdminClient(lc.node(0).client_config())
+    data = unique_name("data")
+    create_topic(creator, data, 2, replication_factor=-1)
+    made = [data]
+    try:
+        for i in range(FRESH_TOPIC_ROUNDS):
+            ctl = unique_name("ctl")
+            made.append(ctl)
+            _create_as_an_operator(creator, ctl)
+            c = GroupConsumer({
+                "bootstrap.servers": lc.node(1 + i % 2).bootstrap,
+                "group.id": unique_name("g"),
+                "groupkit.control.topic": ctl,
+                "groupkit.control.topic.create": False,
+                "session.timeout.ms": 3000,
+                "heartbeat.interval.ms": 300,
+            })  # fmt: skip
+            try:
+                c.subscribe([data])
+                pump([c], lambda c=c: len(c.assignment()) == 2, 30, "the member owns both")
+            finally:
+                c.close()
+    finally:
+        delete_topics(creator, made)
 
 
 def test_partition_for_group_is_stable_and_spread() -> None:

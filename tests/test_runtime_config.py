@@ -140,3 +140,18 @@ def test_offsets_keepalive_defaults_to_a_day_and_zero_turns_it_off() -> None:
     assert off.offsets_keepalive_ms == 0
     with pytest.raises(ConfigError, match=r"groupkit\.offsets\.keepalive\.interval\.ms"):
         GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": -1})
+
+
+def test_a_missing_control_topic_is_waited_for_as_librdkafka_waits_for_a_new_topic() -> None:
+    """``topic.metadata.propagation.max.ms`` bounds the wait for a control topic the metadata
+    does not show yet (librdkafka's default, 30 s), and still reaches the data consumer."""
+    assert GroupConfig.from_dict(BASE).topic_propagation_ms == 30_000
+    cfg = GroupConfig.from_dict({**BASE, "topic.metadata.propagation.max.ms": "2000"})
+    assert cfg.topic_propagation_ms == 2000
+    assert cfg.data_consumer["topic.metadata.propagation.max.ms"] == "2000"
+    assert (
+        GroupConfig.from_dict({**BASE, "topic.metadata.propagation.max.ms": 0}).topic_propagation_ms
+        == 0
+    )
+    with pytest.raises(ConfigError, match=r"topic\.metadata\.propagation\.max\.ms"):
+        GroupConfig.from_dict({**BASE, "topic.metadata.propagation.max.ms": -1})

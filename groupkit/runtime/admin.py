@@ -109,6 +109,49 @@ def wait_for_topic(admin: AdminClient, name: str, partitions: int, timeout: floa
     raise BrokerError(f"topic {name!r} did not become ready within {timeout:.0f}s ({last})")
 
 
+#: What a broker's metadata says of a topic whose creation it has not caught up with yet (a
+#: fresh topic's partitions have no leader for a moment, too): asking again cures these
+_NOT_YET = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
+def topic_appears(admin: AdminClient, name: str, timeout: float) -> bool:
+    """Whether ``name`` shows up in the cluster's metadata within ``timeout`` seconds.
+
+    ``CreateTopics`` returns once the controller has the topic; each broker learns it from the
+    metadata log afterwards, so a broker may answer that the topic is unknown for a moment (on
+    a three-broker cluster one did for up to half a second, asked right after the creation
+    through another broker). So an answer that the topic is unknown is asked again, every
+    50 ms, until ``timeout``. An answer no wait cures (no DESCRIBE on the topic) is False at
+    once. A :class:`BrokerError` if the last ask could not reach the cluster: absence is only
+    concluded from a broker's answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        unreachable: KafkaException | None = None
+        try:
+            t = admin.list_topics(
+                topic=name, timeout=max(0.5, min(5.0, deadline - time.monotonic()))
+            ).topics.get(name)
+        except KafkaException as e:  # one request timed out, a broker restarting: ask again
+            unreachable, t = e, None
+        err: KafkaError | None = t.error if t is not None else None
+        if t is not None and err is None:
+            return True
+        if err is not None and err.code() not in _NOT_YET and not err.retriable():
+            return False
+        if time.monotonic() >= deadline:
+            if unreachable is not None:
+                raise BrokerError(f"cannot reach the cluster to look up {name!r}: {unreachable}")
+            return False
+        # metadata refresh is a request per call; no event to wait on
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+
 def create_topic(
     admin: AdminClient,
     name: str,

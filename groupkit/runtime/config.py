@@ -85,6 +85,17 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
 #: session, so a tuned 1 s session still leaves a member 800 ms to read its heartbeat back.
 MAX_CLOCK_SKEW_MS = 1_000
 
+#: How long a member that may not create the control topic waits for the cluster's metadata
+#: to show it before it says the topic does not exist, unless ``topic.metadata.propagation.max.ms``
+#: says otherwise. A topic's creation reaches each broker through the metadata log after the
+#: controller has answered (usually well within a second; a busy broker takes longer), so a
+#: member started right after its topic was created may be told by the broker it asks that
+#: the topic is unknown. Kafka's clients wait for such a topic within a bound rather than
+#: fail: librdkafka for ``topic.metadata.propagation.max.ms`` (30 s by default, the setting
+#: this honours, so one setting means one wait in every client of the app), the Java
+#: producer for ``max.block.ms`` (60 s).
+TOPIC_PROPAGATION_MS = 30_000
+
 # Keys every internal client needs to reach and authenticate to the cluster.
 _CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "socket.", "broker.", "client.")
 _CONNECTION_KEYS = {
@@ -196,6 +207,9 @@ class GroupConfig:
     instance_id: str | None = None
     #: whether ``close()`` leaves the group (``groupkit.leave.group.on.close``)
     leave_on_close: bool = True
+    #: how long a control topic the metadata does not show is waited for, without
+    #: ``create_control_topic`` (``topic.metadata.propagation.max.ms``)
+    topic_propagation_ms: int = TOPIC_PROPAGATION_MS
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -269,6 +283,13 @@ class GroupConfig:
         leave_on_close = gk["groupkit.leave.group.on.close"]
         if leave_on_close is None:
             leave_on_close = instance_id is None
+        propagation = parse_setting(
+            "topic.metadata.propagation.max.ms",
+            conf.get("topic.metadata.propagation.max.ms", TOPIC_PROPAGATION_MS),
+            "int",
+        )
+        if propagation < 0:
+            raise ConfigError(f"topic.metadata.propagation.max.ms must be >= 0, got {propagation}")
         parts = gk["groupkit.control.topic.partitions"]
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
@@ -321,6 +342,7 @@ class GroupConfig:
             offsets_keepalive_ms=keepalive,
             instance_id=instance_id,
             leave_on_close=leave_on_close,
+            topic_propagation_ms=propagation,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

@@ -298,6 +298,7 @@ class GroupConsumer:
             cfg.control_replication_factor,
             create=cfg.create_control_topic,
             session_timeout_ms=cfg.session_timeout_ms,
+            propagation_timeout=cfg.topic_propagation_ms / 1000,
         )
         self._control_partition = partition_for_group(cfg.group_id, partitions)
         if self._control is None:

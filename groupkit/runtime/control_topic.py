@@ -20,7 +20,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from groupkit.errors import BrokerError, ControlTopicError
 from groupkit.log import get_logger
-from groupkit.runtime.admin import create_topic, wait_for_topic
+from groupkit.runtime.admin import create_topic, topic_appears, wait_for_topic
+from groupkit.runtime.config import TOPIC_PROPAGATION_MS
 
 #: What the control topic must be: compaction keeps each member's and group's latest record,
 #: and the broker's clock stamps every record, so log time is a fact all members agree on.
@@ -42,6 +43,9 @@ TUNING_CONFIG = {
     "delete.retention.ms": str(24 * 60 * 60 * 1000),
 }
 
+#: How long :func:`ensure_control_topic` waits for a control topic the metadata does not show
+#: yet, by default (why: :data:`groupkit.runtime.config.TOPIC_PROPAGATION_MS`)
+PROPAGATION_TIMEOUT_S = TOPIC_PROPAGATION_MS / 1000
 
 _log = get_logger("groupkit.runtime")
 
@@ -115,13 +119,17 @@ def ensure_control_topic(
     create: bool = True,
     timeout: float = 30.0,
     session_timeout_ms: int | None = None,
+    propagation_timeout: float = PROPAGATION_TIMEOUT_S,
 ) -> int:
     """Create the control topic if missing, or check its settings; return its partition count.
 
-    An existing topic with the wrong ``cleanup.policy`` or ``message.timestamp.type`` is a
-    ``ControlTopicError`` naming the setting: replaying a deleted or producer-stamped log would
-    silently break the group's agreement on membership and time. Settings that only keep the
-    log large are logged as warnings (:func:`check_control_topic`).
+    Without ``create``, a topic the metadata does not show is waited for, up to
+    ``propagation_timeout`` seconds (:data:`PROPAGATION_TIMEOUT_S`), before it is a
+    ``ControlTopicError``: it may have been created a moment ago. An existing topic with the
+    wrong ``cleanup.policy`` or ``message.timestamp.type`` is a ``ControlTopicError`` naming
+    the setting: replaying a deleted or producer-stamped log would silently break the group's
+    agreement on membership and time. Settings that only keep the log large are logged as
+    warnings (:func:`check_control_topic`).
     """
     try:
         md = admin.list_topics(topic=name, timeout=timeout)
@@ -130,18 +138,23 @@ def ensure_control_topic(
     topic = md.topics.get(name)
     if topic is None or topic.error is not None:
         if not create:
-            raise ControlTopicError(
-                f"control topic {name!r} does not exist and groupkit.control.topic.create is false"
+            bound = min(propagation_timeout, timeout)
+            if not topic_appears(admin, name, bound):
+                raise ControlTopicError(
+                    f"control topic {name!r} does not exist and groupkit.control.topic.create "
+                    f"is false (not in the cluster's metadata within {bound:g}s, "
+                    "topic.metadata.propagation.max.ms)"
+                )
+        else:
+            create_topic(
+                admin,
+                name,
+                partitions,
+                replication_factor,
+                config={**REQUIRED_CONFIG, **TUNING_CONFIG},
+                timeout=timeout,
+                exist_ok=True,  # another member may create it at the same moment
             )
-        create_topic(
-            admin,
-            name,
-            partitions,
-            replication_factor,
-            config={**REQUIRED_CONFIG, **TUNING_CONFIG},
-            timeout=timeout,
-            exist_ok=True,  # another member may create it at the same moment
-        )
     # (one partition with a leader: the rest are counted below, whichever broker answers)
     wait_for_topic(admin, name, 1, timeout)
     check_control_topic(admin, name, timeout, session_timeout_ms)

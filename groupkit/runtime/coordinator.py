@@ -229,6 +229,7 @@ class Coordinator:
                 cfg.control_replication_factor,
                 create=cfg.create_control_topic,
                 session_timeout_ms=cfg.session_timeout_ms,
+                propagation_timeout=cfg.topic_propagation_ms / 1000,
             )
             partition = partition_for_group(cfg.group_id, partitions)
             control = ControlClients(cfg, cfg.control_topic, partition)
