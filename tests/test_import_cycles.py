@@ -147,7 +147,8 @@ def test_metrics_sit_at_the_edge() -> None:
 #: reaches up, even lazily, is no longer pure.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("groupkit.errors", "groupkit.types", "groupkit.log", "groupkit.cache"),
-    ("groupkit.assignors",),
+    # the assignors, and Burrow's lag status beside them: pure functions of values
+    ("groupkit.assignors", "groupkit.lagstatus"),
     ("groupkit.protocol",),
     # the simulator and other test tools: protocol and assignors, never the runtime
     ("groupkit.testing",),
