@@ -103,9 +103,9 @@ class RetentionRead:
                 group=self._group,
                 assumed_keepalive_interval_ms=interval,
                 reason=failure,
-                advice=f"grant DescribeConfigs on the cluster, or set "
-                f"groupkit.offsets.keepalive.interval.ms below a quarter of the broker's "
-                f"{_SETTING}",
+                advice=f"set groupkit.offsets.keepalive.interval.ms below a quarter of the "
+                f"broker's {_SETTING}, or allow this principal DescribeConfigs on the cluster "
+                f"where the read was refused",
             )
         else:
             _log.debug(
