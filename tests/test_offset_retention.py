@@ -6,9 +6,11 @@ The data consumer commits as a simple consumer, so the broker expires each commi
 unchanged, the offsets of its idle partitions every ``groupkit.offsets.keepalive.interval.ms``
 (runtime/data_consumer.py, "Keep-alive"). The module starts its own broker at one minute of
 retention, checked every 5 s (it is the only broker this module starts: nothing here uses the
-session's ``kafka`` fixture). Three groups commit ``[100, 100]`` and then idle for over two
-minutes: a member with the keep-alive keeps them; the same member with it off loses them while
-it runs (what the keep-alive is for), and so does a closed group.
+session's ``kafka`` fixture). Four groups commit ``[100, 100]`` and then idle for over two
+minutes: a member with groupkit's defaults keeps them (it reads the retention and keeps alive
+at a quarter of it, runtime/retention.py), and so does one with the keep-alive set; the same
+member with it off loses them while it runs (what the keep-alive is for), and so does a closed
+group.
 """
 
 from __future__ import annotations
@@ -61,20 +63,24 @@ def test_a_live_group_keeps_its_offsets_past_retention_and_a_dead_one_loses_them
             producer.produce(topic, value=b"%d" % i, partition=p)
     assert producer.flush(30) == 0
 
-    def member(group: str, keepalive_ms: int) -> GroupConsumer:
-        c = GroupConsumer({
+    def member(group: str, keepalive_ms: int | None) -> GroupConsumer:
+        """(``keepalive_ms=None``: groupkit's default)"""
+        conf = {
             "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "session.timeout.ms": 3000, "heartbeat.interval.ms": 300,
             "auto.commit.interval.ms": 500,
             "groupkit.control.topic": unique_name("ctl"),
-            "groupkit.offsets.keepalive.interval.ms": keepalive_ms,
-        })  # fmt: skip
+        }  # fmt: skip
+        if keepalive_ms is not None:
+            conf["groupkit.offsets.keepalive.interval.ms"] = keepalive_ms
+        c = GroupConsumer(conf)
         c.subscribe([topic])
         return c
 
-    groups = {name: unique_name(name) for name in ("kept", "unkept", "dead")}
+    groups = {name: unique_name(name) for name in ("default", "kept", "unkept", "dead")}
     members = {
-        "kept": member(groups["kept"], 15_000),
+        "default": member(groups["default"], None),
+        "kept": member(groups["kept"], 12_000),
         "unkept": member(groups["unkept"], 0),
         "dead": member(groups["dead"], 15_000),
     }
@@ -115,20 +121,27 @@ def test_a_live_group_keeps_its_offsets_past_retention_and_a_dead_one_loses_them
             for name in ("unkept", "dead"):
                 if name not in gone and _committed(readers[name], topic) != full:
                     gone[name] = now - idle_from
-            kept = _committed(readers["kept"], topic)
-            # Checked all along: an offset that expired and came back would be a fluke.
-            assert kept == full, f"the live group lost its offsets after {now - idle_from:.0f} s"
+            for name in ("default", "kept"):
+                kept = _committed(readers[name], topic)
+                # Checked all along: an offset that expired and came back would be a fluke.
+                assert kept == full, (
+                    f"the live group {name!r} lost its offsets after {now - idle_from:.0f} s"
+                )
             return now - idle_from > IDLE_S and len(gone) == 2
 
         wait_for(idled_and_expired, IDLE_S + 60, "two minutes of idleness and the expiries",
                  step=0)  # fmt: skip
         # idle all along: the live members read nothing new
-        assert consumed["kept"] == consumed["unkept"] == 2 * PER_PARTITION
+        assert consumed["default"] == consumed["kept"] == consumed["unkept"] == 2 * PER_PARTITION
+        # The default member read the retention: a quarter of a minute, not a day (what a
+        # failed read assumes); a set interval is kept as it is.
+        assert members["default"]._data.keepalive.interval == RETENTION_S / 4
+        assert members["kept"]._data.keepalive.interval == 12.0
         print(f"expired after (s of idleness): {gone}")
         # Expired as the broker's retention says: not before a minute, within its check.
         for name, after in gone.items():
             assert RETENTION_S - 15 <= after <= IDLE_S + 60, (name, after)
-        assert _committed(readers["kept"], topic) == full
+        assert _committed(readers["default"], topic) == _committed(readers["kept"], topic) == full
     finally:
         for c in members.values():
             c.close()

@@ -134,10 +134,15 @@ def test_assignor_timeout_defaults_to_half_the_session_and_must_be_positive() ->
 
 
 def test_offsets_keepalive_defaults_to_a_day_and_zero_turns_it_off() -> None:
+    """Unset, it is read from the broker's retention (runtime/retention.py); a day until then,
+    and where the read fails. Set, it wins, whatever the retention."""
     base = {"bootstrap.servers": "x:1", "group.id": "g"}
-    assert GroupConfig.from_dict(base).offsets_keepalive_ms == 86_400_000
+    unset = GroupConfig.from_dict(base)
+    assert unset.offsets_keepalive_ms == 86_400_000 and unset.offsets_keepalive_from_retention
     off = GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": 0})
-    assert off.offsets_keepalive_ms == 0
+    assert off.offsets_keepalive_ms == 0 and not off.offsets_keepalive_from_retention
+    day = GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": "86400000"})
+    assert day.offsets_keepalive_ms == 86_400_000 and not day.offsets_keepalive_from_retention
     with pytest.raises(ConfigError, match=r"groupkit\.offsets\.keepalive\.interval\.ms"):
         GroupConfig.from_dict({**base, "groupkit.offsets.keepalive.interval.ms": -1})
 

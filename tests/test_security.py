@@ -9,6 +9,7 @@ denies whatever no ACL allows. Principals:
 - ``bob``: alice's ACLs minus WRITE on the control topic (WRITE on another topic instead);
 - ``carol``: alice's ACLs minus WRITE on the control topic and with no WRITE anywhere;
 - ``dave``: alice's ACLs minus READ on the group;
+- ``erin``: alice's ACLs minus DESCRIBE_CONFIGS on the cluster (the broker's offset retention);
 - ``mallory``: may READ and WRITE the control topic but does not have the group's key.
 
 Because no listener accepts an unauthenticated client, a group that works proves every
@@ -19,6 +20,7 @@ received the user's SASL settings.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -40,6 +42,7 @@ from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.errors import BrokerError, GroupkitError
+from groupkit.log import capture
 from groupkit.protocol.records import (
     HmacSigner,
     assignment_record,
@@ -62,14 +65,19 @@ USERS = {
     "carol": "carol-secret",
     "mallory": "mallory-secret",
     "dave": "dave-secret",
+    "erin": "erin-secret",
 }
+#: the broker's ``offsets.retention.minutes``: a member keeps its offsets alive at a quarter of
+#: it (15 minutes), where it may read it, and a day where it may not
+RETENTION_MINUTES = 60
 KEY = "correct horse battery staple"
 
 
 @pytest.fixture(scope="module")
 def sasl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    props = {"offsets.retention.minutes": str(RETENTION_MINUTES)}
     with LocalBroker(Path(tmp_path_factory.mktemp("sasl-broker")), sasl_users=USERS,
-                     authorizer=True) as broker:  # fmt: skip
+                     authorizer=True, extra_properties=props) as broker:  # fmt: skip
         yield broker
 
 
@@ -116,7 +124,7 @@ def allow(sasl: LocalBroker, admin: AdminClient, user: str,
 
 
 def member_acls(data: str, control: str, group: str, write_control: bool = True,
-                read_group: bool = True,
+                read_group: bool = True, describe_cluster: bool = True,
                 ) -> list[tuple[ResourceType, str, AclOperation]]:  # fmt: skip
     """What README "Security" says a member needs (the control topic created by a member)."""
     grants = [
@@ -125,6 +133,8 @@ def member_acls(data: str, control: str, group: str, write_control: bool = True,
         (ResourceType.TOPIC, control, AclOperation.DESCRIBE_CONFIGS),
         (ResourceType.TOPIC, control, AclOperation.CREATE),
     ]
+    if describe_cluster:  # (confluent-kafka names the cluster resource BROKER)
+        grants.append((ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE_CONFIGS))
     if read_group:
         grants.append((ResourceType.GROUP, group, AclOperation.READ))
     if write_control:
@@ -224,9 +234,15 @@ def test_a_group_works_with_credentials_and_acls(
     produce(sasl, data, 40, 4)
     got: list[Any] = []
     # (the generation that covers b comes a heartbeat after b owns its share)
-    _pump([a, b], lambda: len(a.assignment()) == 2 == len(b.assignment()) and len(got) >= 40
-          and a.generation == b.generation,
-          60, "two members sharing 4 partitions, covered, consuming 40 records", got)  # fmt: skip
+    with capture(logging.WARNING) as events:
+        _pump([a, b], lambda: len(a.assignment()) == 2 == len(b.assignment()) and len(got) >= 40
+              and a.generation == b.generation and a._data.retention is b._data.retention is None,
+              60, "two members sharing 4 partitions, covered, consuming 40 records",
+              got)  # fmt: skip
+    # both read the broker's retention (DESCRIBE_CONFIGS on the cluster) and keep alive at a
+    # quarter of it
+    assert not [e for e in events if e["event"] == "offsets.retention_unknown"], events
+    assert a._data.keepalive.interval == b._data.keepalive.interval == RETENTION_MINUTES * 15
     assert all(m.error() is None for m in got), [m.error() for m in got if m.error()]
     assert {a.generation} == {b.generation}
     owned_a = {p.partition for p in a.assignment()}
@@ -329,6 +345,33 @@ def test_a_member_without_read_on_its_group_is_told_by_poll_then_starts_once_all
     got: list[Any] = []
     _pump([c], lambda: len({(m.partition(), m.offset()) for m in got if m.error() is None})
           == 10, 60, "all 10 records once the group ACL exists", got)  # fmt: skip
+
+
+def test_a_member_that_may_not_read_the_retention_keeps_alive_daily_and_says_so_once(
+    sasl: LocalBroker, root: AdminClient, names: dict[str, str], consumers: list[GroupConsumer]
+) -> None:
+    """Without DESCRIBE_CONFIGS on the cluster the group works as ever; the keep-alive runs at
+    the setting's default, and one warning says what was assumed and why."""
+    data = names["data"]
+    create_topic(root, data, 2)
+    produce(sasl, data, 10, 2)
+    allow(sasl, root, "erin",
+          member_acls(data, names["control"], names["group"], describe_cluster=False))  # fmt: skip
+    got: list[Any] = []
+    with capture(logging.WARNING) as events:
+        c = GroupConsumer(conf_for(sasl, "erin", names))
+        consumers.append(c)
+        c.subscribe([data])
+        _pump([c], lambda: len(got) >= 10 and c._data.retention is None, 60,
+              "all 10 records and the retention's read refused", got)  # fmt: skip
+        for _ in range(20):  # more turns of the poll loop: still one warning
+            c.poll(0.01)
+    assert all(m.error() is None for m in got), [m.error() for m in got if m.error()]
+    assert c._data.keepalive.interval == 86_400.0
+    unknown = [e for e in events if e["event"] == "offsets.retention_unknown"]
+    assert len(unknown) == 1, events
+    assert unknown[0]["assumed_keepalive_interval_ms"] == 86_400_000
+    assert "AUTHORIZATION" in unknown[0]["reason"].upper(), unknown[0]
 
 
 # ------------------------------------------------------------------ HMAC signing

@@ -22,11 +22,12 @@ from groupkit.errors import BrokerError
 class GroupkitAdmin(AdminClient):
     """An ``AdminClient`` that remembers its settings, so that a companion client (the
     consumer :func:`groupkit.runtime.lag.committed_offsets` uses) reaches the cluster the same
-    way."""
+    way. ``broker_ids``: the brokers of the metadata it connected with (``connect_admin``)."""
 
     def __init__(self, settings: Mapping[str, Any]) -> None:
         super().__init__(dict(settings))
         self.settings: dict[str, Any] = dict(settings)
+        self.broker_ids: list[int] = []
 
 
 def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> GroupkitAdmin:
@@ -53,7 +54,7 @@ def connect_admin(conf: Mapping[str, Any], timeout: float = 10.0) -> GroupkitAdm
         wait = max(0.1, min(1.0, deadline - time.monotonic()))
         t0 = time.monotonic()
         try:
-            admin.list_topics(timeout=wait)
+            admin.broker_ids = sorted(admin.list_topics(timeout=wait).brokers)
             return admin
         except KafkaException as e:
             # A failure well before the wait is librdkafka knowing every broker is down.

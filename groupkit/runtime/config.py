@@ -72,11 +72,18 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # How often an owner commits again the committed offset of a partition it owns that no
     # commit has touched meanwhile (runtime/data_consumer.py, "Keep-alive"). The data consumer
     # commits as a simple consumer, so the broker deletes an offset once it is older than
-    # offsets.retention.minutes (7 days by default), even while the group runs. An offset is
-    # at most about twice this old while its group lives: keep it below a third of the
-    # retention. 0: never (the broker's retention then applies to a live group too).
-    "groupkit.offsets.keepalive.interval.ms": (86_400_000, "int"),
+    # offsets.retention.minutes, even while the group runs. An offset is at most about twice
+    # this old while its group lives. Default: a quarter of the broker's retention, read from
+    # the cluster, at most OFFSETS_KEEPALIVE_DEFAULT_MS, which is also what is assumed where
+    # the read fails (runtime/retention.py). 0: never (the broker's retention then applies to
+    # a live group too).
+    "groupkit.offsets.keepalive.interval.ms": (None, "int"),
 }
+
+#: The keep-alive interval where ``groupkit.offsets.keepalive.interval.ms`` is not set and the
+#: broker's retention cannot be read, and the most it is set to from the retention: a day, a
+#: seventh of Kafka's default retention (7 days since Kafka 2.0; 1 day before).
+OFFSETS_KEEPALIVE_DEFAULT_MS = 86_400_000
 
 #: How far apart the clocks of the brokers that may lead the control partition can be, unless
 #: ``groupkit.max.clock.skew.ms`` says otherwise: a member fences itself this much before its
@@ -202,7 +209,11 @@ class GroupConfig:
     capacity: float | None
     max_clock_skew_ms: int
     assignor_timeout_ms: int = 5_000
-    offsets_keepalive_ms: int = 86_400_000
+    #: the keep-alive interval set, else :data:`OFFSETS_KEEPALIVE_DEFAULT_MS` until the
+    #: broker's retention is read (``offsets_keepalive_from_retention``)
+    offsets_keepalive_ms: int = OFFSETS_KEEPALIVE_DEFAULT_MS
+    #: ``groupkit.offsets.keepalive.interval.ms`` is not set: derive it from the retention
+    offsets_keepalive_from_retention: bool = False
     #: ``group.instance.id``: a static member (KIP-345), or ``None``
     instance_id: str | None = None
     #: whether ``close()`` leaves the group (``groupkit.leave.group.on.close``)
@@ -273,7 +284,10 @@ class GroupConfig:
         elif assignor_timeout <= 0:
             raise ConfigError(f"groupkit.assignor.timeout.ms must be > 0, got {assignor_timeout}")
         keepalive = gk["groupkit.offsets.keepalive.interval.ms"]
-        if keepalive < 0:
+        keepalive_from_retention = keepalive is None
+        if keepalive is None:
+            keepalive = OFFSETS_KEEPALIVE_DEFAULT_MS
+        elif keepalive < 0:
             raise ConfigError(
                 f"groupkit.offsets.keepalive.interval.ms must be >= 0 (0: off), got {keepalive}"
             )
@@ -340,6 +354,7 @@ class GroupConfig:
             max_clock_skew_ms=skew,
             assignor_timeout_ms=assignor_timeout,
             offsets_keepalive_ms=keepalive,
+            offsets_keepalive_from_retention=keepalive_from_retention,
             instance_id=instance_id,
             leave_on_close=leave_on_close,
             topic_propagation_ms=propagation,

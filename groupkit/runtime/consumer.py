@@ -62,6 +62,7 @@ from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.poll_loop import PollLoop
 from groupkit.runtime.probe import MemberProbe
+from groupkit.runtime.retention import RetentionRead
 
 if TYPE_CHECKING:
     from groupkit.runtime.telemetry import TelemetryPublisher
@@ -109,7 +110,12 @@ class GroupConsumer:
             # the admin client connects and checks the control topic (_open_control).
             self._control = ControlClients(cfg, cfg.control_topic)
             # Fails fast and says so when the credentials are refused (admin.connect_admin).
-            self._admin = connect_admin(cfg.client_config("admin"))
+            self._admin = admin = connect_admin(cfg.client_config("admin"))
+            if cfg.offsets_keepalive_from_retention:
+                # Sent, not awaited: the poll thread takes the answer (runtime/retention.py).
+                self._data.retention = RetentionRead(
+                    admin, admin.broker_ids, cfg.offsets_keepalive_ms, cfg.group_id
+                )
             self._open_control()
         except BaseException:
             self._close_clients()

@@ -30,7 +30,9 @@ thread that calls ``GroupConsumer.poll`` (confluent-kafka admits one thread at a
   else read back with ``committed()``; never the position, so nothing the application has not
   processed is committed. A partition's clock starts when it is assigned (its previous owner
   kept it alive until then) and again with each successful commit, so an idle partition costs
-  one commit per interval, however long it idles, and a busy one none.
+  one commit per interval, however long it idles, and a busy one none. Unless the interval is
+  set, it is a quarter of the broker's ``offsets.retention.minutes``, read as the member starts
+  (runtime/retention.py, :meth:`DataConsumer.take_retention`).
 
 And the repairs librdkafka (2.16) needs:
 
@@ -68,6 +70,7 @@ from groupkit.protocol.records import Partitions
 from groupkit.protocol.vocab import RebalanceProtocol
 from groupkit.runtime.background import Background
 from groupkit.runtime.config import GroupConfig, parse_setting
+from groupkit.runtime.retention import RetentionRead
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.consumer")
@@ -128,13 +131,28 @@ class OffsetKeepAlive:
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
-        self.retry = max(1.0, min(60.0, interval / 10))
+        self.retry = self._retry_after(interval)
         #: owned partition -> monotonic time its offset is to be committed again
         self.due: dict[TopicPartition, float] = {}
         #: owned partition -> its committed offset as groupkit knows it (with its metadata)
         self.known: dict[TopicPartition, KTopicPartition] = {}
         #: the earliest of ``due`` (``inf``: nothing due); a cheap check for ``poll``
         self.next_at = float("inf")
+
+    @staticmethod
+    def _retry_after(interval: float) -> float:
+        return max(1.0, min(60.0, interval / 10))
+
+    def retune(self, interval: float) -> None:
+        """Keep alive every ``interval`` seconds from now on (the broker's retention was read:
+        runtime/retention.py). An owned partition keeps its clock: it is due ``interval``
+        after its last commit or assignment, or when it was due already, if that is sooner."""
+        if not self.interval or interval <= 0:  # off stays off (it tracks no partition)
+            return
+        old, self.interval, self.retry = self.interval, interval, self._retry_after(interval)
+        for tp, at in self.due.items():  # (at - old: when its clock started)
+            self.due[tp] = min(at, at - old + interval)
+        self.next_at = min(self.due.values(), default=float("inf"))
 
     def assigned(self, parts: Iterable[TopicPartition], hints: Mapping[TopicPartition, int],
                  now: float) -> None:  # fmt: skip
@@ -260,6 +278,9 @@ class DataConsumer:
         store = cfg.data_consumer.get("enable.auto.offset.store", True)
         self.auto_store = bool(parse_setting("enable.auto.offset.store", store, "bool"))
         self.keepalive = OffsetKeepAlive(cfg.offsets_keepalive_ms / 1000)
+        #: the read of the broker's retention the keep-alive's interval waits for, if any
+        #: (runtime/retention.py; :meth:`take_retention`)
+        self.retention: RetentionRead | None = None
         self.commits = AsyncCommits(None)  # replaced with each handle
         self.handle: Consumer = self._new_handle()
         #: the handle's own ``poll`` and ``consume``, bound (the hot path calls them directly)
@@ -453,6 +474,16 @@ class DataConsumer:
             self._last_commit = now
             return True
         return False
+
+    def take_retention(self, now: float) -> None:
+        """Move the keep-alive to the interval the broker's retention gives, once it is read."""
+        read = self.retention
+        if read is None:
+            return
+        interval_ms = read.interval_ms(now)
+        if interval_ms is not None:
+            self.retention = None
+            self.keepalive.retune(interval_ms / 1000)
 
     def keepalive_offsets(self, now: float, timeout: float) -> list[KTopicPartition]:
         """The committed offsets of the owned partitions due to be committed again (see the

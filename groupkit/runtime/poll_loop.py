@@ -313,6 +313,8 @@ class PollLoop:
                 self.commit(asynchronous=True)
             except (FencedError, KafkaException) as e:
                 _log.debug("auto_commit.skipped", error=str(e))
+        if d.retention is not None:  # the keep-alive's interval waits for the broker's answer
+            d.take_retention(now)
         if now >= d.keepalive.next_at:
             self._keep_offsets_alive(now)
 
