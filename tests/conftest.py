@@ -78,7 +78,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # (Not --dist loadgroup: pytest 9.2 ignores the group suffix xdist 3.8 gives a test's id.)
 
 #: test modules that need no broker
-_PURE = ("test_protocol_", "test_assignor_")
+_PURE = ("test_protocol_", "test_assignor_", "test_lagstatus")
 #: test modules that start a broker of their own and mostly wait (the Kafka 3.x smoke test's
 #: broker is of another release)
 _OWN_BROKER = ("test_offset_retention.py", "test_kafka3_smoke.py")
