@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import TopicPartition as KTP
+
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
 from groupkit.types import TopicPartition
@@ -53,3 +55,49 @@ def test_partitions_lost_by_polls_fence_are_granted_again(
         assert not coordinator.member.owned & lost  # no longer claimed
     wait_for(owns(4), 30, "the lost partitions to be granted again", step=0)
     assert c.generation > generation
+
+
+def test_a_reader_that_stops_fetching_is_renewed_before_the_member_lapses(
+    bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    """After a broker restart librdkafka can leave the control reader's partition idle for good:
+    the member's heartbeats are appended, none is read back, and it lapses again and again.
+    Pausing the reader's partition puts it in that state here; the coordinator sees its own
+    record appended and nothing read for half a session, and swaps in a fresh reader before
+    the member's fence (a session less the skew allowance) takes its partitions."""
+    topic = topic_factory(partitions=2)
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": unique_name("g"),
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+    lost: list[object] = []
+    c = GroupConsumer(conf)
+    consumers.append(c)
+    c.subscribe([topic], on_lost=lambda _c, parts: lost.append(parts))
+
+    def owns(n: int) -> Callable[[], bool]:
+        def step() -> bool:
+            c.poll(0.01)
+            return len(c.assignment()) == n
+
+        return step
+
+    wait_for(owns(2), 30, "the member to own both partitions", step=0)
+    coordinator = c.coordinator
+    assert coordinator is not None
+    reader = coordinator.reader
+    read = coordinator.stats.records_read
+    # (the control thread polls the reader: pausing is safe from here, and a renewal replaces
+    # the paused handle)
+    reader._consumer.pause([KTP(reader.topic, reader.partition)])
+
+    def renewed_and_reading() -> bool:
+        c.poll(0.01)
+        return coordinator.stats.reader_renewals >= 1 and coordinator.stats.records_read > read
+
+    wait_for(renewed_and_reading, 20, "the stalled reader to be renewed and read on", step=0)
+    wait_for(owns(2), 5, "the member to keep its partitions", step=0)
+    assert lost == []

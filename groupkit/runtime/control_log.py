@@ -115,27 +115,28 @@ class ControlReader:
     def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self._consumer = Consumer(
-            cfg.client_config(
-                "control-reader",
-                **{
-                    "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": False,
-                    # Low fetch latency: a rebalance is as fast as members see each other.
-                    # fetch.min.bytes=1 makes the broker answer a waiting fetch as soon as a
-                    # record is appended; fetch.wait.max.ms only bounds an idle fetch. At 10 ms
-                    # ten idle members kept 42% of a broker core busy answering empty fetches;
-                    # at 500 ms, 26%, and no hop is slower (bench/rebalance.py). (A seek waits
-                    # for the fetch in flight: only catch-up and reset-offsets seek.)
-                    "fetch.wait.max.ms": 500,
-                    "fetch.min.bytes": 1,
-                    "fetch.error.backoff.ms": 50,
-                    "socket.nagle.disable": True,
-                },
-            )
+        self._conf = cfg.client_config(
+            "control-reader",
+            **{
+                "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": False,
+                # Low fetch latency: a rebalance is as fast as members see each other.
+                # fetch.min.bytes=1 makes the broker answer a waiting fetch as soon as a
+                # record is appended; fetch.wait.max.ms only bounds an idle fetch. At 10 ms
+                # ten idle members kept 42% of a broker core busy answering empty fetches;
+                # at 500 ms, 26%, and no hop is slower (bench/rebalance.py). (A seek waits
+                # for the fetch in flight: only catch-up and reset-offsets seek.)
+                "fetch.wait.max.ms": 500,
+                "fetch.min.bytes": 1,
+                "fetch.error.backoff.ms": 50,
+                "socket.nagle.disable": True,
+            },
         )
+        self._consumer = Consumer(self._conf)
+        #: fresh consumers swapped in for one that stopped fetching (:meth:`renew`)
+        self.renewals = 0
         self.position = 0  # the offset of the next record to read
         self._open = False
         self._warm = False
@@ -242,8 +243,25 @@ class ControlReader:
             self.position = raw.offset + 1
         return out
 
+    def renew(self) -> None:
+        """Swap in a fresh consumer that reads on from :attr:`position`.
+
+        For a consumer that stopped fetching: after a broker restart, librdkafka (2.x) can leave
+        an assigned partition idle for good, its connection up and nothing asked (seen in the
+        chaos runs: the member's own records appended, none read back for minutes). A fresh
+        handle starts the partition's fetch state over. The old one is closed in the
+        background: a stuck handle may take its time to close.
+        """
+        old, self._consumer = self._consumer, Consumer(self._conf)
+        self._warm = False
+        self.renewals += 1
+        if self._open:
+            self._consumer.assign([TopicPartition(self.topic, self.partition, self.position)])
+        threading.Thread(target=old.close, name="groupkit-close-reader", daemon=True).start()
+
     def set_sasl_credentials(self, username: str, password: str) -> None:
         self._consumer.set_sasl_credentials(username, password)
+        self._conf = {**self._conf, "sasl.username": username, "sasl.password": password}
 
     def close(self) -> None:
         if not self._closed:

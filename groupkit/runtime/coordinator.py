@@ -133,6 +133,8 @@ class Stats:
     #: records replayed to catch up (``records_read`` then; it goes on counting what the
     #: member reads after, from GroupConsumer() on)
     catch_up_replayed: int = 0
+    #: times the control reader stopped fetching and was renewed (``_watch_reader``)
+    reader_renewals: int = 0
 
 
 class Coordinator:
@@ -218,6 +220,10 @@ class Coordinator:
         #: set by may_join: until then the loop catches up but writes nothing
         self._may_join = threading.Event()
         self._failure: BaseException | None = None
+        #: the newest offset one of our own records was appended at, and when the reader last
+        #: returned a record (monotonic s): see _watch_reader
+        self._appended = -1
+        self._read_at = time.monotonic()
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
         self._counting = False  # a background refresh of _counts is under way
@@ -338,6 +344,7 @@ class Coordinator:
     def _replay(self, batch: list) -> None:  # type: ignore[type-arg]
         if not batch:
             return
+        self._read_at = time.monotonic()
         with self.lock:
             for r in batch:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
@@ -403,6 +410,26 @@ class Coordinator:
             self._rebalance_done(step.rebalance_done)
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
+        self._watch_reader()
+
+    def _watch_reader(self) -> None:
+        """Renew the control reader when it has stopped fetching: a record of ours was
+        appended (its delivery report says where) and the reader has returned nothing for
+        half a session (at least a second) since. A reader that merely lags keeps returning
+        records; one that returns nothing while the log grows would leave the member unable
+        to see its own heartbeats, lapsing again and again (ControlReader.renew says when
+        librdkafka does that)."""
+        if self._appended < self.reader.position:
+            return
+        stalled = time.monotonic() - self._read_at
+        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000):
+            return
+        _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
+                     position=self.reader.position, appended=self._appended,
+                     seconds=round(stalled, 1))  # fmt: skip
+        self.reader.renew()
+        self.stats.reader_renewals += 1
+        self._read_at = time.monotonic()
 
     def _check_poll_interval(self) -> None:
         """Leave the group when the app stopped polling, as Kafka's max.poll.interval.ms does.
@@ -798,6 +825,7 @@ class Coordinator:
                         self.node.write_failed()  # plan again
                 return
             self.stats.records_written += 1
+            self._appended = max(self._appended, offset)
             self.observers.record_written("assignment" if assignment else "member", True)
             if assignment:
                 with self.lock:
