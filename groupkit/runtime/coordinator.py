@@ -220,10 +220,10 @@ class Coordinator:
         #: set by may_join: until then the loop catches up but writes nothing
         self._may_join = threading.Event()
         self._failure: BaseException | None = None
-        #: the newest offset one of our own records was appended at, and when the reader last
-        #: returned a record (monotonic s): see _watch_reader
+        #: the newest offset one of our own records was appended at, and since when (monotonic
+        #: s) the reader has owed us one: see _watch_reader
         self._appended = -1
-        self._read_at = time.monotonic()
+        self._unread_since: float | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
         self._counting = False  # a background refresh of _counts is under way
@@ -344,7 +344,6 @@ class Coordinator:
     def _replay(self, batch: list) -> None:  # type: ignore[type-arg]
         if not batch:
             return
-        self._read_at = time.monotonic()
         with self.lock:
             for r in batch:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
@@ -413,15 +412,20 @@ class Coordinator:
         self._watch_reader()
 
     def _watch_reader(self) -> None:
-        """Renew the control reader when it has stopped fetching: a record of ours was
-        appended (its delivery report says where) and the reader has returned nothing for
-        half a session (at least a second) since. A reader that merely lags keeps returning
-        records; one that returns nothing while the log grows would leave the member unable
-        to see its own heartbeats, lapsing again and again (ControlReader.renew says when
+        """Renew the control reader when it has stopped fetching: a record of ours has been
+        appended (its delivery report says where) for half a session (at least a second) and
+        the reader has not got to it. A reader that merely lags, or one back from a broker's
+        outage, reads it within that time; one that does not would leave the member unable to
+        see its own heartbeats, lapsing again and again (ControlReader.renew says when
         librdkafka does that)."""
         if self._appended < self.reader.position:
+            self._unread_since = None
             return
-        stalled = time.monotonic() - self._read_at
+        now = time.monotonic()
+        if self._unread_since is None:
+            self._unread_since = now
+            return
+        stalled = now - self._unread_since
         if stalled < max(1.0, self.cfg.session_timeout_ms / 2000):
             return
         _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
@@ -429,7 +433,7 @@ class Coordinator:
                      seconds=round(stalled, 1))  # fmt: skip
         self.reader.renew()
         self.stats.reader_renewals += 1
-        self._read_at = time.monotonic()
+        self._unread_since = now
 
     def _check_poll_interval(self) -> None:
         """Leave the group when the app stopped polling, as Kafka's max.poll.interval.ms does.
