@@ -223,6 +223,7 @@ class Coordinator:
         #: the newest offset one of our own records was appended at, and since when (monotonic
         #: s) the reader has owed us one: see _watch_reader
         self._appended = -1
+        self._appended_at = 0.0
         self._unread_since: float | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
@@ -413,10 +414,11 @@ class Coordinator:
 
     def _watch_reader(self) -> None:
         """Renew the control reader when it has stopped fetching: a record of ours has been
-        appended (its delivery report says where) for half a session (at least a second) and
-        the reader has not got to it. A reader that merely lags, or one back from a broker's
-        outage, reads it within that time; one that does not would leave the member unable to
-        see its own heartbeats, lapsing again and again (ControlReader.renew says when
+        appended (its delivery report says where) for half a session (at least a second), the
+        reader has not got to it, and another of ours was appended since (so the broker is up:
+        during an outage nothing is read, and nothing is appended either). A reader that
+        merely lags reads it within that time; one that does not would leave the member unable
+        to see its own heartbeats, lapsing again and again (ControlReader.renew says when
         librdkafka does that)."""
         if self._appended < self.reader.position:
             self._unread_since = None
@@ -426,7 +428,9 @@ class Coordinator:
             self._unread_since = now
             return
         stalled = now - self._unread_since
-        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000):
+        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or (
+            self._appended_at <= self._unread_since
+        ):
             return
         _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
                      position=self.reader.position, appended=self._appended,
@@ -830,6 +834,7 @@ class Coordinator:
                 return
             self.stats.records_written += 1
             self._appended = max(self._appended, offset)
+            self._appended_at = time.monotonic()
             self.observers.record_written("assignment" if assignment else "member", True)
             if assignment:
                 with self.lock:
