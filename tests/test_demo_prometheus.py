@@ -41,12 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from groupkit.dev.broker import free_port
 from groupkit.dev.harness import wait_for
+from groupkit.runtime.control_topic import partition_for_group
 from tests.test_deploy import dashboard_exprs, instantiate
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -345,3 +347,86 @@ def test_demo_scraped_by_prometheus(
     assert code == 0, text[-3000:]
     assert "stopping ..." in text, text[-3000:]  # by the SIGINT, not by --duration
     assert "exited cleanly" in text and "killed" not in text, text[-3000:]
+
+
+def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: AdminClient) -> None:
+    """The shipped alert rules fire on the demo, evaluated by the real Prometheus.
+
+    A test copy of deploy/prometheus/groupkit-alerts.yml only shortens the waits: every `for:`
+    to 3 s, the 2-minute windows to 15 s, the lag threshold to 1000. With two members that keep
+    up with the producer:
+
+    1. one member stops handing out records (the demo worker's SIGUSR1) while the producer goes
+       on: GroupkitMemberStopped names that member and no other, and GroupkitLagHigh the group;
+    2. a garbage record in the group's control partition: GroupkitControlRecordsRejected;
+    3. GroupkitNoLeader and GroupkitMemberDown stay silent (the stopped member still leads or
+       follows: its control thread goes on).
+    """
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "groupkit-alerts.yml").read_text())
+    for rule in (r for g in doc["groups"] for r in g["rules"]):
+        if "for" in rule:
+            rule["for"] = "3s"
+        rule["expr"] = rule["expr"].replace("[2m]", "[15s]").replace("> 10000", "> 1000")
+    rules = tmp_path / "groupkit-alerts.yml"
+    rules.write_text(yaml.safe_dump(doc))
+    with contextlib.ExitStack() as stack:
+        prom, demo_dir = stack.enter_context(run_prometheus(tmp_path, [rules]))
+        out_path = tmp_path / "demo.out"
+        out = stack.enter_context(out_path.open("wb"))
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
+             "--members", "2", "--partitions", str(PARTITIONS), "--rate", "200",
+             "--max-rate", "0", "--churn-interval", "0", "--duration", "150",
+             "--metrics-port", "0", "--state-dir", str(demo_dir), "--no-table"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+        def why() -> str:
+            return out_path.read_text(errors="replace")[-3000:]
+
+        def firing() -> list[dict[str, str]]:
+            return [r["metric"] for r in prom.query('ALERTS{alertstate="firing"}')]
+
+        try:
+            wait_for(lambda: demo.poll() is None and len(prom.query(
+                'up{job="groupkit-demo"} == 1')) >= 2, 60,
+                f"Prometheus to scrape 2 members:\n{why()}")  # fmt: skip
+            status = json.loads((demo_dir / "status.json").read_text())
+            group = status["group"]
+            g = f'group="{group}"'
+            wait_for(lambda: prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})")
+                     == PARTITIONS and prom.scalar(f"max(groupkit_consumergroup_members{{{g}}})")
+                     == 2, 30, f"2 members owning the {PARTITIONS} partitions")  # fmt: skip
+            status = json.loads((demo_dir / "status.json").read_text())
+            name, stopped = sorted(status["members"].items())[0]
+            assert stopped["member_id"], status
+            assert not firing(), firing()  # a healthy group
+
+            os.kill(stopped["pid"], signal.SIGUSR1)
+            n = len(admin.list_topics("__groupkit", timeout=10).topics["__groupkit"].partitions)
+            p = Producer({"bootstrap.servers": bootstrap})
+            p.produce("__groupkit", b"not a groupkit record", key=b"x",
+                      partition=partition_for_group(group, n))  # fmt: skip
+            assert p.flush(10) == 0
+            expected = {"GroupkitMemberStopped", "GroupkitLagHigh",
+                        "GroupkitControlRecordsRejected"}  # fmt: skip
+            wait_for(lambda: {a["alertname"] for a in firing()} >= expected, 90,
+                     f"the alerts {sorted(expected)} to fire: {firing()}")  # fmt: skip
+            alerts = firing()
+            print(f"\nfiring: {sorted((a['alertname'], a.get('member', '')) for a in alerts)}")
+            assert {a["alertname"] for a in alerts} == expected, alerts
+            assert [a["member"] for a in alerts if a["alertname"] == "GroupkitMemberStopped"] == [
+                stopped["member_id"]
+            ], (name, alerts)
+            assert all(a["group"] == group for a in alerts), alerts
+            assert demo.poll() is None, why()
+        finally:
+            if demo.poll() is None:
+                demo.send_signal(signal.SIGINT)
+            try:
+                code = demo.wait(60)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+                code = demo.wait()
+        assert code == 0, why()  # the stopped member too leaves cleanly
