@@ -34,6 +34,18 @@ thread can read it, so it is sampled there, when ``poll`` hands out records.
 
 The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
 panels against it and the metrics tests check a live scrape against it.
+
+**kafka_exporter's names** (``PrometheusObserver(registry, kafka_exporter_names=True)``, off by
+default): the same lag and offsets also as ``kafka_consumergroup_*`` with kafka_exporter's labels
+(:data:`KAFKA_EXPORTER_METRICS`), so the dashboards and alert rules written for it work
+unchanged. Off by default because a kafka_exporter that already scrapes the cluster exports
+these very series (from the committed offsets), and a dashboard summing both would count the
+group twice. Like the ``groupkit_`` series, each member exports only the partitions its data
+consumer has assigned and only the leader exports ``members``, so sums over members are the
+group's numbers. Where several observers share a registry, their series are added up by label
+set (the labels carry no member). One difference to kafka_exporter: a partition without a
+committed offset lags by what ``auto.offset.reset`` would make the member read, where
+kafka_exporter reports ``-1``.
 """
 
 from __future__ import annotations
@@ -60,8 +72,10 @@ from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
 
 __all__ = [
+    "KAFKA_EXPORTER_METRICS",
     "METRICS",
     "GroupkitCollector",
+    "KafkaExporterCollector",
     "MetricSpec",
     "PrometheusObserver",
     "serve",
@@ -166,6 +180,32 @@ METRICS: Mapping[str, MetricSpec] = {
     )
 }  # fmt: skip
 
+_CG = ("consumergroup",)
+_CGT = (*_CG, "topic")
+_CGTP = (*_CGT, "partition")
+
+#: The lag metrics under kafka_exporter's names and labels (``kafka_exporter_names=True``); the
+#: help texts are kafka_exporter's, ``like`` names the groupkit series each mirrors.
+KAFKA_EXPORTER_METRICS: Mapping[str, MetricSpec] = {
+    s.name: s
+    for s in (
+        MetricSpec("kafka_consumergroup_lag", "gauge", _CGTP,
+                   "Current Approximate Lag of a ConsumerGroup at Topic/Partition",
+                   "groupkit_consumergroup_lag"),
+        MetricSpec("kafka_consumergroup_lag_sum", "gauge", _CGT,
+                   "Current Approximate Lag of a ConsumerGroup at Topic for all partitions",
+                   "groupkit_consumergroup_lag_sum"),
+        MetricSpec("kafka_consumergroup_current_offset", "gauge", _CGTP,
+                   "Current Offset of a ConsumerGroup at Topic/Partition",
+                   "groupkit_consumergroup_committed_offset"),
+        MetricSpec("kafka_consumergroup_current_offset_sum", "gauge", _CGT,
+                   "Current Offset of a ConsumerGroup at Topic for all partitions",
+                   "groupkit_consumergroup_committed_offset"),
+        MetricSpec("kafka_consumergroup_members", "gauge", _CG,
+                   "Amount of members in a consumer group", "groupkit_consumergroup_members"),
+    )
+}  # fmt: skip
+
 #: Rejection reasons (decoder and replay: the one list, ``RejectReason``); each starts at 0 so a
 #: dashboard has a series before the first rejection. A reason not listed is still counted.
 KNOWN_REJECTIONS: tuple[str, ...] = tuple(r.value for r in RejectReason)
@@ -205,6 +245,17 @@ class _Instruments:
         self.assignor_failures = counter("groupkit_assignor_failures_total")
         self.collector = GroupkitCollector()
         registry.register(self.collector)
+        self._registry = registry
+        self._kafka_collector: KafkaExporterCollector | None = None
+
+    def kafka_collector(self) -> KafkaExporterCollector:
+        """The registry's kafka_exporter-named gauges, registered by the first observer that
+        asks for them (under ``_INSTRUMENTS_LOCK``): a registry without such an observer never
+        holds those names."""
+        if self._kafka_collector is None:
+            self._kafka_collector = KafkaExporterCollector()
+            self._registry.register(self._kafka_collector)
+        return self._kafka_collector
 
 
 _INSTRUMENTS: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
@@ -213,12 +264,14 @@ _INSTRUMENTS: weakref.WeakKeyDictionary[CollectorRegistry, _Instruments] = (
 _INSTRUMENTS_LOCK = threading.Lock()
 
 
-def _instruments(registry: CollectorRegistry) -> _Instruments:
+def _instruments(registry: CollectorRegistry, kafka_exporter_names: bool = False) -> _Instruments:
     """The hook-fed metrics of ``registry``, registered on it by its first observer."""
     with _INSTRUMENTS_LOCK:
         inst = _INSTRUMENTS.get(registry)
         if inst is None:
             inst = _INSTRUMENTS[registry] = _Instruments(registry)
+        if kafka_exporter_names:
+            inst.kafka_collector()
         return inst
 
 
@@ -299,10 +352,15 @@ class PrometheusObserver(GroupObserver):
 
     Pass it to one ``GroupConsumer`` (``observers=[...]``); several observers, one per
     consumer, may share a registry.
+
+    ``kafka_exporter_names=True`` also exports the lag under kafka_exporter's names and labels
+    (:data:`KAFKA_EXPORTER_METRICS`), for the dashboards and alert rules written for it. Leave it
+    off where a kafka_exporter already scrapes the cluster: both would export the group's lag.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._i = _instruments(registry)
+    def __init__(self, registry: CollectorRegistry, *, kafka_exporter_names: bool = False) -> None:
+        self._i = _instruments(registry, kafka_exporter_names)
+        self.kafka_exporter_names = kafka_exporter_names
         self._probe: MemberProbe | None = None
         self.group = ""
         self.protocol = ""
@@ -335,6 +393,8 @@ class PrometheusObserver(GroupObserver):
         self.protocol = probe.protocol
         self.assignor = probe.assignor
         self._i.collector.add(self)
+        if self.kafka_exporter_names:
+            self._i.kafka_collector().add(self)
 
     @property
     def probe(self) -> MemberProbe:
@@ -590,4 +650,63 @@ class GroupkitCollector(Collector):
                     m, snap.heartbeat_age_s
                 )
             f["groupkit_records_consumed_rate"].add_metric(m, snap.consumed_rate)
+        yield from f.values()
+
+
+class KafkaExporterCollector(GroupkitCollector):
+    """Yields the lag of every opted-in consumer of one registry under kafka_exporter's names.
+
+    Its labels carry no member, so observers sharing the registry are added up by label set:
+    sums for ``*_sum``; a partition is one member's (its data consumer's assignment), and the
+    group's member count comes from its leader alone.
+    """
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families().values())
+
+    @staticmethod
+    def _families() -> dict[str, GaugeMetricFamily]:
+        return {
+            name: GaugeMetricFamily(name, s.help, labels=list(s.labels))
+            for name, s in KAFKA_EXPORTER_METRICS.items()
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            observers = list(self._observers)
+        lag: dict[tuple[str, str, str], int] = {}
+        offset: dict[tuple[str, str, str], int] = {}
+        lag_sum: dict[tuple[str, str], int] = {}
+        offset_sum: dict[tuple[str, str], int] = {}
+        members: dict[str, int] = {}
+        for o in observers:
+            try:
+                snap = o.snapshot()
+            except Exception:  # never let one member break the whole scrape
+                _log.exception("metrics.snapshot_failed", group=o.group)
+                continue
+            if snap is None:
+                continue
+            g = snap.group
+            for tp in snap.partitions:
+                key = (g, tp.topic, str(tp.partition))
+                if tp in snap.lag:
+                    lag[key] = snap.lag[tp]
+                    lag_sum[g, tp.topic] = lag_sum.get((g, tp.topic), 0) + snap.lag[tp]
+                if tp in snap.committed:
+                    offset[key] = snap.committed[tp]
+                    offset_sum[g, tp.topic] = offset_sum.get((g, tp.topic), 0) + snap.committed[tp]
+            if snap.is_leader:
+                members[g] = snap.live_members
+        f = self._families()
+        for tpl, n in lag.items():
+            f["kafka_consumergroup_lag"].add_metric(list(tpl), n)
+        for tpl, n in offset.items():
+            f["kafka_consumergroup_current_offset"].add_metric(list(tpl), n)
+        for gt, n in lag_sum.items():
+            f["kafka_consumergroup_lag_sum"].add_metric(list(gt), n)
+        for gt, n in offset_sum.items():
+            f["kafka_consumergroup_current_offset_sum"].add_metric(list(gt), n)
+        for g, n in members.items():
+            f["kafka_consumergroup_members"].add_metric([g], n)
         yield from f.values()

@@ -12,11 +12,19 @@
    scraped *before* the AdminClient measurement must be >= it, and the sum scraped *after*
    must be <= it; both sums must also come from one stable generation covering all 12
    partitions (otherwise the check is taken again).
-5. Ctrl-C (SIGINT) stops the demo: every member leaves cleanly, exit code 0.
+5. The members run with ``kafka_exporter_names``: the lag panels of a widely used kafka_exporter
+   dashboard and a widely used kafka_exporter alert rule (:data:`KAFKA_EXPORTER_PANELS`,
+   :data:`KAFKA_EXPORTER_ALERT`), run unchanged but for their variables, return the group's lag
+   and pass the same sandwich.
+6. Ctrl-C (SIGINT) stops the demo: every member leaves cleanly, exit code 0.
+
+A second test stops one member's consumption (the demo worker's SIGUSR1) and writes a garbage
+record into the group's control partition, and the shipped alert rules fire in Prometheus.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -28,17 +36,19 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from groupkit.dev.broker import free_port
 from groupkit.dev.harness import wait_for
+from groupkit.runtime.control_topic import partition_for_group
 from tests.test_deploy import dashboard_exprs, instantiate
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -48,6 +58,29 @@ PARTITIONS = 12
 #: Prometheus stamps a sample with its scrape's start; the member reads the offsets during the
 #: scrape, which Prometheus abandons after this long (the fixture's ``scrape_timeout``).
 SCRAPE_TIMEOUT_S = 1.0
+
+#: The consumer-group panels of Grafana dashboard 7589, "Kafka Exporter Overview", as
+#: kafka_exporter ships it (github.com/danielqsj/kafka_exporter, kafka_exporter_overview.json;
+#: its README names the dashboard). ``$instance`` there is the one kafka_exporter: here every
+#: member is a target, so the variable must select them all (All, with ``=~``).
+KAFKA_EXPORTER_PANELS = {
+    "Lag by  Consumer Group": 'sum(kafka_consumergroup_lag{instance="$instance",'
+    'topic=~"$topic"}) by (consumergroup, topic) ',
+    "Message consume per minute": "sum(delta(kafka_consumergroup_current_offset{"
+    "instance=~'$instance',topic=~\"$topic\"}[5m])/5) by (consumergroup, topic)",
+}
+#: The consumer-group rule of Awesome Prometheus Alerts for kafka_exporter
+#: (github.com/samber/awesome-prometheus-alerts, dist/rules/kafka/danielqsj-kafka-exporter.yml,
+#: alert KafkaConsumersGroup).
+KAFKA_EXPORTER_ALERT = "sum(kafka_consumergroup_lag) by (consumergroup) > 50"
+
+
+def exporter_expr(expr: str, topic: str) -> str:
+    """A kafka_exporter dashboard's expression with its variables set as Grafana would with
+    ``$instance`` on All (every member) and ``$topic`` on the demo's topic."""
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", topic)  # a regex matching only itself
+    expr = expr.replace('instance="$instance"', 'instance=~"$instance"')
+    return expr.replace("$instance", ".+").replace("$topic", topic)
 
 
 class Prometheus:
@@ -73,15 +106,28 @@ class Prometheus:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[tuple[Prometheus, Path]]:
+    with run_prometheus(tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def run_prometheus(
+    tmp_path: Path, rule_files: Sequence[Path] = ()
+) -> Iterator[tuple[Prometheus, Path]]:
+    """Prometheus scraping the demo of ``tmp_path / "demo"`` every second, evaluating
+    ``rule_files`` every second; yields its API and the demo's state directory."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("Prometheus is not installed: apt-get install prometheus (.ci/run does)")
     demo_dir = tmp_path / "demo"
     (demo_dir / "prometheus").mkdir(parents=True)
     cfg = tmp_path / "prometheus.yml"
+    rules = "".join(f"  - '{f}'\n" for f in rule_files)
     cfg.write_text(
         f"global:\n  scrape_interval: 1s\n  scrape_timeout: {SCRAPE_TIMEOUT_S:g}s\n"
-        "scrape_configs:\n  - job_name: groupkit-demo\n    file_sd_configs:\n"
+        "  evaluation_interval: 1s\n"
+        + (f"rule_files:\n{rules}" if rules else "")
+        + "scrape_configs:\n  - job_name: groupkit-demo\n    file_sd_configs:\n"
         f"      - files: ['{demo_dir / 'prometheus' / 'targets.json'}']\n"
     )
     port = free_port()
@@ -148,7 +194,7 @@ def test_demo_scraped_by_prometheus(
              "--members", "3", "--partitions", str(PARTITIONS), "--rate", "300",
              "--max-rate", "50", "--churn-interval", "6", "--churn-for", "13",
              "--produce-seconds", "18", "--duration", "120", "--metrics-port", "0",
-             "--state-dir", str(demo_dir), "--no-table"],
+             "--state-dir", str(demo_dir), "--no-table", "--kafka-exporter-names"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -209,8 +255,26 @@ def test_demo_scraped_by_prometheus(
                 empty.append(f"{title}: {q}")
         assert not empty, "dashboard queries without data:\n" + "\n".join(empty)
 
+        # -- kafka_exporter's names: the members, and the consumption panel -----------------
+        cg = f'consumergroup="{group}"'
+        wait_for(lambda: prom.scalar(f"sum(kafka_consumergroup_members{{{cg}}})") == 3, 15,
+                 "kafka_consumergroup_members to count the 3 members")  # fmt: skip
+        consume = exporter_expr(KAFKA_EXPORTER_PANELS["Message consume per minute"], topic)
+        assert [r for r in prom.query(consume) if r["metric"]["consumergroup"] == group], consume
+
+        def exporter_lags(at: float) -> tuple[float | None, float | None]:
+            """The group's lag by the dashboard's lag panel and by the alert rule's sum."""
+            panel = exporter_expr(KAFKA_EXPORTER_PANELS["Lag by  Consumer Group"], topic)
+            rule = KAFKA_EXPORTER_ALERT.removesuffix(" > 50")
+            out = []
+            for expr in (panel, rule):
+                mine = [r for r in prom.query(expr, at) if r["metric"]["consumergroup"] == group]
+                out.append(float(mine[0]["value"][1]) if len(mine) == 1 else None)
+            return out[0], out[1]
+
         # -- per-member lag adds up to the group's lag (the sandwich of the docstring) -----
         members_sum = f"sum(groupkit_consumergroup_lag_sum{{{g}}})"
+        exporter_series = f"count(kafka_consumergroup_lag{{{cg}}})"
         lag_series = f"groupkit_consumergroup_lag{{{g}}}"
         partitions_sum = f"sum({lag_series})"
         generation = f"max(groupkit_consumergroup_generation{{{g}}})"
@@ -222,6 +286,8 @@ def test_demo_scraped_by_prometheus(
             # A partition between owners (a handoff needs no new generation) has no lag series
             # at that scrape, and its lag would be missing from the sum.
             series_before = prom.scalar(f"count({lag_series})", at=t1)
+            exporter_before = exporter_lags(t1)
+            exporter_series_before = prom.scalar(exporter_series, at=t1)
             # The same scrapes, partition by partition, sum to the same number.
             assert before == prom.scalar(partitions_sum, at=t1)
             # A sample stamped at or before t1 may come from a scrape still reading offsets up
@@ -242,7 +308,11 @@ def test_demo_scraped_by_prometheus(
             gen_after = prom.scalar(generation, at=t3)
             covered = prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})", t3)
             series_after = prom.scalar(f"count({lag_series})", at=t3)
-            if gen_before == gen_after and covered == PARTITIONS == series_before == series_after:
+            exporter_after = exporter_lags(t3)
+            exporter_series_after = prom.scalar(exporter_series, at=t3)
+            if (gen_before == gen_after
+                    and covered == PARTITIONS == series_before == series_after
+                    == exporter_series_before == exporter_series_after):  # fmt: skip
                 break
         else:
             pytest.fail("the group kept rebalancing during the lag comparison")
@@ -252,6 +322,16 @@ def test_demo_scraped_by_prometheus(
         )
         assert before >= measured >= after, (before, measured, after)
         assert measured > 0, "the producer was meant to outrun the members"
+        # kafka_exporter's names, read by its dashboard's panel and its alert rule's sum: the
+        # same lag (each sample may come from the scrape's own reading of the offsets).
+        for i, source in enumerate(("dashboard 7589's panel", "the alert rule's sum")):
+            b, a = exporter_before[i], exporter_after[i]
+            print(f"lag by {source}: {b} >= {measured} >= {a}")
+            assert b is not None and a is not None, source
+            assert b >= measured >= a, (source, b, measured, a)
+        if after > 50:
+            fired = prom.query(KAFKA_EXPORTER_ALERT, at=t3)
+            assert [r for r in fired if r["metric"]["consumergroup"] == group], fired
     finally:
         if demo.poll() is None:
             demo.send_signal(signal.SIGINT)
@@ -267,3 +347,86 @@ def test_demo_scraped_by_prometheus(
     assert code == 0, text[-3000:]
     assert "stopping ..." in text, text[-3000:]  # by the SIGINT, not by --duration
     assert "exited cleanly" in text and "killed" not in text, text[-3000:]
+
+
+def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: AdminClient) -> None:
+    """The shipped alert rules fire on the demo, evaluated by the real Prometheus.
+
+    A test copy of deploy/prometheus/groupkit-alerts.yml only shortens the waits: every `for:`
+    to 3 s, the 2-minute windows to 15 s, the lag threshold to 1000. With two members that keep
+    up with the producer:
+
+    1. one member stops handing out records (the demo worker's SIGUSR1) while the producer goes
+       on: GroupkitMemberStopped names that member and no other, and GroupkitLagHigh the group;
+    2. a garbage record in the group's control partition: GroupkitControlRecordsRejected;
+    3. GroupkitNoLeader and GroupkitMemberDown stay silent (the stopped member still leads or
+       follows: its control thread goes on).
+    """
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "groupkit-alerts.yml").read_text())
+    for rule in (r for g in doc["groups"] for r in g["rules"]):
+        if "for" in rule:
+            rule["for"] = "3s"
+        rule["expr"] = rule["expr"].replace("[2m]", "[15s]").replace("> 10000", "> 1000")
+    rules = tmp_path / "groupkit-alerts.yml"
+    rules.write_text(yaml.safe_dump(doc))
+    with contextlib.ExitStack() as stack:
+        prom, demo_dir = stack.enter_context(run_prometheus(tmp_path, [rules]))
+        out_path = tmp_path / "demo.out"
+        out = stack.enter_context(out_path.open("wb"))
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
+             "--members", "2", "--partitions", str(PARTITIONS), "--rate", "200",
+             "--max-rate", "0", "--churn-interval", "0", "--duration", "150",
+             "--metrics-port", "0", "--state-dir", str(demo_dir), "--no-table"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+        def why() -> str:
+            return out_path.read_text(errors="replace")[-3000:]
+
+        def firing() -> list[dict[str, str]]:
+            return [r["metric"] for r in prom.query('ALERTS{alertstate="firing"}')]
+
+        try:
+            wait_for(lambda: demo.poll() is None and len(prom.query(
+                'up{job="groupkit-demo"} == 1')) >= 2, 60,
+                f"Prometheus to scrape 2 members:\n{why()}")  # fmt: skip
+            status = json.loads((demo_dir / "status.json").read_text())
+            group = status["group"]
+            g = f'group="{group}"'
+            wait_for(lambda: prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})")
+                     == PARTITIONS and prom.scalar(f"max(groupkit_consumergroup_members{{{g}}})")
+                     == 2, 30, f"2 members owning the {PARTITIONS} partitions")  # fmt: skip
+            status = json.loads((demo_dir / "status.json").read_text())
+            name, stopped = sorted(status["members"].items())[0]
+            assert stopped["member_id"], status
+            assert not firing(), firing()  # a healthy group
+
+            os.kill(stopped["pid"], signal.SIGUSR1)
+            n = len(admin.list_topics("__groupkit", timeout=10).topics["__groupkit"].partitions)
+            p = Producer({"bootstrap.servers": bootstrap})
+            p.produce("__groupkit", b"not a groupkit record", key=b"x",
+                      partition=partition_for_group(group, n))  # fmt: skip
+            assert p.flush(10) == 0
+            expected = {"GroupkitMemberStopped", "GroupkitLagHigh",
+                        "GroupkitControlRecordsRejected"}  # fmt: skip
+            wait_for(lambda: {a["alertname"] for a in firing()} >= expected, 90,
+                     f"the alerts {sorted(expected)} to fire: {firing()}")  # fmt: skip
+            alerts = firing()
+            print(f"\nfiring: {sorted((a['alertname'], a.get('member', '')) for a in alerts)}")
+            assert {a["alertname"] for a in alerts} == expected, alerts
+            assert [a["member"] for a in alerts if a["alertname"] == "GroupkitMemberStopped"] == [
+                stopped["member_id"]
+            ], (name, alerts)
+            assert all(a["group"] == group for a in alerts), alerts
+            assert demo.poll() is None, why()
+        finally:
+            if demo.poll() is None:
+                demo.send_signal(signal.SIGINT)
+            try:
+                code = demo.wait(60)
+            except subprocess.TimeoutExpired:
+                demo.kill()
+                code = demo.wait()
+        assert code == 0, why()  # the stopped member too leaves cleanly

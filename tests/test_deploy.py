@@ -4,6 +4,9 @@ Every file they mount or copy exists, the commands they run parse with the demo'
 parser, the services point at each other by the right names and ports, and every metric a
 dashboard panel uses is one groupkit exports (``groupkit.metrics.METRICS``). The PromQL itself
 is checked by ``promtool`` here and run against a real Prometheus in test_demo_prometheus.py.
+The alert rules (deploy/prometheus/groupkit-alerts.yml) are checked by ``promtool check rules``
+and evaluated by ``promtool test rules`` on series made for each alert; one fires for real in
+test_demo_prometheus.py.
 """
 
 from __future__ import annotations
@@ -200,4 +203,110 @@ def test_promtool_accepts_the_configs_and_every_panel_query(tmp_path: Path) -> N
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rules))
     run = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+ALERTS = ROOT / "deploy" / "prometheus" / "groupkit-alerts.yml"
+
+
+def test_alert_rules_are_wired_and_read_only_exported_metrics() -> None:
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    assert [(ROOT / "deploy" / "prometheus" / f).resolve() for f in prom["rule_files"]] == [ALERTS]
+    # compose mounts the rules file beside the config, where rule_files finds it
+    mounts = dict(_mounts(_compose()["services"]["prometheus"]))
+    config_dir = Path(mounts["./deploy/prometheus/prometheus.yml"]).parent
+    assert mounts["./deploy/prometheus/groupkit-alerts.yml"] == f"{config_dir}/{ALERTS.name}"
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} == {
+        "GroupkitMemberStopped", "GroupkitMemberDown", "GroupkitLagHigh", "GroupkitNoLeader",
+        "GroupkitAssignorFallback", "GroupkitControlRecordsRejected",
+    }  # fmt: skip
+    for r in rules:
+        unknown = metric_names(r["expr"]) - set(METRICS) - {"up"}
+        assert not unknown, f"{r['alert']} reads {unknown}, which groupkit does not export"
+        assert r["labels"]["severity"] in {"warning", "critical"} and r["annotations"]["summary"]
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    run = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _series(name: str, values: str, member: str = "m1", **labels: str) -> dict[str, str]:
+    lab = {"job": "w", "instance": f"{member}:8000", "group": "g", "member": member, **labels}
+    inner = ",".join(f'{k}="{v}"' for k, v in lab.items())
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def _healthy(member: str, leader: bool, lag: str = "10x40") -> list[dict[str, str]]:
+    """A member that consumes, holds a steady lag, and has nothing rejected or failed."""
+    return [
+        {"series": f'up{{job="w",instance="{member}:8000"}}', "values": "1x40"},
+        _series("groupkit_consumergroup_generation", "3x40", member),
+        _series("groupkit_consumergroup_is_leader", f"{int(leader)}x40", member),
+        _series("groupkit_consumergroup_lag_sum", lag, member),
+        _series("groupkit_records_consumed_total", "0+100x40", member, topic="t"),
+        _series("groupkit_control_records_rejected_total", "0x40", member, reason="bad_bytes"),
+        _series("groupkit_assignor_failures_total", "0x40", member, assignor="fair",
+                reason="raised"),
+    ]  # fmt: skip
+
+
+def _replace(series: list[dict[str, str]], name: str, values: str) -> list[dict[str, str]]:
+    return [{**s, "values": values} if s["series"].startswith(name + "{") else s for s in series]
+
+
+#: (case, input series of two members m1 and m2 sampled every 15 s, alerts firing at 8 min)
+ALERT_CASES: list[tuple[str, list[dict[str, str]], set[str]]] = [
+    ("healthy", _healthy("m1", True) + _healthy("m2", False), set()),
+    ("a member consumes nothing while its lag grows",
+     _replace(_replace(_healthy("m1", False), "groupkit_records_consumed_total", "500x40"),
+              "groupkit_consumergroup_lag_sum", "0+50x40") + _healthy("m2", True),
+     {"GroupkitMemberStopped"}),
+    ("a member's lag grows while it consumes: slow, not stopped",
+     _replace(_healthy("m1", False), "groupkit_consumergroup_lag_sum", "0+50x40")
+     + _healthy("m2", True), set()),
+    ("a member's process stops answering",
+     [{"series": 'up{job="w",instance="m1:8000"}', "values": "1x10 0x30"},
+      _series("groupkit_consumergroup_generation", "3x10 _x30"), *_healthy("m2", True)],
+     {"GroupkitMemberDown"}),
+    ("the group's lag stays high",
+     _healthy("m1", True, lag="6000x40") + _healthy("m2", False, lag="5000x40"),
+     {"GroupkitLagHigh"}),
+    ("no member leads", _healthy("m1", False) + _healthy("m2", False), {"GroupkitNoLeader"}),
+    ("the assignor fell back",
+     _replace(_healthy("m1", True), "groupkit_assignor_failures_total", "0x20 1x20")
+     + _healthy("m2", False), {"GroupkitAssignorFallback"}),
+    ("control records rejected",
+     _replace(_healthy("m1", True), "groupkit_control_records_rejected_total", "0x20 2x20")
+     + _replace(_healthy("m2", False), "groupkit_control_records_rejected_total", "0x20 2x20"),
+     {"GroupkitControlRecordsRejected"}),
+]  # fmt: skip
+
+
+def test_alert_rules_fire_on_their_conditions_only(tmp_path: Path) -> None:
+    """``promtool test rules``: each case's series, evaluated by Prometheus' own rule engine,
+    fire exactly the alerts named (the `for:` of each already elapsed at 8 minutes)."""
+    tests = [
+        {
+            "name": case,
+            "interval": "15s",
+            "input_series": series,
+            "promql_expr_test": [
+                {
+                    "expr": 'count by (alertname) (ALERTS{alertstate="firing"})',
+                    "eval_time": "8m",
+                    "exp_samples": [
+                        {"labels": f'{{alertname="{a}"}}', "value": 1} for a in sorted(firing)
+                    ],
+                }
+            ],
+        }
+        for case, series, firing in ALERT_CASES
+    ]
+    path = tmp_path / "alerts_test.yml"
+    path.write_text(yaml.safe_dump({"rule_files": [str(ALERTS)], "evaluation_interval": "15s",
+                                    "tests": tests}))  # fmt: skip
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    run = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
-from groupkit.metrics import METRICS, PrometheusObserver, Rate, serve
+from groupkit.metrics import KAFKA_EXPORTER_METRICS, METRICS, PrometheusObserver, Rate, serve
 from tests.conftest import unique_name
 from tests.groupharness import produce
 
@@ -324,3 +324,81 @@ def test_one_prometheus_observer_per_consumer() -> None:
     with pytest.raises(ValueError, match="one per consumer"):
         metrics.attached(probe)
     PrometheusObserver(r).attached(probe)  # a second observer shares the registry
+
+
+class FakeProbe:
+    """A member's probe without a broker: a fixed status, assignment and offsets."""
+
+    protocol = "cooperative"
+    assignor = "range"
+
+    def __init__(self, group: str, member: str, leader: bool, live: int,
+                 offsets: dict[tuple[str, int], tuple[int, int | None]]) -> None:  # fmt: skip
+        from groupkit.runtime.lag import GroupOffsets
+        from groupkit.runtime.probe import MemberStatus
+        from groupkit.types import TopicPartition
+
+        self.group_id = group
+        self.member_id = member
+        self.topics = tuple(sorted({t for t, _ in offsets}))
+        self._status = MemberStatus(member, 3, leader, live if leader else 0, 10)
+        tps = {TopicPartition(t, p): v for (t, p), v in offsets.items()}
+        self._owned = frozenset(tps)
+        self._offsets = GroupOffsets(
+            end={tp: end for tp, (end, _c) in tps.items()},
+            committed={tp: c for tp, (_e, c) in tps.items()},
+            lag={tp: end - (c or 0) for tp, (end, c) in tps.items()},
+        )
+
+    def status(self) -> Any:
+        return self._status
+
+    def owned(self) -> Any:
+        return self._owned
+
+    def read_offsets(self, partitions: Any, timeout: float = 10.0) -> Any:
+        return self._offsets
+
+
+def test_kafka_exporter_names_sum_to_the_group() -> None:
+    """With ``kafka_exporter_names``, the lag is also exported as kafka_exporter's series, with
+    its labels; each member exports only its own partitions, so sums over members (here three
+    members: two sharing one registry, one on its own) are the group's; only the leader exports
+    the member count. Without the option, no ``kafka_`` name is even registered."""
+    plain = CollectorRegistry()
+    # The collectors hold their observers weakly (a consumer's observer lives as long as it):
+    # keep every observer referenced.
+    observers = [PrometheusObserver(plain)]
+    observers[0].attached(FakeProbe("g", "m0", True, 1, {("t", 0): (5, 1)}))  # type: ignore[arg-type]
+    assert value(plain, "groupkit_consumergroup_lag_sum") == 4
+    assert not [n for n in scrape(plain) if n.startswith("kafka_")]
+
+    shared, alone = CollectorRegistry(), CollectorRegistry()
+    probes = [
+        (shared, FakeProbe("g", "m1", True, 3, {("t", 0): (100, 40), ("t", 1): (50, 50)})),
+        (shared, FakeProbe("g", "m2", False, 0, {("t", 2): (30, 10), ("u", 0): (7, 2)})),
+        (alone, FakeProbe("g", "m3", False, 0, {("t", 3): (9, None)})),
+    ]
+    for registry, probe in probes:
+        observers.append(PrometheusObserver(registry, kafka_exporter_names=True))
+        observers[-1].attached(probe)  # type: ignore[arg-type]
+    both = [scrape(shared), scrape(alone)]
+
+    def samples(name: str) -> list[tuple[Labels, float]]:
+        return [s for got in both for s in got.get(name, [])]
+
+    for name, spec in KAFKA_EXPORTER_METRICS.items():
+        assert samples(name), name
+        assert all(set(lab) == set(spec.labels) for lab, _ in samples(name)), name
+    lag = {(lab["topic"], lab["partition"]): v for lab, v in samples("kafka_consumergroup_lag")}
+    assert lag == {("t", "0"): 60, ("t", "1"): 0, ("t", "2"): 20, ("u", "0"): 5, ("t", "3"): 9}
+    lag_sum: dict[str, float] = {}
+    for lab, v in samples("kafka_consumergroup_lag_sum"):
+        lag_sum[lab["topic"]] = lag_sum.get(lab["topic"], 0) + v
+    assert lag_sum == {"t": 89, "u": 5}
+    # The same numbers as groupkit's own series, summed over the members.
+    assert sum(v for _, v in samples("groupkit_consumergroup_lag_sum")) == 94
+    offsets = {(lab["topic"], lab["partition"]): v
+               for lab, v in samples("kafka_consumergroup_current_offset")}  # fmt: skip
+    assert offsets == {("t", "0"): 40, ("t", "1"): 50, ("t", "2"): 10, ("u", "0"): 2}
+    assert samples("kafka_consumergroup_members") == [({"consumergroup": "g"}, 3)]

@@ -9,7 +9,9 @@ in containers (``deploy/Dockerfile``)::
 The worker is what a real service looks like: a ``GroupConsumer`` with a Prometheus observer,
 its registry served over HTTP, JSON logs on stderr, a clean leave on SIGTERM or SIGINT. It
 "processes" at most ``--max-rate`` records a second, so a member that owns hot partitions
-falls behind and its lag shows it.
+falls behind and its lag shows it. SIGUSR1 makes it stop handing out records while it stays
+in the group (its control thread keeps heartbeating), as a poll loop stuck in the app would;
+SIGUSR2 makes it go on. That is how the stopped-member alert is seen firing.
 
 The producer spreads ``--rate`` records a second over the partitions by a Zipf law (partition
 ``p`` gets a share proportional to ``1 / (p + 1) ** skew``), so partition 0 is the hottest.
@@ -34,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 # The table of ``groupkit demo`` and the tests read these events from the JSON logs.
 EVENT_READY = "demo.worker.ready"
 EVENT_PRODUCER_DONE = "demo.producer.done"
+EVENT_STALLED = "demo.worker.stalled"
 
 
 def _stop_event() -> threading.Event:
@@ -81,6 +84,21 @@ def wait_for_topic(
 # --------------------------------------------------------------------------- worker
 
 
+def _stall_event() -> threading.Event:
+    """Set by SIGUSR1, cleared by SIGUSR2: the worker stops polling meanwhile."""
+    stalled = threading.Event()
+
+    def handler(sig: int, _frame: object) -> None:
+        if sig == signal.SIGUSR1:
+            stalled.set()
+        else:
+            stalled.clear()
+
+    signal.signal(signal.SIGUSR1, handler)
+    signal.signal(signal.SIGUSR2, handler)
+    return stalled
+
+
 def run_worker(args: argparse.Namespace) -> int:
     import prometheus_client
 
@@ -107,13 +125,21 @@ def run_worker(args: argparse.Namespace) -> int:
         "groupkit.assignor": args.assignor,
         "groupkit.rebalance.protocol": args.protocol,
     }
-    consumer = GroupConsumer(conf, observers=[PrometheusObserver(registry)])
+    observer = PrometheusObserver(registry, kafka_exporter_names=args.kafka_exporter_names)
+    consumer = GroupConsumer(conf, observers=[observer])
     consumer.subscribe([args.topic])
+    stalled = _stall_event()
     logger.info(EVENT_READY, member=consumer.member_id, metrics_port=port, pid=os.getpid())
     # Read in small batches so a slow "processing" never delays a hand-off by more than 0.1 s.
     batch = max(1, min(500, int(args.max_rate / 10))) if args.max_rate > 0 else 500
     try:
         while not stop.is_set():
+            if stalled.is_set():
+                logger.info(EVENT_STALLED)
+                while stalled.is_set() and not stop.is_set():
+                    stop.wait(0.1)  # stuck "processing": nothing polled, nothing committed
+                logger.info("demo.worker.resumed")
+                continue
             t0 = time.monotonic()
             msgs = consumer.consume(batch, 0.1)
             if msgs and args.max_rate > 0:
@@ -206,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-rate", type=float, default=float(os.environ.get("DEMO_MAX_RATE", 80)),
                    help="records per second this member processes (0: unlimited)")  # fmt: skip
     w.add_argument("--session-timeout-ms", type=int, default=6000)
+    w.add_argument("--kafka-exporter-names", action="store_true",
+                   help="also export the lag under kafka_exporter's metric names")  # fmt: skip
     w.set_defaults(func=run_worker)
 
     p = sub.add_parser("produce", parents=[common], help="skewed load on the demo topic")
