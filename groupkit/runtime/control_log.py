@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -94,6 +95,19 @@ _BACKGROUND_WARM_S = 3.0
 _PID_RETRY_S = 0.02
 
 
+def _control_timeouts(cfg: GroupConfig, request: bool = False) -> dict[str, int]:
+    """How long a control client waits for a connection to come up, and the writer for a
+    produce request's answer: half a session, within [2 s, 30 s] (librdkafka's defaults are
+    30 s each). A member that waits longer than its session lapses anyway. After a broker
+    restart a request can sit unanswered on a connection the broker took while it was going
+    down or coming up: the idempotent writer then holds every later record back ("partition
+    drain") until that request times out, and the member lapses again and again meanwhile
+    (seen in the chaos runs: no record delivered for over 40 s). The user's own settings win."""
+    bound = max(2_000, min(30_000, cfg.session_timeout_ms // 2))
+    keys = ["socket.connection.setup.timeout.ms"] + (["request.timeout.ms"] if request else [])
+    return {k: bound for k in keys if k not in cfg.connection}
+
+
 def _denied(err: KafkaError | None) -> bool:
     """A refusal no retry cures: the principal lacks an ACL (fatal or not)."""
     return err is not None and err.code() in _DENIED
@@ -132,6 +146,7 @@ class ControlReader:
                 "fetch.min.bytes": 1,
                 "fetch.error.backoff.ms": 50,
                 "socket.nagle.disable": True,
+                **_control_timeouts(cfg),
             },
         )
         self._consumer = Consumer(self._conf)
@@ -312,6 +327,10 @@ class ControlWriter:
         #: set when a producer-id request failed and librdkafka will retry on its own timer
         self._pid_refused = threading.Event()
         self._closed = False
+        #: queue times of the current producer's records still without a delivery report
+        self._unanswered: deque[float] = deque()
+        #: producers swapped in for one that stopped delivering (:meth:`renew`)
+        self.renewals = 0
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Producer:
@@ -344,6 +363,7 @@ class ControlWriter:
                     "socket.nagle.disable": True,
                     "message.max.bytes": 8 * 1024 * 1024,
                     "error_cb": on_error,
+                    **_control_timeouts(self._cfg, request=True),
                 },
             )
         )
@@ -447,8 +467,11 @@ class ControlWriter:
         """
 
         producer: Producer  # the one this record went to (bound below, under the lock)
+        unanswered = self._unanswered  # the current producer's (see renew)
 
         def done(err: KafkaError | None, msg: Message) -> None:
+            if unanswered:  # (reports come in the order the records were queued)
+                unanswered.popleft()
             if err is None:
                 self._fatal_in_a_row = 0
             elif _denied(err) or (err.fatal() and producer is self._producer):
@@ -468,6 +491,7 @@ class ControlWriter:
                     producer.poll(0.1)
                     producer.produce(self.topic, key=key, value=value, partition=self.partition,
                                      on_delivery=done)  # fmt: skip
+                unanswered.append(time.monotonic())
             except KafkaException as e:
                 try:
                     producer.poll(0)  # serve the error callback that says why
@@ -508,6 +532,32 @@ class ControlWriter:
         if self._broken is not None:
             self._replace()
 
+    def waiting_since(self) -> float | None:
+        """When (monotonic s) the oldest record still without a delivery report was queued."""
+        unanswered = self._unanswered
+        return unanswered[0] if unanswered else None
+
+    def renew(self) -> None:
+        """Swap in a fresh producer for one that stopped delivering; its records fail to their
+        callbacks (the member's next record supersedes a member record; a failed assignment is
+        planned again), and a copy that still lands late is refused by replay as stale.
+
+        For an idempotent producer stuck after a broker restart: librdkafka (2.x) can leave
+        the partition in its "drain" state for good, waiting for requests it never sees
+        answered, and it asks the broker nothing more (seen in the chaos runs). Unlike a fatal
+        error's replacement (:meth:`_replace`), this does not count towards failing the
+        writer: the producer did nothing wrong that a new one would repeat."""
+        with self._lock:
+            if self._closed:
+                return
+            old = self._producer
+            self._producer = self._new_producer()
+            self._unanswered = deque()
+            self._broken = None
+            self.renewals += 1
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        old.flush(2.0)  # serves the purged records' callbacks
+
     def _replace(self) -> None:
         """Swap the fatal producer for a new one; its queued records fail to their callbacks."""
         with self._lock:
@@ -523,6 +573,7 @@ class ControlWriter:
             _log.warning("control_writer.replaced", topic=self.topic, error=err.str(),
                          code=err.name(), in_a_row=self._fatal_in_a_row)  # fmt: skip
             self._producer = self._new_producer()
+            self._unanswered = deque()
             self._broken = None
             self.replacements += 1
         # Outside the lock: the purged records' callbacks (they run here, on the owner's

@@ -135,6 +135,8 @@ class Stats:
     catch_up_replayed: int = 0
     #: times the control reader stopped fetching and was renewed (``_watch_reader``)
     reader_renewals: int = 0
+    #: times the control writer stopped delivering and was renewed (``_watch_writer``)
+    writer_renewals: int = 0
 
 
 class Coordinator:
@@ -225,6 +227,8 @@ class Coordinator:
         self._appended = -1
         self._appended_at = 0.0
         self._unread_since: float | None = None
+        #: when the reader last returned a record (monotonic s): see _watch_writer
+        self._read_at = 0.0
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
         self._counting = False  # a background refresh of _counts is under way
@@ -345,6 +349,7 @@ class Coordinator:
     def _replay(self, batch: list) -> None:  # type: ignore[type-arg]
         if not batch:
             return
+        self._read_at = time.monotonic()
         with self.lock:
             for r in batch:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
@@ -411,6 +416,30 @@ class Coordinator:
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
         self._watch_reader()
+        self._watch_writer()
+
+    def _stall_s(self) -> float:
+        """How long a control client may go without doing its job before it is renewed: half
+        a session, at least a second (the member lapses at its session anyway)."""
+        return max(1.0, self.cfg.session_timeout_ms / 2000)
+
+    def _watch_writer(self) -> None:
+        """Renew the control writer when it has stopped delivering: a record queued a session
+        ago (at least 2 s) has no delivery report, and the reader has read since it was queued
+        (so the broker is up: during an outage nothing is read either, and the records wait
+        for the broker, as they should). ControlWriter.renew says when librdkafka does that.
+        A whole session, not half as for the reader: a fresh producer's first record waits for
+        its producer id, so renewing one that is only slow costs more than it saves."""
+        since = self.writer.waiting_since()
+        if since is None or self._read_at <= since:
+            return
+        stalled = time.monotonic() - since
+        if stalled < max(2.0, self.cfg.session_timeout_ms / 1000):
+            return
+        _log.warning("control_writer.stalled", group=self.cfg.group_id, member=self.member_id,
+                     seconds=round(stalled, 1))  # fmt: skip
+        self.writer.renew()
+        self.stats.writer_renewals += 1
 
     def _watch_reader(self) -> None:
         """Renew the control reader when it has stopped fetching: a record of ours has been
@@ -428,9 +457,7 @@ class Coordinator:
             self._unread_since = now
             return
         stalled = now - self._unread_since
-        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or (
-            self._appended_at <= self._unread_since
-        ):
+        if stalled < self._stall_s() or (self._appended_at <= self._unread_since):
             return
         _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
                      position=self.reader.position, appended=self._appended,
