@@ -243,6 +243,36 @@ class Planner:
             return claimed is not None and state.log_time - claimed < self.cover_after_ms
         return True
 
+    def recheck_at(self, state: GroupState) -> int | None:
+        """The earliest log time at which :meth:`plan` may answer otherwise than now with no
+        other change of the group (``GroupData.changes``), or ``None``: never.
+
+        The plan reads the log time only through these conditions, each of which flips once
+        the log time reaches a point set by the state: a member's session ends (who is live,
+        active, a holder, what its records still claim; ``last_seen + session``); a hold runs
+        out (``until``); a member covered by a generation it has not acknowledged starts to lag
+        (``ownership.lag_clock`` + ``rebalance.timeout``); an admission's wait ends (half a
+        session after the newcomer's join, ``cover_after_ms`` after it claimed its share); a
+        reader that missed records knows its holds again (``gap_ts`` + session). A heartbeat
+        that repeats its membership moves only the first of these, and only later."""
+        now = state.log_time
+        session = state.session_timeout_ms
+        due: list[int] = [h.until for h in state.holds]
+        for m in state.members.values():
+            due.append(m.last_seen + session)
+            start = ownership.lag_clock(state, m)
+            if start is not None:
+                due.append(start + state.rebalance_timeout_ms)
+        if state.gap_ts is not None:
+            due.append(state.gap_ts + session)
+        adm = ownership.admission(state)
+        if adm is not None:
+            due.append(state.members[adm[0]].joined_at + session // 2)
+            claimed = ownership.share_claimed_at(state, adm[0])
+            if claimed is not None:
+                due.append(claimed + self.cover_after_ms)
+        return min((t for t in due if t > now), default=None)
+
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""
         return self.plan(state, partition_counts, defer=True).action == DecisionAction.NEED_LAGS
