@@ -18,6 +18,13 @@ the same ones instead of a copy each:
   (:meth:`Node.written`, from the producer's delivery report or the simulated append) or that it
   was never written (:meth:`Node.write_failed`: plan again). Replaying it (or anything after it)
   ends the wait.
+- **An idle leader plans nothing**: the planner's answer that writes nothing holds while no
+  record changed what it reads (``GroupState.changes``: heartbeats that repeat a membership do
+  not count), the partition counts are the same, and the log time has not reached the first
+  point at which one of its time-based conditions may flip (``Planner.recheck_at``: a session
+  end, a hold's end, a member starting to lag, an admission's waits). So a leader's step costs
+  no more than a follower's in a stable group, whatever its size; the scan for tombstones
+  waits alike for the next member to come due.
 - **Rebalance summaries**: a leader follows each rebalance from the first generation it plans
   for a change of the group, through eager phases and cooperative follow-ups, to the plan that
   finds the group stable (``completed``), a new change (``superseded``) or the loss of the lead

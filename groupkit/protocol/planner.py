@@ -1,11 +1,13 @@
 """The leader's planner: from the replayed group state to the next assignment record.
 
-The leader calls :meth:`Planner.plan` after replaying records (it is cheap when nothing
-changed). The planner never writes; it returns a :class:`Decision`, and the runtime produces
-``decision.record`` and waits until that record is replayed (accepted or rejected) before it
-plans again. The group it plans for is the *active* members: live, and not lagging (covered by a
-generation they have not acknowledged for ``rebalance.timeout``; a lagging member gets nothing
-new but keeps what it holds until its record lets go or it expires).
+The leader calls :meth:`Planner.plan` after replaying records, and again only once something
+the plan reads may have changed: a record that changed the group, or a log time the planner
+names (:meth:`Planner.recheck_at`, used by ``Node.plan``). The planner never writes; it
+returns a :class:`Decision`, and the runtime produces ``decision.record`` and waits until that
+record is replayed (accepted or rejected) before it plans again. The group it plans for is
+the *active* members: live, and not lagging (covered by a generation they have not
+acknowledged for ``rebalance.timeout``; a lagging member gets nothing new but keeps what it
+holds until its record lets go or it expires).
 
 A rebalance is needed when the current assignment does not cover exactly the active members
 with their incarnations and subscriptions, or was planned for other partition counts (joins,
@@ -259,6 +261,8 @@ class Planner:
         session = state.session_timeout_ms
         due: list[int] = [h.until for h in state.holds]
         for m in state.members.values():
+            if m.last_seen + session <= now:
+                continue  # expired: only a record of it makes it live, or lag, again
             due.append(m.last_seen + session)
             start = ownership.lag_clock(state, m)
             if start is not None:
