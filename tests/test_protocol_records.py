@@ -664,5 +664,8 @@ def test_a_full_memo_stays_bounded_and_keeps_hitting() -> None:
         memo.put(f"x{i}", i, 16)
         assert len(memo) <= 100 and memo.weight <= 1_600
     assert any(k.startswith("x") for k in memo)  # new keys still make their way in
+    held = next(iter(memo))
+    memo.put(held, -1, 90)  # a key's heavier entry makes room for itself
+    assert memo[held] == -1 and len(memo) <= 100 and memo.weight <= 1_600
     memo.put("big", 0, 1_000)  # more than a sixteenth of the weight: never kept
     assert "big" not in memo and memo.weight == sum(memo._weights.values())

@@ -310,9 +310,9 @@ class _Memo(dict[_K, _V], Generic[_K, _V]):
             self._refused += 1
             if self._refused % self.TURNOVER:
                 return
-            while self and (len(self) >= self.max_entries
-                            or self.weight + weight > self.max_weight):  # fmt: skip
-                self.pop(next(iter(self)))
+        # (a key's new entry may weigh more than its previous one: it makes room too)
+        while self and (len(self) >= self.max_entries or self.weight + weight > self.max_weight):
+            self.pop(next(iter(self)))
         self[key] = value  # (at the end: the entries written longest ago come first)
         self._weights[key] = weight
         self.weight += weight
