@@ -22,9 +22,9 @@ the same ones instead of a copy each:
   record changed what it reads (``GroupState.changes``: heartbeats that repeat a membership do
   not count), the partition counts are the same, and the log time has not reached the first
   point at which one of its time-based conditions may flip (``Planner.recheck_at``: a session
-  end, a hold's end, a member starting to lag, an admission's waits). So a leader's step costs
-  no more than a follower's in a stable group, whatever its size; the scan for tombstones
-  waits alike for the next member to come due.
+  end, a hold's end, a member starting to lag, an admission's waits). The scan for tombstones
+  waits alike for the next member to come due. So leading a stable group adds to a member's
+  step little but the snapshot it writes every half session, whatever the group's size.
 - **Rebalance summaries**: a leader follows each rebalance from the first generation it plans
   for a change of the group, through eager phases and cooperative follow-ups, to the plan that
   finds the group stable (``completed``), a new change (``superseded``) or the loss of the lead
@@ -477,9 +477,8 @@ class Node:
                 break
         if len(self._tombstoned) > 2 * len(st.members) + MAX_TOMBSTONES_PER_STEP:
             self._tombstoned = {i: t for i, t in self._tombstoned.items() if i in st.members}
-        # (after a full scan only: one cut short at the bound has more due now)
-        full = len(out) < MAX_TOMBSTONES_PER_STEP
-        self._tombs_idle = (st, st.changes, next_log, next_now) if full and not out else None
+        # (only after a scan that wrote none: the next one counts the tombstones just written)
+        self._tombs_idle = (st, st.changes, next_log, next_now) if not out else None
         return tuple(out)
 
     # ------------------------------------------------------------------ rebalance summaries
