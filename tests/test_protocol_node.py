@@ -7,10 +7,14 @@ record was already replayed, a failed write, a lapsed session, a node that has l
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+import groupkit.protocol.ownership as ownership
 from groupkit.protocol import GroupState, Member, Node, Planner
 from groupkit.protocol.node import SENT
+from groupkit.protocol.planner import Decision
 from groupkit.protocol.vocab import DecisionAction, RebalanceOutcome
 from groupkit.testing.sim import GroupSim
 
@@ -204,3 +208,74 @@ def test_a_new_change_supersedes_the_rebalance_under_way() -> None:
     outcomes = [(s.first_generation, s.outcome) for s in sim.rebalances]
     assert outcomes[1] == (2, RebalanceOutcome.SUPERSEDED), outcomes
     assert outcomes[-1][1] == RebalanceOutcome.COMPLETED, outcomes
+
+
+def _count_plans(sim: GroupSim) -> list[tuple[int, DecisionAction]]:
+    """Record every call of the group's planner (all nodes share it): (log time, action)."""
+    calls: list[tuple[int, DecisionAction]] = []
+    plan = sim.planner.plan
+
+    def counted(state: GroupState, *args: Any, **kw: Any) -> Decision:
+        d = plan(state, *args, **kw)
+        calls.append((state.log_time, d.action))
+        return d
+
+    sim.planner.plan = counted  # type: ignore[method-assign]
+    return calls
+
+
+def _stable(members: str) -> GroupSim:
+    sim = GroupSim({"t": 6}, protocol="cooperative", assignor="cooperative-sticky",
+                   session_timeout_ms=SESSION, heartbeat_interval_ms=1_000)  # fmt: skip
+    for m in members:
+        sim.join(m)
+    sim.settle()
+    sim.tick(SESSION // sim.tick_ms)
+    assert sim.is_stable()
+    return sim
+
+
+def test_an_idle_leader_plans_only_when_a_session_ends() -> None:
+    """Heartbeats that repeat their memberships change nothing the planner reads but the log
+    time, so the leader's step does not plan again (it steps every tick, 10 a second here)
+    until the log time reaches the first point where the plan may differ: here a crashed
+    member's session end, with no record of the group saying so."""
+    sim = _stable("abc")
+    calls = _count_plans(sim)
+    sim.tick(50)  # 5 s: 50 leader steps, 15 heartbeats
+    assert len(calls) <= 1
+    assert sim.view().leader == "a"
+    sim.crash("c")
+    ends = sim.view().members["c"].last_seen + SESSION
+    calls.clear()
+    while sim.view().log_time < ends:
+        sim.tick()
+    # one recheck at most before (a live member's session end, which its heartbeat moved)
+    assert len([t for t, _ in calls if t < ends]) <= 2
+    sim.tick(2)
+    after = [(t, a) for t, a in calls if t >= ends]
+    # the first plan after it is for the group without c (the simulator runs the assignor
+    # off the node: need_plan, then the write)
+    assert after and after[0][1] in (DecisionAction.NEED_PLAN, DecisionAction.WRITE)
+    sim.settle()
+    assert set(sim.view().members) >= {"a", "b"}
+    assert set(sim.view().assignment.members) == {"a", "b"}  # type: ignore[union-attr]
+
+
+def test_the_plan_that_covers_a_newcomer_waits_its_cover_time_only() -> None:
+    """The cover wait (``Planner.cover_after_ms``) ends with no record of the group: the
+    leader plans when the log time reaches it, not at its next heartbeat's change."""
+    sim = _stable("abc")
+    calls = _count_plans(sim)
+    sim.join("d")
+    claimed = None
+    for _ in range(100):
+        sim.tick()
+        st = sim.view()
+        claimed = claimed or ownership.share_claimed_at(st, "d")
+        if st.assignment is not None and "d" in st.assignment.members:
+            break
+    assert claimed is not None
+    writes = [t for t, a in calls if a in (DecisionAction.NEED_PLAN, DecisionAction.WRITE)]
+    cover = sim.planner.cover_after_ms
+    assert writes and claimed + cover <= writes[0] < claimed + cover + 1_000

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupkit.errors import RecordRejected
-from groupkit.protocol import records
+from groupkit.protocol import codec, records
 from groupkit.protocol.records import (
     MAX_FALLBACK_DETAIL,
     AssignmentKey,
@@ -609,3 +609,63 @@ def test_other_group_key_agrees_with_the_decoded_key(group: str, raw: bytes) -> 
             assert not raw.startswith(len(group.encode()).to_bytes(2, "big") + group.encode(), 2)
         return
     assert skipped == (key.group != group)
+
+
+def test_the_member_memo_keeps_hitting_above_4096_members() -> None:
+    """A group's heartbeats cycle through its members: the memo keeps one entry per member, so
+    it still hits when the group outnumbers the old clear-when-full bound of 4,096 entries, and
+    a member's tombstone drops its entry."""
+    n = 6_000
+
+    def heartbeat(i: int, seq: int) -> tuple[bytes, bytes | None]:
+        return encode(*member_record("g", f"m{i:05d}", incarnation=f"i{i}", seq=seq,
+                                     topics=["t0"], owned=[("t0", i)], acked_generation=3,
+                                     seen_generation=3, joined_at=50, prev_ts=40 + seq,
+                                     client={"host": "h"}))  # fmt: skip
+
+    memo = records._member_memo
+    memo.clear()
+    for i in range(n):
+        decode(*heartbeat(i, 2))
+    stores = memo.stores
+    assert len(memo) == n
+    for seq in (3, 4):
+        for i in range(n):
+            _, v = decode(*heartbeat(i, seq))
+            assert isinstance(v, MemberRecord) and v.seq == seq and v.prev_ts == 40 + seq
+    assert memo.stores == stores  # every heartbeat of the later rounds was a hit
+    assert decode(*heartbeat(7, 9)) == member_record(
+        "g", "m00007", incarnation="i7", seq=9, topics=["t0"], owned=[("t0", 7)],
+        acked_generation=3, seen_generation=3, joined_at=50, prev_ts=49, client={"host": "h"},
+    )  # fmt: skip
+    decode(*encode(*member_tombstone("g", "m00007")))
+    assert len(memo) == n - 1
+    memo.clear()
+
+
+def test_a_full_memo_stays_bounded_and_keeps_hitting() -> None:
+    """More keys than the memo holds, in a cycle (a group larger than it) or never seen
+    again (a writer that invents keys): it stays within its entries and weight, keeps hitting
+    on most of what it holds, and still takes new keys over time."""
+    memo: codec._Memo[str, int] = codec._Memo(max_entries=100, max_weight=1_600)
+    for round_ in range(5):
+        before = memo.stores
+        hits = 0
+        for i in range(300):  # a cycle over 3x what it holds
+            if memo.get(f"k{i}") is not None:
+                hits += 1
+            else:
+                memo.put(f"k{i}", i, 10)
+            assert len(memo) <= 100 and memo.weight <= 1_600
+        if round_:
+            assert hits >= 50  # cleared when full, or FIFO, it would hit nothing
+            assert memo.stores - before <= 300 // memo.TURNOVER + 1
+    for i in range(10_000):  # invented keys, never seen again
+        memo.put(f"x{i}", i, 16)
+        assert len(memo) <= 100 and memo.weight <= 1_600
+    assert any(k.startswith("x") for k in memo)  # new keys still make their way in
+    held = next(iter(memo))
+    memo.put(held, -1, 90)  # a key's heavier entry makes room for itself
+    assert memo[held] == -1 and len(memo) <= 100 and memo.weight <= 1_600
+    memo.put("big", 0, 1_000)  # more than a sixteenth of the weight: never kept
+    assert "big" not in memo and memo.weight == sum(memo._weights.values())

@@ -14,7 +14,7 @@ import re
 import struct
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.ranges import (
@@ -264,12 +264,85 @@ MAX_SNAPSHOT_PARTITIONS = 4 * MAX_PARTITIONS
 _SEQ = re.compile(rb'"seq":(0|[1-9][0-9]*)(?=[,}])')
 _PREV = re.compile(rb'"prev_ts":(0|[1-9][0-9]*)(?=[,}])')
 _NULL_PREV = re.compile(rb'"prev_ts":null(?=[,}])')
-_MEMO_MAX = 4096
-_member_memo: dict[bytes, MemberRecord] = {}
-_key_memo: dict[bytes, RecordKey] = {}
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
-_group_prefixes: dict[str, bytes] = {}
+class _Memo(dict[_K, _V], Generic[_K, _V]):
+    """A memo bounded in entries and in (estimated) bytes, whoever writes the records, whose
+    hits do not stop when more keys cycle through it than it holds.
+
+    A memo cleared when full, or one that evicts its oldest entry for every new one (FIFO,
+    LRU), misses on every record once a group's members outnumber its entries: each
+    heartbeat's entry was evicted since the member's previous one. This one, once full, keeps
+    what it holds and takes one new key in :data:`TURNOVER` (evicting the entries written
+    longest ago): a cycle over more keys than it holds still hits on the ones it holds, and
+    entries nobody writes any more (a member that left, or keys a bad writer invented) still
+    make room over time. Lookups are ``dict.get``: nothing is spent on the hit path."""
+
+    #: once full, one new key in this many is taken
+    TURNOVER = 8
+
+    __slots__ = ("_refused", "_weights", "max_entries", "max_weight", "stores", "weight")
+
+    def __init__(self, max_entries: int, max_weight: int) -> None:
+        super().__init__()
+        self.max_entries = max_entries
+        self.max_weight = max_weight
+        #: the entries' estimated bytes, in all
+        self.weight = 0
+        #: entries written (the misses that decoded whole): for tests and benchmarks
+        self.stores = 0
+        self._weights: dict[_K, int] = {}
+        self._refused = 0
+
+    def put(self, key: _K, value: _V, weight: int) -> None:
+        """Keep ``value`` for ``key`` (replacing the key's entry), if the bounds allow."""
+        if weight > self.max_weight // 16:
+            self.pop(key)  # (one entry never takes more than a sixteenth)
+            return
+        old = self._weights.pop(key, None)
+        if old is not None:
+            del self[key]
+            self.weight -= old
+        elif len(self) >= self.max_entries or self.weight + weight > self.max_weight:
+            self._refused += 1
+            if self._refused % self.TURNOVER:
+                return
+        # (a key's new entry may weigh more than its previous one: it makes room too)
+        while self and (len(self) >= self.max_entries or self.weight + weight > self.max_weight):
+            self.pop(next(iter(self)))
+        self[key] = value  # (at the end: the entries written longest ago come first)
+        self._weights[key] = weight
+        self.weight += weight
+        self.stores += 1
+
+    def pop(self, key: _K, default: Any = None) -> Any:
+        w = self._weights.pop(key, None)
+        if w is not None:
+            self.weight -= w
+        return super().pop(key, default)
+
+    def clear(self) -> None:
+        super().clear()
+        self._weights.clear()
+        self.weight = 0
+
+
+#: Decoded member records, one entry per member key: ``(memo key, record)`` of the key's
+#: newest record that decoded whole. One member's heartbeats replace its entry, so the memo
+#: holds a group's members, not their history, and a group larger than the memo still hits.
+_member_memo: _Memo[MemberKey, tuple[bytes, MemberRecord]] = _Memo(1 << 16, 128 << 20)
+#: Parsed keys by their bytes
+_key_memo: _Memo[bytes, RecordKey] = _Memo(1 << 16, 32 << 20)
+#: What an entry of ``_member_memo`` is estimated to hold besides its memo key, per partition
+#: in its record
+_PARTITION_WEIGHT = 100
+_ENTRY_WEIGHT = 1024
+
+
+_group_prefixes: _Memo[str, bytes] = _Memo(4096, 4 << 20)
 
 
 def other_group_key(raw: bytes | None, group: str) -> bool:
@@ -287,9 +360,7 @@ def other_group_key(raw: bytes | None, group: str) -> bool:
     if prefix is None:
         g = group.encode()
         prefix = struct.pack(">H", len(g)) + g
-        if len(_group_prefixes) >= _MEMO_MAX:
-            _group_prefixes.clear()
-        _group_prefixes[group] = prefix
+        _group_prefixes.put(group, prefix, len(prefix))
     return (
         type(raw) is bytes
         and len(raw) >= 4
@@ -305,9 +376,7 @@ def decode_key(raw: bytes | None) -> RecordKey:
         if known is not None:
             return known
         key = _decode_key(raw)
-        if len(_key_memo) >= _MEMO_MAX:
-            _key_memo.clear()
-        _key_memo[raw] = key
+        _key_memo.put(raw, key, len(raw) + _ENTRY_WEIGHT // 4)
         return key
     return _decode_key(raw)
 
@@ -367,6 +436,11 @@ def decode(
 ) -> tuple[RecordKey, RecordValue]:
     """Decode a whole record; raises only :class:`RecordRejected`."""
     key = decode_key(raw_key)
+    if raw_value is None and isinstance(key, MemberKey):
+        # a member's tombstone: its entries are of no more use (a return decodes anew)
+        _member_memo.pop(key)
+        if type(raw_key) is bytes:
+            _key_memo.pop(raw_key)
     return key, decode_value(key, raw_value, verifier)
 
 
@@ -422,9 +496,9 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
             ends = [0] + [e for _, e in cuts]
             starts = [a for a, _ in cuts] + [len(payload)]
             memo_key = b"".join(payload[a:b] for a, b in zip(ends, starts, strict=True))
-            known = _member_memo.get(memo_key)
-            if known is not None:
-                k = known  # (dataclasses.replace costs more than the rest of a hit)
+            known = _member_memo.get(key)
+            if known is not None and known[0] == memo_key:
+                k = known[1]  # (dataclasses.replace costs more than the rest of a hit)
                 prev = int(p.group(1)) if p is not None else None
                 _check_prev_ts(prev, k.joined_at)
                 return MemberRecord(k.incarnation, int(m.group(1)), k.topics, k.owned,
@@ -447,9 +521,9 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if isinstance(key, MemberKey):
         record = _member_from(doc)
         if memo_key is not None:
-            if len(_member_memo) >= _MEMO_MAX:
-                _member_memo.clear()
-            _member_memo[memo_key] = record
+            held = len(record.owned) + len(record.committed) + len(record.reset_done)
+            weight = len(memo_key) + _ENTRY_WEIGHT + _PARTITION_WEIGHT * held
+            _member_memo.put(key, (memo_key, record), weight)
         return record
     if isinstance(key, SnapshotKey):
         return _snapshot_from(key, doc)

@@ -203,6 +203,12 @@ class GroupData:
     #: offset of the newest reset record accepted (kept when the group empties): a reset
     #: based on an older log is a copy of an old one
     reset_floor: int = -1
+    #: counts the replays that may have changed what the leader's planning reads, but for the
+    #: log time alone: every record of the group but a heartbeat that repeats its member's
+    #: state (only its ``seq`` and ``last_seen`` move), and every expiry, election and gap.
+    #: What the log time alone changes, the planner reports by when (``Planner.recheck_at``):
+    #: a leader whose count and that time are unchanged need not plan again (``Node.plan``).
+    changes: int = field(default=0, repr=False, compare=False)
 
     # ------------------------------------------------------------------ queries
 

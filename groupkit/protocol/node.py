@@ -18,6 +18,13 @@ the same ones instead of a copy each:
   (:meth:`Node.written`, from the producer's delivery report or the simulated append) or that it
   was never written (:meth:`Node.write_failed`: plan again). Replaying it (or anything after it)
   ends the wait.
+- **An idle leader plans nothing**: the planner's answer that writes nothing holds while no
+  record changed what it reads (``GroupState.changes``: heartbeats that repeat a membership do
+  not count), the partition counts are the same, and the log time has not reached the first
+  point at which one of its time-based conditions may flip (``Planner.recheck_at``: a session
+  end, a hold's end, a member starting to lag, an admission's waits). The scan for tombstones
+  waits alike for the next member to come due. So leading a stable group adds to a member's
+  step little but the snapshot it writes every half session, whatever the group's size.
 - **Rebalance summaries**: a leader follows each rebalance from the first generation it plans
   for a change of the group, through eager phases and cooperative follow-ups, to the plan that
   finds the group stable (``completed``), a new change (``superseded``) or the loss of the lead
@@ -102,6 +109,19 @@ class _Rebalance:
     generation: int = 0
     generations: int = 0
     revoked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Idle:
+    """The planner's answer that wrote nothing, and what it was made from (``Node._unchanged``)."""
+
+    state: GroupState
+    changes: int
+    #: ``Planner.recheck_at``: the log time from which it may answer otherwise
+    until: int | None
+    planner: Planner
+    counts: dict[str, int]
+    decision: Decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +223,11 @@ class Node:
         self._tombstoned: dict[str, int] = {}
         #: the rebalance this node leads, while one is under way
         self._rebalance: _Rebalance | None = None
+        #: the planner's last answer that writes nothing, while it holds (:meth:`_unchanged`)
+        self._idle: _Idle | None = None
+        #: when :meth:`tombstones_due` may find one due next (state, its changes, log time,
+        #: our clock), while none is
+        self._tombs_idle: tuple[GroupState, int, int | None, int | None] | None = None
 
     @property
     def member_id(self) -> str:
@@ -305,9 +330,12 @@ class Node:
         if not self.ready(now_ms):
             return None
         outcome, self._outcome = self._outcome, None  # used now, or stale for good
-        d = self.planner.plan(
-            self.state, partition_counts, lags, planned=outcome, defer=self.defer_plans
-        )
+        d = self._unchanged(partition_counts) if outcome is None else None
+        if d is None:
+            d = self.planner.plan(
+                self.state, partition_counts, lags, planned=outcome, defer=self.defer_plans
+            )
+            self._idle = self._remember(d, partition_counts)
         if d.action == DecisionAction.NEED_PLAN:
             self.planning = d.request
         elif d.action == DecisionAction.WRITE:
@@ -321,6 +349,33 @@ class Node:
         ):
             return Lead(d, rebalance_done=self._finish(now_ms, RebalanceOutcome.COMPLETED))
         return Lead(d)
+
+    def _unchanged(self, partition_counts: Mapping[str, int]) -> Decision | None:
+        """The planner's last answer, if it writes nothing and must still be its answer.
+
+        The planner is a function of the state, the partition counts, and (only for a plan
+        it makes) lags and a plan's outcome. It reads the log time only through conditions
+        that flip at a time it reports (``Planner.recheck_at``). So while no replay changed
+        what it reads (``GroupData.changes``), the counts are the same and the log time has
+        not reached that time, it answers as it did: an idle leader's step plans nothing."""
+        idle, st = self._idle, self.state
+        if (
+            idle is None
+            or idle.state is not st
+            or idle.changes != st.changes
+            or (idle.until is not None and st.log_time >= idle.until)
+            or idle.planner is not self.planner
+            or idle.counts != partition_counts
+        ):
+            return None
+        return idle.decision
+
+    def _remember(self, d: Decision, partition_counts: Mapping[str, int]) -> _Idle | None:
+        if d.action not in (DecisionAction.NONE, DecisionAction.WAIT):
+            return None  # a write, a plan to make or lags to fetch: acted on, not repeated
+        st = self.state
+        until = self.planner.recheck_at(st)
+        return _Idle(st, st.changes, until, self.planner, dict(partition_counts), d)
 
     def step(
         self,
@@ -389,14 +444,32 @@ class Node:
         st = self.state
         if self.left or not self.is_leader(now_ms):
             return ()
+        idle = self._tombs_idle
+        if (
+            idle is not None
+            and idle[0] is st
+            and idle[1] == st.changes
+            and (idle[2] is None or st.log_time < idle[2])
+            and (idle[3] is None or now_ms < idle[3])
+        ):
+            # None is due before then: no record since changed the members but for heartbeats
+            # that repeat a membership, which only make its tombstone due later
+            return ()
         session = self.member.session_timeout_ms
-        cutoff = st.log_time - FORGET_AFTER_SESSIONS * session
+        forget = FORGET_AFTER_SESSIONS * session
+        cutoff = st.log_time - forget
         out: list[tuple[bytes, bytes | None]] = []
+        next_log: int | None = None  # the log time the next member's tombstone is due at
+        next_now: int | None = None  # our clock's time a tombstone we wrote is due again at
         for mid, m in st.members.items():
             if m.last_seen > cutoff or mid == self.member_id:
+                if mid != self.member_id and (next_log is None or m.last_seen + forget < next_log):
+                    next_log = m.last_seen + forget
                 continue
             sent = self._tombstoned.get(mid)
             if sent is not None and now_ms - sent < session:
+                if next_now is None or sent + session < next_now:
+                    next_now = sent + session
                 continue
             self._tombstoned[mid] = now_ms
             out.append(encode(*member_tombstone(st.group, mid)))
@@ -404,6 +477,8 @@ class Node:
                 break
         if len(self._tombstoned) > 2 * len(st.members) + MAX_TOMBSTONES_PER_STEP:
             self._tombstoned = {i: t for i, t in self._tombstoned.items() if i in st.members}
+        # (only after a scan that wrote none: the next one counts the tombstones just written)
+        self._tombs_idle = (st, st.changes, next_log, next_now) if not out else None
         return tuple(out)
 
     # ------------------------------------------------------------------ rebalance summaries

@@ -12,7 +12,7 @@ and the runtime call them to decide what to take, grant or report.
   :func:`admission_handoffs` (a newcomer's share), :func:`inheritance_handoffs` (a leaver's);
 - admission and inheritance: :func:`admission`, :func:`admits_join`, :func:`admitted_away`,
   :func:`inherited`, :func:`share_claimed_at`;
-- who the leader plans for: :func:`is_lagging`, :func:`is_newcomer_ready`;
+- who the leader plans for: :func:`is_lagging` (:func:`lag_clock`), :func:`is_newcomer_ready`;
 - offsets: :func:`hints_for`, :func:`reset_waiting`.
 
 They change nothing that is the group's: their only writes go to the state's lazy indexes (built
@@ -435,11 +435,19 @@ def is_lagging(state: GroupData, member_id: str) -> bool:
         return False
     if not m.ready and not is_newcomer_ready(state, member_id):
         return True
+    start = lag_clock(state, m)
+    return start is not None and state.log_time - start >= state.rebalance_timeout_ms
+
+
+def lag_clock(state: GroupData, m: MemberState) -> int | None:
+    """Log time from which ``m`` has had to acknowledge the oldest generation that covers it
+    and that it has not acknowledged (:func:`is_lagging`: it lags ``rebalance.timeout``
+    later), or ``None`` when it acknowledged every one."""
     for g in range(max(m.acked_generation + 1, m.since_generation), state.generation + 1):
         a = state.generations.get(g)
         if a is None:
             continue
-        c = a.members.get(member_id)
+        c = a.members.get(m.member_id)
         if m.named_by(c):
             start = state.generation_time[g]
             if m.process is not None and m.process != m.incarnation:
@@ -447,8 +455,8 @@ def is_lagging(state: GroupData, member_id: str) -> bool:
                 # have to wait for the hold on what the process it replaced may still run
                 # (a session at most from the takeover) before it can take its grant.
                 start = max(start, m.process_since + state.session_timeout_ms)
-            return state.log_time - start >= state.rebalance_timeout_ms
-    return False
+            return start
+    return None
 
 
 def hints_for(

@@ -1,11 +1,13 @@
 """The leader's planner: from the replayed group state to the next assignment record.
 
-The leader calls :meth:`Planner.plan` after replaying records (it is cheap when nothing
-changed). The planner never writes; it returns a :class:`Decision`, and the runtime produces
-``decision.record`` and waits until that record is replayed (accepted or rejected) before it
-plans again. The group it plans for is the *active* members: live, and not lagging (covered by a
-generation they have not acknowledged for ``rebalance.timeout``; a lagging member gets nothing
-new but keeps what it holds until its record lets go or it expires).
+The leader calls :meth:`Planner.plan` after replaying records, and again only once something
+the plan reads may have changed: a record that changed the group, or a log time the planner
+names (:meth:`Planner.recheck_at`, used by ``Node.plan``). The planner never writes; it
+returns a :class:`Decision`, and the runtime produces ``decision.record`` and waits until that
+record is replayed (accepted or rejected) before it plans again. The group it plans for is
+the *active* members: live, and not lagging (covered by a generation they have not
+acknowledged for ``rebalance.timeout``; a lagging member gets nothing new but keeps what it
+holds until its record lets go or it expires).
 
 A rebalance is needed when the current assignment does not cover exactly the active members
 with their incarnations and subscriptions, or was planned for other partition counts (joins,
@@ -242,6 +244,38 @@ class Planner:
             claimed = ownership.share_claimed_at(state, mid)
             return claimed is not None and state.log_time - claimed < self.cover_after_ms
         return True
+
+    def recheck_at(self, state: GroupState) -> int | None:
+        """The earliest log time at which :meth:`plan` may answer otherwise than now with no
+        other change of the group (``GroupData.changes``), or ``None``: never.
+
+        The plan reads the log time only through these conditions, each of which flips once
+        the log time reaches a point set by the state: a member's session ends (who is live,
+        active, a holder, what its records still claim; ``last_seen + session``); a hold runs
+        out (``until``); a member covered by a generation it has not acknowledged starts to lag
+        (``ownership.lag_clock`` + ``rebalance.timeout``); an admission's wait ends (half a
+        session after the newcomer's join, ``cover_after_ms`` after it claimed its share); a
+        reader that missed records knows its holds again (``gap_ts`` + session). A heartbeat
+        that repeats its membership moves only the first of these, and only later."""
+        now = state.log_time
+        session = state.session_timeout_ms
+        due: list[int] = [h.until for h in state.holds]
+        for m in state.members.values():
+            if m.last_seen + session <= now:
+                continue  # expired: only a record of it makes it live, or lag, again
+            due.append(m.last_seen + session)
+            start = ownership.lag_clock(state, m)
+            if start is not None:
+                due.append(start + state.rebalance_timeout_ms)
+        if state.gap_ts is not None:
+            due.append(state.gap_ts + session)
+        adm = ownership.admission(state)
+        if adm is not None:
+            due.append(state.members[adm[0]].joined_at + session // 2)
+            claimed = ownership.share_claimed_at(state, adm[0])
+            if claimed is not None:
+                due.append(claimed + self.cover_after_ms)
+        return min((t for t in due if t > now), default=None)
 
     def needs_lags(self, state: GroupState, partition_counts: Mapping[str, int]) -> bool:
         """Whether :meth:`plan` would run a lag-aware assignor now (fetch lags first)."""

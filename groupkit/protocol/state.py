@@ -27,7 +27,8 @@ Who may hold what is derived in :mod:`~groupkit.protocol.ownership`; snapshot co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import RecordRejected
@@ -157,6 +158,7 @@ class GroupState(GroupData):
             )
         if offset != self.offset + 1:
             self.gap_ts = timestamp_ms
+            self.changes += 1
         self.offset = offset
         # Every record moves the clock, even one then rejected: the broker wrote its
         # timestamp, not the sender.
@@ -178,9 +180,11 @@ class GroupState(GroupData):
         try:
             if isinstance(k, MemberKey):
                 if v is None:
+                    self.changes += 1
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
-                return self._apply_member(offset, k, v, timestamp_ms)
+                return self._apply_member(offset, k, v, timestamp_ms)  # (counts its changes)
+            self.changes += 1
             if isinstance(k, ResetKey):
                 assert isinstance(v, ResetRecord)
                 return self._apply_reset(offset, k, v)
@@ -204,6 +208,7 @@ class GroupState(GroupData):
         self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False
     ) -> Replayed:
         self.rejections[reason] += 1
+        self.changes += 1  # (a rejected record may have changed the state before its check)
         if clobbers:
             self.assignment_clobbered = self.assignment is not None
         return Replayed(offset, ReplayKind.REJECTED, key, reason, detail)
@@ -211,6 +216,7 @@ class GroupState(GroupData):
     def _expire(self) -> None:
         """Re-elect if the leader expired; forget holds whose time has passed."""
         if self.leader is not None and not self.is_live(self.leader):
+            self.changes += 1
             self._elect()
             if self.leader is None:
                 # An empty group forgets its hints and its reset: the committed offsets of a
@@ -220,6 +226,7 @@ class GroupState(GroupData):
                 self.offset_hints.clear()
                 self.reset = None
         if self.holds and any(h.until <= self.log_time for h in self.holds):
+            self.changes += 1
             self.holds = [h for h in self.holds if h.until > self.log_time]
 
     def _elect(self) -> None:
@@ -242,6 +249,7 @@ class GroupState(GroupData):
             if v.seat_ts is not None and ts - v.seat_ts < self.session_timeout_ms:
                 # A new process's join that saw its seat live: it takes the seat over (the
                 # record decides, so a reader that never saw the seat decides alike).
+                self.changes += 1
                 return self._take_seat(offset, k, v, ts, old if live else None)
             if old is not None and live and old.instance_id is not None \
                     and old.proc != v.incarnation and v.seq > 1:  # fmt: skip
@@ -251,6 +259,9 @@ class GroupState(GroupData):
                     f"process {v.incarnation} was replaced by {old.proc}",
                 )
         same = old is not None and old.proc == v.incarnation
+        leader, share_claimed = self.leader, self.share_claimed.get(mid)
+        #: a heartbeat that repeats the membership: only its seq and last_seen move
+        repeat = False
         # Decided by the record alone, so every reader decides alike whatever compaction left
         # it of the member's earlier records.
         continues = (
@@ -290,6 +301,8 @@ class GroupState(GroupData):
                 m.process_since = old.process_since
             m.admitted_in = v.admitted_in  # an echo, like joined_at (docs/protocol.md, "Admission")
             new_membership = False
+            # (a first record's seq of 1 is read by ownership.is_newcomer_ready)
+            repeat = old.seq != 1 and _repeats(old, m)
         else:
             if v.seen_generation > self.generation and old is not None:
                 raise RecordRejected(RejectReason.FUTURE_GENERATION, f"{v.seen_generation}")
@@ -354,6 +367,7 @@ class GroupState(GroupData):
         elif self.share_claimed:
             self.share_claimed.pop(mid, None)
         if v.leaving:
+            self.changes += 1
             # The leave's last record: the tombstone that follows it (another produce request,
             # which a reader may see later) takes effect right here, so nobody plans for the
             # member in between. A leader that read this record alone would see a member that
@@ -375,6 +389,8 @@ class GroupState(GroupData):
             lead = self.members[self.leader]
             if (m.joined_at, mid) < (lead.joined_at, self.leader):
                 self.leader = mid
+        if not repeat or self.leader != leader or self.share_claimed.get(mid) != share_claimed:
+            self.changes += 1
         return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
 
     def _hold(self, old: MemberState) -> None:
@@ -614,6 +630,18 @@ class GroupState(GroupData):
             for p in [p for p in self.offset_hints if p in rs.offsets and p not in rs.settled]:
                 del self.offset_hints[p]
                 self.hints_ignored["reset_pending"] += 1
+
+
+#: What a membership is but for the time and number of its latest record (``_repeats``)
+_MEMBERSHIP = attrgetter(
+    *(f.name for f in fields(MemberState) if f.name not in ("seq", "last_seen"))
+)
+
+
+def _repeats(old: MemberState, new: MemberState) -> bool:
+    """Whether ``new`` is ``old`` but for its ``seq`` and ``last_seen``: its record was a
+    heartbeat that changed nothing but the time the membership lasts to (``GroupData.changes``)."""
+    return bool(_MEMBERSHIP(old) == _MEMBERSHIP(new))
 
 
 def _is_assignment(key: bytes | None) -> bool:
