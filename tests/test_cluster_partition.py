@@ -209,3 +209,54 @@ def test_a_lapsed_member_lets_go_only_once_its_poll_stopped(
         a.close()
         b.close()
         delete_topics(admin, [topic, conf["groupkit.control.topic"]])
+
+
+def test_a_writer_whose_records_go_unanswered_while_the_log_moves_is_renewed(
+    cluster: KafkaBackend, proxy: FaultProxy
+) -> None:
+    """A member whose control writer gets no answer while its reader reads the group (after a
+    broker restart librdkafka's idempotent producer can wait so for good) swaps in a fresh
+    producer a session later, and writes again once the broker answers it. The proxy holds
+    the writer's traffic here; the other member's heartbeats keep the log moving."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    topic = unique_name("data")
+    create_topic(admin, topic, 2, replication_factor=-1)
+    conf: dict[str, Any] = {
+        "group.id": unique_name("g"),
+        "session.timeout.ms": 3000,
+        "heartbeat.interval.ms": 300,
+        "groupkit.control.topic": unique_name("ctl"),
+    }
+    a = GroupConsumer({**conf, "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"})
+    b = GroupConsumer({**conf, "bootstrap.servers": lc.bootstrap})
+    try:
+        a.subscribe([topic])
+        b.subscribe([topic])
+
+        def both_own() -> bool:
+            a.poll(0.02)
+            b.poll(0.02)
+            return len(a.assignment()) + len(b.assignment()) == 2 and bool(a.assignment())
+
+        wait_for(both_own, 60, "a and b to share the partitions", step=0)
+        coordinator = a.coordinator
+        assert coordinator is not None
+        cut = proxy.cut("both", cut_pattern("read-not-write", "a0"))
+        try:
+
+            def renewed() -> bool:
+                a.poll(0.02)
+                b.poll(0.02)
+                return coordinator.stats.writer_renewals >= 1
+
+            wait_for(renewed, 30, "a's writer to be renewed", step=0)
+        finally:
+            proxy.heal(cut)
+        written = coordinator.stats.records_written
+        wait_for(lambda: both_own() and coordinator.stats.records_written > written, 60,
+                 "a to write again and own its share", step=0)  # fmt: skip
+    finally:
+        a.close()
+        b.close()
+        delete_topics(admin, [topic, conf["groupkit.control.topic"]])
