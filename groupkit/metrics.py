@@ -36,10 +36,12 @@ Time lag (``groupkit_consumergroup_lag_seconds``, kafka-lag-exporter's ``…_gro
 is the age of each owned partition's first unconsumed record (runtime/lag.py). The scrape that
 asks for the offsets also reads, with a short-lived consumer of the probe's, the timestamp of
 each record at a committed offset it has not dated yet: a timestamp is kept until the commit
-moves, so a partition costs one read per commit move, not per scrape. What that read does not
-answer within :data:`~groupkit.runtime.lag.TIME_LAG_READ_TIMEOUT_S` is interpolated from the
-(end offset, time) samples of earlier scrapes. A partition whose time lag is unknown (empty, or
-its record undated) has no series; the member's maximum is over the partitions that have one.
+moves, so a partition costs one read per commit move, not per scrape, and at most one per
+:data:`~groupkit.runtime.lag.TIME_LAG_REREAD_S` where earlier scrapes' (end offset, time)
+samples can interpolate in between (and have been seen to agree with a read). What a read
+does not answer within :data:`~groupkit.runtime.lag.TIME_LAG_READ_TIMEOUT_S` is interpolated
+too. A partition whose time lag is unknown (empty, or its record undated) has no series; the
+member's maximum is over the partitions that have one.
 
 The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
 panels against it and the metrics tests check a live scrape against it.

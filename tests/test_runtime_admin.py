@@ -241,6 +241,46 @@ def test_time_lag_is_the_age_of_the_first_unconsumed_record(
     # the timestamp is kept per committed offset: no read needed while the commit stays
     again = reader.time_lag(offsets, read=False)
     assert again[tps[0]] is not None and again[tps[0]] >= lag0
+    # A reader that re-reads rarely still reads where its samples cannot date the record:
+    # the commit moved to record 5, and one sample of the end (10) dates nothing.
+    rare = TimeLagReader({"bootstrap.servers": bootstrap}, reread_s=3600)
+    assert rare.time_lag(offsets)[tps[0]] == pytest.approx(lag0, abs=1.0)
+    moved = GroupOffsets(offsets.end, {**offsets.committed, tps[0]: 5}, {**offsets.lag, tps[0]: 5})
+    before = time.time()
+    lag5 = rare.time_lag(moved)[tps[0]]
+    after = time.time()
+    assert lag5 is not None
+    assert before - (base + 5000) / 1000 - 1 <= lag5 <= after - (base + 5000) / 1000 + 1
+
+
+def test_time_lag_rereads_rarely_where_interpolation_agreed_with_a_read(
+    bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    """A reader that may re-read every hour trusts interpolation for a partition once it dated
+    a read record within a second of its timestamp; until then, and for another reader that
+    may re-read at once, the record is read."""
+    topic = topic_factory(partitions=1, config={"message.timestamp.type": "CreateTime"})
+    tp = TopicPartition(topic, 0)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    rare = TimeLagReader({"bootstrap.servers": bootstrap}, reread_s=3600)
+    often = TimeLagReader({"bootstrap.servers": bootstrap})
+
+    def step(n: int, committed: int, timestamp: int = 0) -> dict[str, float | None]:
+        for _ in range(n):
+            producer.produce(topic, b"v", partition=0, timestamp=timestamp)
+        assert producer.flush(30) == 0
+        end = read_offsets(admin, unique_name("g"), [tp]).end[tp]
+        offsets = GroupOffsets({tp: end}, {tp: committed}, {tp: end - committed})
+        return {"rare": rare.time_lag(offsets)[tp], "often": often.time_lag(offsets)[tp]}
+
+    step(5, 0)  # read: no samples yet to interpolate with
+    time.sleep(0.2)
+    step(5, 6)  # read again (not trusted yet); interpolation dates record 6 within the 0.2 s
+    # Records backdated a minute: the trusting reader interpolates their append time, the
+    # other reads their CreateTime.
+    got = step(5, 12, timestamp=int(time.time() * 1000) - 60_000)
+    assert got["rare"] is not None and got["rare"] < 1.0
+    assert got["often"] == pytest.approx(60.0, abs=1.0)
 
 
 def test_time_lag_rules_and_interpolation() -> None:

@@ -213,6 +213,11 @@ def fetch_lags(
 
 #: how long a direct read of the unconsumed records may take before interpolation answers
 TIME_LAG_READ_TIMEOUT_S = 2.0
+#: a scrape reads a partition's record again at most this often, where interpolation is
+#: trusted for it (:class:`TimeLagReader`); interpolates in between
+TIME_LAG_REREAD_S = 5.0
+#: interpolation is trusted for a partition once it dated a record read there this closely
+TIME_LAG_TRUST_MS = 1000
 #: (end offset, time) samples kept per partition for interpolation
 TIME_LAG_SAMPLES = 64
 
@@ -233,22 +238,25 @@ def record_timestamps(
     if not offsets:
         return {}
     conf = {k: v for k, v in settings.items() if k != "error_cb"}
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "groupkit-timelag",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            # an offset below the log start: the oldest record retained is the oldest unread
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            # fetch little ahead: one record of each partition is all that is wanted
-            "queued.min.messages": 1,
-            "fetch.max.bytes": 1024 * 1024,
-            "max.partition.fetch.bytes": 64 * 1024,
-            "log_level": 0,
-        }
-    )
+    try:
+        consumer = Consumer(
+            {
+                **conf,
+                "group.id": "groupkit-timelag",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                # an offset below the log start: the oldest record retained is the oldest unread
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                # Fetch as little as the broker allows: it still returns each partition's first
+                # batch whole (KIP-74), and one record of it is all that is wanted.
+                "queued.min.messages": 1,
+                "max.partition.fetch.bytes": 1024,
+                "log_level": 0,
+            }
+        )
+    except KafkaException as e:
+        raise BrokerError(f"could not read record timestamps: {e}") from e
     out: dict[TopicPartition, int | None] = {}
     pending = set(offsets)
     try:
@@ -321,15 +329,29 @@ class TimeLagReader:
 
     Keeps, across calls, the timestamp of each partition's first unconsumed record (one read
     per move of its committed offset) and the (end offset, time) samples that interpolation
-    needs. Safe to call from several threads; a call reading records holds the others.
+    needs. With ``reread_s``, a partition read less than that long ago is interpolated instead
+    of read again, so a caller asked often (a scrape) pays one read per partition per
+    ``reread_s`` at most. Only where interpolation is trusted, though: where the samples cover
+    the offset, and the partition's last read record was dated by interpolation within
+    :data:`TIME_LAG_TRUST_MS` of its own timestamp. A producer that sets CreateTimes far from
+    the append time (a mirror, a replay) never earns that trust, and is always read. Safe to
+    call from several threads; a call reading records holds the others.
     """
 
     def __init__(
-        self, settings: Mapping[str, Any], read_timeout: float = TIME_LAG_READ_TIMEOUT_S
+        self,
+        settings: Mapping[str, Any],
+        read_timeout: float = TIME_LAG_READ_TIMEOUT_S,
+        reread_s: float = 0.0,
     ) -> None:
         self._settings = dict(settings)
         self._timeout = read_timeout
+        self._reread_s = reread_s
         self._lock = threading.Lock()
+        #: partition -> when it was last read (monotonic s)
+        self._read_at: dict[TopicPartition, float] = {}
+        #: partitions whose last read record interpolation dated within TIME_LAG_TRUST_MS
+        self._trusted: set[TopicPartition] = set()
         #: partition -> (offset, timestamp of the first record at or after it)
         self._dated: dict[TopicPartition, tuple[int, int | None]] = {}
         self._samples: dict[TopicPartition, _EndSamples] = {}
@@ -355,6 +377,17 @@ class TimeLagReader:
                 and offsets.end.get(tp, 0) > 0
                 and self._dated.get(tp, (-1, None))[0] != o
             }
+            if self._reread_s > 0:
+                mono = time.monotonic()
+                todo = {
+                    tp: o
+                    for tp, o in todo.items()
+                    if tp not in self._trusted
+                    or mono - self._read_at.get(tp, -self._reread_s) >= self._reread_s
+                    or self._samples[tp].time_of(o) is None
+                }
+                if read:
+                    self._read_at.update(dict.fromkeys(todo, mono))
             if read and todo:
                 try:
                     got = record_timestamps(self._settings, todo, self._timeout)
@@ -362,6 +395,12 @@ class TimeLagReader:
                     got = {}  # interpolated below
                 for tp, read_ts in got.items():
                     self._dated[tp] = (todo[tp], read_ts)
+                    guess = self._samples[tp].time_of(todo[tp])
+                    if (read_ts is not None and guess is not None
+                            and abs(guess - read_ts) <= TIME_LAG_TRUST_MS):  # fmt: skip
+                        self._trusted.add(tp)
+                    else:
+                        self._trusted.discard(tp)
             out: dict[TopicPartition, float | None] = {}
             for tp, lag in offsets.lag.items():
                 first = firsts[tp]
@@ -378,6 +417,7 @@ class TimeLagReader:
         """Drop what is kept of partitions not in ``keep`` (no longer owned)."""
         kept = set(keep)
         with self._lock:
-            for d in (self._dated, self._samples):
-                for tp in [tp for tp in d if tp not in kept]:
-                    del d[tp]
+            self._dated = {tp: v for tp, v in self._dated.items() if tp in kept}
+            self._samples = {tp: v for tp, v in self._samples.items() if tp in kept}
+            self._read_at = {tp: v for tp, v in self._read_at.items() if tp in kept}
+            self._trusted &= kept

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.lag import GroupOffsets, TimeLagReader, read_offsets
+from groupkit.runtime.lag import TIME_LAG_REREAD_S, GroupOffsets, TimeLagReader, read_offsets
 from groupkit.types import TopicPartition
 
 __all__ = ["GroupOffsets", "MemberProbe", "MemberStatus"]
@@ -141,13 +141,16 @@ class MemberProbe:
         """Time lag (s) of the partitions of ``offsets`` (:meth:`read_offsets`' answer): the
         age of each one's first unconsumed record, ``None`` where unknown; ``None`` once the
         consumer is closed. Reads those records' timestamps with a short-lived consumer of its
-        own (once per move of a committed offset, ``read``), else interpolates
-        (:class:`~groupkit.runtime.lag.TimeLagReader`)."""
+        own (once per move of a committed offset, ``read``, and at most every
+        :data:`~groupkit.runtime.lag.TIME_LAG_REREAD_S` per partition where interpolation can
+        answer instead: :class:`~groupkit.runtime.lag.TimeLagReader`)."""
         if self._admin() is None:
             return None
         reader = self._time_lag
         if reader is None:
-            reader = self._time_lag = TimeLagReader(self._cfg.client_config("timelag"))
+            reader = self._time_lag = TimeLagReader(
+                self._cfg.client_config("timelag"), reread_s=TIME_LAG_REREAD_S
+            )
         reader.forget(offsets.lag)
         return reader.time_lag(offsets, read=read)
 
