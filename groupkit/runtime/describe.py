@@ -145,7 +145,7 @@ def describe_group(
                 "current_offset": cur,
                 "log_end_offset": end.get(tp),
                 "lag": (end[tp] - cur if cur is not None and tp in end else None),
-                "time_lag": _seconds(time_lags.get(tp)),
+                "time_lag": time_lags.get(tp),
                 "consumer_id": mid,
                 "host": _client(m, "host") if m is not None else None,
                 "client_id": _client(m, "client.id") if m is not None else None,
@@ -178,8 +178,8 @@ def describe_group(
                 "lag": sum(lags.get(tp, 0) for tp in mine),
                 "partition_lag": {str(tp): lags.get(tp, 0) for tp in mine},
                 # the oldest unconsumed record of its partitions (those whose age is known)
-                "time_lag": _seconds(
-                    max((s for tp in mine if (s := time_lags.get(tp)) is not None), default=None)
+                "time_lag": max(
+                    (s for tp in mine if (s := time_lags.get(tp)) is not None), default=None
                 ),
             }
         )
@@ -213,10 +213,6 @@ def describe_group(
         "total_lag": sum(lags.values()),
         "rejected": dict(sorted(state.rejections.items())),
     }
-
-
-def _seconds(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
 
 
 def _pending_reset(state: GroupState) -> dict[str, Any] | None:

@@ -287,8 +287,8 @@ def record_timestamps(
 
 
 def time_lag_of(lag: int, end: int, ts_ms: int | None, now_ms: int) -> float | None:
-    """Time lag in seconds of a partition whose first unconsumed record has timestamp
-    ``ts_ms``; ``None`` when unknown (see the module docstring)."""
+    """Time lag in seconds (to the millisecond) of a partition whose first unconsumed record
+    has timestamp ``ts_ms``; ``None`` when unknown (see the module docstring)."""
     if end <= 0:
         return None  # nothing ever written: no record to date
     if lag == 0:

@@ -339,10 +339,6 @@ def decode(raw: bytes | str | None) -> Telemetry:
     )
 
 
-def _seconds(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
-
-
 def member_rates(
     prev: Mapping[TopicPartition, tuple[str | None, int | None]],
     cur: Mapping[TopicPartition, tuple[str | None, int | None]],
@@ -559,7 +555,7 @@ class TelemetryPublisher(GroupObserver):
                 committed=tuple(committed.get(TopicPartition(t, p)) for p in range(n)),
                 lag=tuple(lag.get(TopicPartition(t, p), 0) for p in range(n)),
                 owner=tuple(c.owners.get(TopicPartition(t, p)) for p in range(n)),
-                time_lag=tuple(_seconds(ages.get(TopicPartition(t, p))) for p in range(n)),
+                time_lag=tuple(ages.get(TopicPartition(t, p)) for p in range(n)),
             )
             for t, n in sorted(c.counts.items())
         }
