@@ -32,6 +32,17 @@ behind a busy poll loop could wait for ever. ``groupkit_consumer_records_lag`` i
 client's ``records-lag`` (high watermark minus the position handed to the app); only the poll
 thread can read it, so it is sampled there, when ``poll`` hands out records.
 
+Time lag (``groupkit_consumergroup_lag_seconds``, kafka-lag-exporter's ``…_group_lag_seconds``)
+is the age of each owned partition's first unconsumed record (runtime/lag.py). The scrape that
+asks for the offsets also reads, with a short-lived consumer of the probe's, the timestamp of
+each record at a committed offset it has not dated yet: a timestamp is kept until the commit
+moves, so a partition costs one read per commit move, not per scrape, and at most one per
+:data:`~groupkit.runtime.lag.TIME_LAG_REREAD_S` where earlier scrapes' (end offset, time)
+samples can interpolate in between (and have been seen to agree with a read). What a read
+does not answer within :data:`~groupkit.runtime.lag.TIME_LAG_READ_TIMEOUT_S` is interpolated
+too. A partition whose time lag is unknown (empty, or its record undated) has no series; the
+member's maximum is over the partitions that have one.
+
 The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
 panels against it and the metrics tests check a live scrape against it.
 
@@ -56,7 +67,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -120,6 +131,13 @@ METRICS: Mapping[str, MetricSpec] = {
                    "High watermark minus the position handed to the app, sampled when poll "
                    "hands out records (no broker I/O).",
                    "Java consumer records-lag"),
+        MetricSpec("groupkit_consumergroup_lag_seconds", "gauge", _TP,
+                   "Age in seconds of the oldest unconsumed record (at the committed offset), "
+                   "per owned partition: 0 without lag, absent when unknown.",
+                   "kafka-lag-exporter kafka_consumergroup_group_lag_seconds"),
+        MetricSpec("groupkit_consumergroup_max_lag_seconds", "gauge", _M,
+                   "Largest groupkit_consumergroup_lag_seconds over the member's partitions.",
+                   "kafka-lag-exporter kafka_consumergroup_group_max_lag_seconds"),
         MetricSpec("groupkit_consumergroup_lag_sum", "gauge", _M,
                    "Sum of groupkit_consumergroup_lag over the member's partitions.",
                    "kafka_exporter kafka_consumergroup_lag_sum, Burrow total_lag"),
@@ -341,8 +359,20 @@ class _Snapshot:
     partitions: tuple[TopicPartition, ...]
     lag: Mapping[TopicPartition, int]
     committed: Mapping[TopicPartition, int]
+    #: seconds; partitions whose time lag is unknown are absent
+    time_lag: Mapping[TopicPartition, float]
     records_lag: Mapping[TopicPartition, int]
     consumed_rate: float
+
+
+class _Offsets(NamedTuple):
+    """What one read of the brokers says of the owned partitions (monotonic ``at``)."""
+
+    at: float
+    lag: dict[TopicPartition, int]
+    committed: dict[TopicPartition, int]
+    #: seconds; partitions whose time lag is unknown are absent
+    time_lag: dict[TopicPartition, float]
 
 
 class PrometheusObserver(GroupObserver):
@@ -368,9 +398,7 @@ class PrometheusObserver(GroupObserver):
         self._initialised: str | None = None
         self._rate = Rate()
         # lag and committed offsets, asked of the brokers at scrape time
-        self._offsets_cache: (
-            tuple[float, dict[TopicPartition, int], dict[TopicPartition, int]] | None
-        ) = None
+        self._offsets_cache: _Offsets | None = None
         self._offsets_lock = threading.Lock()
         # the Java client's records-lag, sampled on the poll thread
         self._records_lag: dict[TopicPartition, int] = {}
@@ -532,7 +560,7 @@ class PrometheusObserver(GroupObserver):
         # What the data consumer has assigned right now: a revoked partition leaves this set
         # (on the poll thread) before the member's record frees it for its next owner.
         parts = tuple(sorted(self.probe.owned()))
-        lag, committed = self._offsets(parts)
+        offsets = self._offsets(parts)
         records_lag = self._records_lag
         return _Snapshot(
             group=self.group,
@@ -543,16 +571,16 @@ class PrometheusObserver(GroupObserver):
             paused=paused,
             heartbeat_age_s=None if age is None else age / 1000,
             partitions=parts,
-            lag=lag,
-            committed=committed,
+            lag=offsets.lag,
+            committed=offsets.committed,
+            time_lag=offsets.time_lag,
             records_lag={tp: n for tp, n in records_lag.items() if tp in parts},
             consumed_rate=self._rate.value(),
         )
 
-    def _offsets(
-        self, parts: tuple[TopicPartition, ...]
-    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        """Lag and committed offset of ``parts``, asked of the brokers (kafka_exporter's way).
+    def _offsets(self, parts: tuple[TopicPartition, ...]) -> _Offsets:
+        """Lag, committed offset and time lag of ``parts``, asked of the brokers
+        (kafka_exporter's way; time lag as the module docstring says).
 
         One ListOffsets and one OffsetFetch through the consumer's AdminClient, reused for
         :data:`OFFSETS_MIN_INTERVAL_S` whatever the scrape rate. If the brokers do not answer
@@ -561,26 +589,37 @@ class PrometheusObserver(GroupObserver):
         with self._offsets_lock:
             now = time.monotonic()
             cached = self._offsets_cache
-            if cached is not None and now - cached[0] < OFFSETS_MIN_INTERVAL_S:
-                _, lag, committed = cached
+            if cached is not None and now - cached.at < OFFSETS_MIN_INTERVAL_S:
+                lag, committed, time_lag = cached.lag, cached.committed, cached.time_lag
                 if all(tp in lag for tp in parts):
-                    return (
+                    return _Offsets(
+                        cached.at,
                         {tp: lag[tp] for tp in parts},
                         {tp: committed[tp] for tp in parts if tp in committed},
+                        {tp: time_lag[tp] for tp in parts if tp in time_lag},
                     )
             if not parts:
-                return {}, {}
+                return _Offsets(now, {}, {}, {})
             try:
                 offsets = self.probe.read_offsets(parts, timeout=3.0)
             except Exception as e:  # a scrape must not fail because a broker is slow
                 _log.debug("metrics.offsets_unavailable", group=self.group, error=str(e))
-                return {}, {}
+                return _Offsets(now, {}, {}, {})
             if offsets is None:  # the consumer is closed
-                return {}, {}
-            lag = {tp: n for tp, n in offsets.lag.items() if tp in offsets.end}
-            committed = {tp: o for tp, o in offsets.committed.items() if o is not None}
-            self._offsets_cache = (now, lag, committed)
-            return lag, committed
+                return _Offsets(now, {}, {}, {})
+            try:
+                ages = self.probe.time_lag(offsets) or {}
+            except Exception as e:  # nor because a record could not be read
+                _log.debug("metrics.time_lag_unavailable", group=self.group, error=str(e))
+                ages = {}
+            got = _Offsets(
+                now,
+                {tp: n for tp, n in offsets.lag.items() if tp in offsets.end},
+                {tp: o for tp, o in offsets.committed.items() if o is not None},
+                {tp: s for tp, s in ages.items() if s is not None and tp in offsets.end},
+            )
+            self._offsets_cache = got
+            return got
 
 
 def unclaimed(state: GroupState) -> set[TopicPartition]:
@@ -636,9 +675,15 @@ class GroupkitCollector(Collector):
                     f["groupkit_consumergroup_lag"].add_metric(tpl, snap.lag[tp])
                 if tp in snap.committed:
                     f["groupkit_consumergroup_committed_offset"].add_metric(tpl, snap.committed[tp])
+                if tp in snap.time_lag:
+                    f["groupkit_consumergroup_lag_seconds"].add_metric(tpl, snap.time_lag[tp])
                 if tp in snap.records_lag:
                     f["groupkit_consumer_records_lag"].add_metric(tpl, snap.records_lag[tp])
             f["groupkit_consumergroup_lag_sum"].add_metric(m, sum(snap.lag.values()))
+            if snap.time_lag:
+                f["groupkit_consumergroup_max_lag_seconds"].add_metric(
+                    m, max(snap.time_lag.values())
+                )
             f["groupkit_consumergroup_assigned_partitions"].add_metric(m, len(snap.partitions))
             f["groupkit_consumergroup_generation"].add_metric(m, snap.generation)
             f["groupkit_consumergroup_is_leader"].add_metric(m, 1 if snap.is_leader else 0)

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from confluent_kafka import TopicPartition as KTP
 from groupkit import GroupConsumer
 from groupkit.cli import main
 from groupkit.dev.harness import wait_for
-from groupkit.runtime.describe import PARTITION_COLUMNS, describe_group
+from groupkit.runtime.describe import PARTITION_COLUMNS, describe_group, render
 from tests.conftest import unique_name
 from tests.groupharness import pump
 
@@ -37,6 +38,15 @@ def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out.out, out.err
 
 
+#: CreateTime of the first record of ``running``'s topic: a minute and a half ago
+BASE_MS = int(time.time() * 1000) - 90_000
+
+
+def _time_lag(partition: int) -> float:
+    """Direct measurement: now − CreateTime of ``running``'s record at offset 5."""
+    return time.time() - (BASE_MS + (10 + partition) * 1000) / 1000
+
+
 @pytest.fixture
 def running(
     conf: dict[str, Any],
@@ -46,11 +56,12 @@ def running(
 ) -> tuple[str, list[GroupConsumer], str]:
     """A stable group of two members (client ids c0, c1) on a 2-partition topic of 15 records
     each, committed at 5 on both partitions; a second group on the same control topic that
-    has left (closed)."""
-    topic = topic_factory(partitions=2)
+    has left (closed). Record ``i`` (of partition ``i % 2``) has CreateTime :data:`BASE_MS`
+    + ``i`` s, so offset 5 of partition ``p`` is record ``10 + p``."""
+    topic = topic_factory(partitions=2, config={"message.timestamp.type": "CreateTime"})
     p = Producer({"bootstrap.servers": bootstrap})
     for i in range(30):
-        p.produce(topic, value=b"x", partition=i % 2)
+        p.produce(topic, value=b"x", partition=i % 2, timestamp=BASE_MS + i * 1000)
     assert p.flush(10) == 0
     # latest: nothing is read, so the lag stays what the commit below leaves
     members = [GroupConsumer({**conf, "auto.offset.reset": "latest", "client.id": f"c{i}"})
@@ -90,9 +101,11 @@ def test_describe_shows_kafka_columns_then_groupkits(
         c = owner[part]
         leader = "*" if c.is_leader else None
         expect = [conf["group.id"], topic, str(part), "5", "15", "10", c.member_id, host,
-                  f"c{members.index(c)}", str(c.generation)]  # fmt: skip
-        assert cells[:10] == expect, row
-        assert cells[10:] == ([leader] if leader else []) + ["owned", "-"], row
+                  f"c{members.index(c)}"]  # fmt: skip
+        assert cells[:9] == expect, row
+        assert float(cells[9]) == pytest.approx(_time_lag(part), abs=1.0), row
+        assert cells[10] == str(c.generation), row
+        assert cells[11:] == ([leader] if leader else []) + ["owned", "-"], row
 
     code, out, _ = _cli(capsys, *base, "--json")
     assert code == 0
@@ -106,6 +119,11 @@ def test_describe_shows_kafka_columns_then_groupkits(
             c.member_id, host, f"c{members.index(c)}")  # fmt: skip
         assert r["generation"] == c.generation and r["leader"] == c.is_leader
         assert r["state"] == "owned" and r["instance_id"] is None
+        assert r["time_lag"] == pytest.approx(_time_lag(part), abs=1.0)
+    # the JSON's null is the table's '-'
+    desc["partitions"][0]["time_lag"] = None
+    row = render(desc).splitlines()[1].split()
+    assert row[2] == str(desc["partitions"][0]["partition"]) and row[9] == "-"
 
 
 def test_describe_members_and_state_views(
@@ -125,6 +143,8 @@ def test_describe_members_and_state_views(
         m = got[c.member_id]
         assert (m["client_id"], m["live"], m["leader"], m["lag"]) == (
             f"c{i}", True, c.is_leader, 10)  # fmt: skip
+        (tp,) = c.assignment()
+        assert m["time_lag"] == pytest.approx(_time_lag(tp.partition), abs=1.0)
 
     code, out, _ = _cli(capsys, *base, "--state")
     assert code == 0

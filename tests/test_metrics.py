@@ -157,6 +157,10 @@ def test_every_metric_moves_with_the_group(
     assert value(r1, "groupkit_consumergroup_generation") == c1.generation >= 1
     age = value(r1, "groupkit_consumergroup_heartbeat_age_seconds")
     assert age is not None and 0 <= age < 2.0
+    # nothing unconsumed: no time lag
+    assert partitions_of(r1, "groupkit_consumergroup_lag_seconds") == {0, 1, 2, 3}
+    assert value(r1, "groupkit_consumergroup_lag_seconds") == 0
+    assert value(r1, "groupkit_consumergroup_max_lag_seconds") == 0
     committed = {
         int(lab["partition"]): v for lab, v in got["groupkit_consumergroup_committed_offset"]
     }
@@ -176,12 +180,30 @@ def test_every_metric_moves_with_the_group(
 
     # -- lag change: new records, not yet polled, then consumed --------------------------
     driver.pause()
-    produce(bootstrap, topic, {0: 25})
+    # CreateTimes of our own: the first unconsumed record (offset 40) is 30 s old
+    first_ms = int(time.time() * 1000) - 30_000
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(25):
+        p.produce(topic, value=b"%d" % i, partition=0, timestamp=first_ms + i * 100)
+    assert p.flush(30) == 0
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag", partition="0") == 25, 15,
              "partition 0's lag to show the 25 new records")  # fmt: skip
     assert value(r1, "groupkit_consumergroup_lag_sum") == 25
+    before = time.time()
+    seconds = value(r1, "groupkit_consumergroup_lag_seconds", partition="0")
+    after = time.time()
+    assert seconds is not None
+    assert before - first_ms / 1000 - 1 <= seconds <= after - first_ms / 1000 + 1
+    assert value(r1, "groupkit_consumergroup_lag_seconds", partition="1") == 0
+    before = time.time()
+    top = value(r1, "groupkit_consumergroup_max_lag_seconds")
+    after = time.time()
+    assert top is not None
+    assert before - first_ms / 1000 - 1 <= top <= after - first_ms / 1000 + 1
     driver.resume()
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag_sum") == 0, 15, "lag back to 0")
+    wait_for(lambda: value(r1, "groupkit_consumergroup_max_lag_seconds") == 0, 15,
+             "time lag back to 0")  # fmt: skip
     assert value(r1, "groupkit_consumergroup_committed_offset", partition="0") == 65
     assert value(r1, "groupkit_records_consumed_total", topic=topic) == 100
     assert (value(r1, "groupkit_records_consumed_rate") or 0) > 0

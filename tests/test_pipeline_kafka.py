@@ -78,6 +78,22 @@ def _read_all(bootstrap: str, topic: str) -> list[bytes]:
         c.close()
 
 
+def _timestamp_at(bootstrap: str, topic: str, partition: int, offset: int) -> int:
+    """CreateTime (ms) of the record at ``offset``, read directly."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_name("reader")})
+    try:
+        c.assign([KTP(topic, partition, offset)])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                assert m.offset() == offset
+                return int(m.timestamp()[1])
+        raise AssertionError(f"no record at {topic}/{partition}@{offset}")
+    finally:
+        c.close()
+
+
 @pytest.fixture(scope="module")
 def group_run(bootstrap: str, admin: Any) -> Iterator[Run]:
     from tests.conftest import create_topic
@@ -152,7 +168,7 @@ def group_run(bootstrap: str, admin: Any) -> Iterator[Run]:
     delete_topics(admin, [run.topic, run.telemetry_topic, control])
 
 
-def test_only_the_leader_publishes_snapshots_and_rebalances(group_run: Run) -> None:
+def test_only_the_leader_publishes_snapshots_and_rebalances(group_run: Run, bootstrap: str) -> None:
     snaps = [r for r in group_run.records if isinstance(r, LagSnapshot)]
     events = [r for r in group_run.records if isinstance(r, RebalanceEvent)]
     assert len(group_run.members) == 2
@@ -168,7 +184,16 @@ def test_only_the_leader_publishes_snapshots_and_rebalances(group_run: Run) -> N
     last = both[-1]
     assert set(last.members) == set(group_run.members)
     assert set(last.owners().values()) == set(group_run.members)
-    assert last.lags()[TopicPartition(group_run.topic, 0)] > 0  # the hot partition lags
+    hot = TopicPartition(group_run.topic, 0)
+    assert last.lags()[hot] > 0  # the hot partition lags
+    # ...by the age of its first unconsumed record, at the snapshot's time
+    committed = last.topics[group_run.topic].committed[0]
+    assert committed is not None
+    created = _timestamp_at(bootstrap, group_run.topic, 0, committed)
+    age = last.time_lags()[hot]
+    assert age is not None and age == pytest.approx((last.ts_ms - created) / 1000, abs=1.0)
+    for tp, lag in last.lags().items():
+        assert lag > 0 or last.time_lags()[tp] == 0.0, tp
     assert any(m.rate for s in snaps for m in s.members.values()), "no rate ever measured"
     joined = [e for e in events if e.moved > 0]
     assert joined and all(e.protocol == "cooperative" and e.assignor == "range" for e in events)

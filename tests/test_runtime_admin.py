@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalCluster
+from groupkit.dev.harness import wait_for
 from groupkit.errors import ControlTopicError
 from groupkit.log import capture
 from groupkit.runtime.admin import create_topic
@@ -22,7 +24,14 @@ from groupkit.runtime.control_topic import (
     ensure_control_topic,
     partition_for_group,
 )
-from groupkit.runtime.lag import compute_lag, fetch_lags
+from groupkit.runtime.lag import (
+    GroupOffsets,
+    TimeLagReader,
+    compute_lag,
+    fetch_lags,
+    read_offsets,
+    time_lag_of,
+)
 from groupkit.types import TopicPartition
 from tests.conftest import KafkaBackend, delete_topics, unique_name
 from tests.groupharness import pump
@@ -180,6 +189,120 @@ def test_compute_lag_rules() -> None:
     assert compute_lag(100, None, 20, "latest") == 0
     assert compute_lag(100, None, 20, "earliest") == 80
     assert compute_lag(100, 120, 0, "earliest") == 0  # a commit past the end (truncation)
+
+
+def _commit(bootstrap: str, group: str, offsets: list[KTP]) -> None:
+    """Commit ``offsets`` for ``group``, waiting out a group coordinator that is still loading
+    (a broker no group has used yet answers NOT_COORDINATOR for a moment)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        wait_for(lambda: _committed(c, offsets), 30, "the commit")
+    finally:
+        c.close()
+
+
+def _committed(c: Consumer, offsets: list[KTP]) -> bool:
+    try:
+        c.commit(offsets=offsets, asynchronous=False)
+    except KafkaException:
+        return False
+    return True
+
+
+def test_time_lag_is_the_age_of_the_first_unconsumed_record(
+    bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    """Records with known CreateTimes; the group committed at record 3 of partition 0, at the
+    end of partition 1; partition 2 is empty; partition 3's record is dated in the future."""
+    topic = topic_factory(partitions=4, config={"message.timestamp.type": "CreateTime"})
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, b"v", partition=0, timestamp=base + i * 1000)
+    for i in range(4):
+        producer.produce(topic, b"v", partition=1, timestamp=base + i * 1000)
+    producer.produce(topic, b"v", partition=3, timestamp=int(time.time() * 1000) + 600_000)
+    assert producer.flush(30) == 0
+    group = unique_name("g")
+    _commit(bootstrap, group, [KTP(topic, 0, 3), KTP(topic, 1, 4), KTP(topic, 3, 0)])
+    tps = [TopicPartition(topic, p) for p in range(4)]
+    offsets = read_offsets(admin, group, tps, "earliest")
+    reader = TimeLagReader({"bootstrap.servers": bootstrap})
+    before = time.time()
+    got = reader.time_lag(offsets)
+    after = time.time()
+    # now − the timestamp of record 3, where "now" is when the reader looked
+    lag0 = got[tps[0]]
+    assert lag0 is not None
+    assert before - (base + 3000) / 1000 - 1 <= lag0 <= after - (base + 3000) / 1000 + 1
+    assert got[tps[1]] == 0.0  # committed at the end: nothing unconsumed
+    assert got[tps[2]] is None  # empty: nothing to date
+    assert got[tps[3]] is None  # a CreateTime in the future dates nothing
+    # the timestamp is kept per committed offset: no read needed while the commit stays
+    again = reader.time_lag(offsets, read=False)
+    assert again[tps[0]] is not None and again[tps[0]] >= lag0
+    # A reader that re-reads rarely still reads where its samples cannot date the record:
+    # the commit moved to record 5, and one sample of the end (10) dates nothing.
+    rare = TimeLagReader({"bootstrap.servers": bootstrap}, reread_s=3600)
+    assert rare.time_lag(offsets)[tps[0]] == pytest.approx(lag0, abs=1.0)
+    moved = GroupOffsets(offsets.end, {**offsets.committed, tps[0]: 5}, {**offsets.lag, tps[0]: 5})
+    before = time.time()
+    lag5 = rare.time_lag(moved)[tps[0]]
+    after = time.time()
+    assert lag5 is not None
+    assert before - (base + 5000) / 1000 - 1 <= lag5 <= after - (base + 5000) / 1000 + 1
+
+
+def test_time_lag_rereads_rarely_where_interpolation_agreed_with_a_read(
+    bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    """A reader that may re-read every hour trusts interpolation for a partition once it dated
+    a read record within a second of its timestamp; until then, and for another reader that
+    may re-read at once, the record is read."""
+    topic = topic_factory(partitions=1, config={"message.timestamp.type": "CreateTime"})
+    tp = TopicPartition(topic, 0)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    rare = TimeLagReader({"bootstrap.servers": bootstrap}, reread_s=3600)
+    often = TimeLagReader({"bootstrap.servers": bootstrap})
+
+    def step(n: int, committed: int, timestamp: int = 0) -> dict[str, float | None]:
+        for _ in range(n):
+            producer.produce(topic, b"v", partition=0, timestamp=timestamp)
+        assert producer.flush(30) == 0
+        end = read_offsets(admin, unique_name("g"), [tp]).end[tp]
+        offsets = GroupOffsets({tp: end}, {tp: committed}, {tp: end - committed})
+        return {"rare": rare.time_lag(offsets)[tp], "often": often.time_lag(offsets)[tp]}
+
+    step(5, 0)  # read: no samples yet to interpolate with
+    time.sleep(0.2)
+    step(5, 6)  # read again (not trusted yet); interpolation dates record 6 within the 0.2 s
+    # Records backdated a minute: the trusting reader interpolates their append time, the
+    # other reads their CreateTime.
+    got = step(5, 12, timestamp=int(time.time() * 1000) - 60_000)
+    assert got["rare"] is not None and got["rare"] < 1.0
+    assert got["often"] == pytest.approx(60.0, abs=1.0)
+
+
+def test_time_lag_rules_and_interpolation() -> None:
+    assert time_lag_of(5, 10, 1_000, 4_500) == 3.5
+    assert time_lag_of(0, 10, None, 4_500) == 0.0  # no lag: 0 whatever the timestamp
+    assert time_lag_of(0, 0, None, 4_500) is None  # empty partition
+    assert time_lag_of(5, 10, None, 4_500) is None  # no timestamp
+    assert time_lag_of(5, 10, -1, 4_500) is None
+    assert time_lag_of(5, 10, 5_000, 4_500) is None  # a CreateTime in the future
+    # Interpolation from (end offset, time) samples: the end was 100 until t=10 s, then 200
+    # from t=20 s, so record 150 was appended at about t=15 s.
+    tp = TopicPartition("t", 0)
+    reader = TimeLagReader({})
+
+    def offsets(end: int, committed: int) -> GroupOffsets:
+        return GroupOffsets({tp: end}, {tp: committed}, {tp: end - committed})
+
+    assert reader.time_lag(offsets(100, 100), read=False, now_ms=10_000) == {tp: 0.0}
+    # offsets the samples do not cover stay unknown
+    assert reader.time_lag(offsets(200, 50), read=False, now_ms=20_000) == {tp: None}
+    got = reader.time_lag(offsets(200, 149), read=False, now_ms=30_000)[tp]
+    assert got is not None and abs(got - 15.0) < 0.1
 
 
 def test_a_precreated_control_topic_with_broker_default_segments_is_warned_of(

@@ -36,8 +36,10 @@ def snapshot() -> LagSnapshot:
             "b": MemberInfo(("t0", "t1"), None, 400.0, None),
         },
         topics={
-            "t0": TopicOffsets((10, 20), (5, None), (5, 0), ("a", "b")),
+            "t0": TopicOffsets((10, 20), (5, None), (5, 0), ("a", "b"), (4.25, 0.0)),
+            # as a record written before time lag existed
             "t1": TopicOffsets((7,), (7,), (0,), (None,)),
+            "t2": TopicOffsets((0,), (None,), (0,), ("b",), (None,)),
         },
     )
 
@@ -48,8 +50,11 @@ def test_round_trips() -> None:
     doc = json.loads(s.to_json())
     assert doc["schema"] == "groupkit.telemetry" and doc["version"] == SCHEMA_VERSION
     assert doc["type"] == "lag_snapshot"
-    assert s.lags() == {TP("t0", 0): 5, TP("t0", 1): 0, TP("t1", 0): 0}
-    assert s.owners() == {TP("t0", 0): "a", TP("t0", 1): "b"}
+    assert s.lags() == {TP("t0", 0): 5, TP("t0", 1): 0, TP("t1", 0): 0, TP("t2", 0): 0}
+    assert s.owners() == {TP("t0", 0): "a", TP("t0", 1): "b", TP("t2", 0): "b"}
+    # time lag is optional: absent from a topic written without it, null where unknown
+    assert s.time_lags() == {TP("t0", 0): 4.25, TP("t0", 1): 0.0, TP("t2", 0): None}
+    assert "time_lag" not in doc["topics"]["t1"]
     summary = RebalanceSummary(
         "g", "a", "membership_changed", "eager", "range", 4, 5, 2, 3, 6, 0.0421, "completed"
     )
@@ -92,6 +97,10 @@ def test_rejections_are_typed(raw: bytes | None, reason: str) -> None:
     ("path", "value", "reason"),
     [
         (("topics", "t0", "lag"), [5], "inconsistent"),
+        (("topics", "t0", "time_lag"), [1.5], "inconsistent"),
+        (("topics", "t0", "time_lag"), [1.5, -2], "bad_field"),
+        (("topics", "t0", "time_lag"), [1.5, "x"], "bad_field"),
+        (("topics", "t0", "time_lag"), 1.5, "bad_field"),
         (("topics", "t0", "owner"), ["a", "zed"], "inconsistent"),
         (("topics", "t0", "end"), [10, -1], "bad_field"),
         (("topics", "t0", "committed"), [5, "x"], "bad_field"),

@@ -5,8 +5,11 @@ snapshot, else from the beginning: runtime/catch_up.py) through the same ``Group
 the members use, so what it prints is exactly what a member would see. Its views follow
 ``kafka-consumer-groups --describe``: the partitions (GROUP TOPIC PARTITION CURRENT-OFFSET
 LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, then groupkit's own columns), ``--members`` and
-``--state``. ``list`` reads every partition of the control topic once, tells each record's group
-from its key alone (records.py's key codec) and replays each group's records.
+``--state``. ``TIME-LAG`` is how old the oldest unconsumed record is, in seconds (runtime/lag.py's
+:class:`~groupkit.runtime.lag.TimeLagReader`: describe reads that record's timestamp directly),
+``-`` where it is unknown; a member's is the largest of its partitions'. ``list`` reads every
+partition of the control topic once, tells each record's group from its key alone (records.py's
+key codec) and replays each group's records.
 
 A group's state, in Kafka's words where they fit (:func:`group_state`): ``Empty`` (no live
 member), ``Stable`` (the current generation covers exactly the live members, is complete and
@@ -36,15 +39,15 @@ from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
-from groupkit.runtime.lag import read_offsets
+from groupkit.runtime.lag import TimeLagReader, read_offsets
 from groupkit.types import TopicPartition
 
 #: the partitions view's columns: kafka-consumer-groups --describe's, then groupkit's own
 PARTITION_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-                     "CONSUMER-ID", "HOST", "CLIENT-ID", "GENERATION", "LEADER", "STATE",
-                     "INSTANCE-ID")  # fmt: skip
-MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "LAG", "LIVE",
-                  "GENERATION", "LEADER", "INSTANCE-ID")  # fmt: skip
+                     "CONSUMER-ID", "HOST", "CLIENT-ID", "TIME-LAG", "GENERATION", "LEADER",
+                     "STATE", "INSTANCE-ID")  # fmt: skip
+MEMBER_COLUMNS = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "LAG", "TIME-LAG",
+                  "LIVE", "GENERATION", "LEADER", "INSTANCE-ID")  # fmt: skip
 STATE_COLUMNS = ("GROUP", "CONTROL-PARTITION", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS",
                  "GENERATION", "LEADER", "PROTOCOL", "PHASE")  # fmt: skip
 LIST_COLUMNS = ("GROUP", "STATE", "#MEMBERS", "GENERATION", "CONTROL-PARTITION")
@@ -116,10 +119,13 @@ def describe_group(
     end: dict[TopicPartition, int] = {}
     committed: dict[TopicPartition, int | None] = {}
     lags: dict[TopicPartition, int] = {}
+    time_lags: dict[TopicPartition, float | None] = {}
     if with_lag and parts:
         got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.lag_reset, timeout)
         end, committed, lags = (dict(got_offsets.end), dict(got_offsets.committed),
                                 dict(got_offsets.lag))  # fmt: skip
+        # one look: reading each first unconsumed record is cheap enough here
+        time_lags = TimeLagReader(cfg.client_config("timelag")).time_lag(got_offsets)
     rows = []
     for tp in sorted(parts):
         mid = owner.get(tp) or claimed.get(tp)
@@ -139,6 +145,7 @@ def describe_group(
                 "current_offset": cur,
                 "log_end_offset": end.get(tp),
                 "lag": (end[tp] - cur if cur is not None and tp in end else None),
+                "time_lag": time_lags.get(tp),
                 "consumer_id": mid,
                 "host": _client(m, "host") if m is not None else None,
                 "client_id": _client(m, "client.id") if m is not None else None,
@@ -170,6 +177,10 @@ def describe_group(
                 "last_seen_ms": m.last_seen,
                 "lag": sum(lags.get(tp, 0) for tp in mine),
                 "partition_lag": {str(tp): lags.get(tp, 0) for tp in mine},
+                # the oldest unconsumed record of its partitions (those whose age is known)
+                "time_lag": max(
+                    (s for tp in mine if (s := time_lags.get(tp)) is not None), default=None
+                ),
             }
         )
     return {
@@ -313,8 +324,8 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
     elif view == "members":
         lines += table(MEMBER_COLUMNS, [
             [g, m["member_id"], m["host"], m["client_id"], len(m["assigned"]), m["lag"],
-             "yes" if m["live"] else "no", m["generation"], "*" if m["leader"] else "",
-             m["instance_id"]]
+             _cell(m["time_lag"]), "yes" if m["live"] else "no", m["generation"],
+             "*" if m["leader"] else "", m["instance_id"]]
             for m in desc["members"]
         ])  # fmt: skip
     else:
@@ -323,8 +334,8 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
             lines.append("")
         lines += table(PARTITION_COLUMNS, [
             [r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"],
-             r["lag"], r["consumer_id"], r["host"], r["client_id"], r["generation"],
-             "*" if r["leader"] else "", r["state"], r["instance_id"]]
+             r["lag"], r["consumer_id"], r["host"], r["client_id"], _cell(r["time_lag"]),
+             r["generation"], "*" if r["leader"] else "", r["state"], r["instance_id"]]
             for r in desc["partitions"]
         ])  # fmt: skip
     fb = desc.get("fallback")
@@ -345,6 +356,11 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
             "rejected records: " + ", ".join(f"{k}={v}" for k, v in desc["rejected"].items())
         )
     return "\n".join(lines)
+
+
+def _cell(seconds: float | None) -> str | None:
+    """A time lag as the table shows it: seconds to a tenth (``-`` when unknown)."""
+    return None if seconds is None else f"{seconds:.1f}"
 
 
 def _state_doc(desc: dict[str, Any]) -> dict[str, Any]:

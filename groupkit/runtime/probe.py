@@ -3,9 +3,10 @@
 ``GroupConsumer.probe`` is a :class:`MemberProbe`. It answers what an observer may ask of a
 member without reaching into the consumer: a few config values, the subscribed topics, the
 partitions the data consumer has assigned, the member's standing in the group (under the
-coordinator's lock, through ``Coordinator.status``), and the two sources of lag: the group's
+coordinator's lock, through ``Coordinator.status``), and the sources of lag: the group's
 end and committed offsets (through the consumer's AdminClient: :func:`~groupkit.runtime.lag.
-read_offsets`) and the data consumer's own positions (``records_lag``; poll thread only).
+read_offsets`), the time lag they make (``time_lag``: a reader of its own, never the data
+consumer) and the data consumer's own positions (``records_lag``; poll thread only).
 It changes nothing, and it never blocks the ``poll`` thread: it takes no lock the hot path takes.
 """
 
@@ -19,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.lag import GroupOffsets, read_offsets
+from groupkit.runtime.lag import TIME_LAG_REREAD_S, GroupOffsets, TimeLagReader, read_offsets
 from groupkit.types import TopicPartition
 
 __all__ = ["GroupOffsets", "MemberProbe", "MemberStatus"]
@@ -67,6 +68,7 @@ class MemberProbe:
         self._data = data
         self._coordinator = coordinator
         self._admin = admin
+        self._time_lag: TimeLagReader | None = None
 
     # ------------------------------------------------------------------ configuration
 
@@ -132,6 +134,25 @@ class MemberProbe:
         if admin is None:
             return None
         return read_offsets(admin, self.group_id, partitions, self.lag_reset, timeout)
+
+    def time_lag(
+        self, offsets: GroupOffsets, read: bool = True
+    ) -> dict[TopicPartition, float | None] | None:
+        """Time lag (s) of the partitions of ``offsets`` (:meth:`read_offsets`' answer): the
+        age of each one's first unconsumed record, ``None`` where unknown; ``None`` once the
+        consumer is closed. Reads those records' timestamps with a short-lived consumer of its
+        own (once per move of a committed offset, ``read``, and at most every
+        :data:`~groupkit.runtime.lag.TIME_LAG_REREAD_S` per partition where interpolation can
+        answer instead: :class:`~groupkit.runtime.lag.TimeLagReader`)."""
+        if self._admin() is None:
+            return None
+        reader = self._time_lag
+        if reader is None:
+            reader = self._time_lag = TimeLagReader(
+                self._cfg.client_config("timelag"), reread_s=TIME_LAG_REREAD_S
+            )
+        reader.forget(offsets.lag)
+        return reader.time_lag(offsets, read=read)
 
     def records_lag(self) -> dict[TopicPartition, int]:
         """High watermark (librdkafka's cached one) minus the position handed to the app, of

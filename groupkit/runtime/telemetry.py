@@ -17,7 +17,7 @@ and reject newer ones) and ``type``:
      "leader": "m-1", "generation": 7, "protocol": "cooperative", "assignor": "sticky",
      "members": {"m-1": {"topics": ["t0"], "rate": 812.5, "capacity": null, "rack": null}},
      "topics": {"t0": {"end": [120, 80], "committed": [100, null], "lag": [20, 0],
-                       "owner": ["m-1", null]}}}
+                       "owner": ["m-1", null], "time_lag": [4.25, 0.0]}}}
 
 - ``members``: the live members, their subscriptions, configured ``capacity``
   (``groupkit.capacity``, records/s) and ``rack``, and ``rate``: records/s this member
@@ -29,8 +29,13 @@ and reject newer ones) and ``type``:
   its control record's ``client`` info, would put a metric into the group's replicated state.)
 - ``topics``: per topic, lists indexed by partition number: ``end`` (high watermark),
   ``committed`` (``null``: nothing committed), ``lag`` (read by :func:`~groupkit.runtime.lag.
-  read_offsets`, so ``auto.offset.reset`` decides the lag of uncommitted partitions) and
-  ``owner`` (the live member whose record claims it, ``null`` while it is unowned).
+  read_offsets`, so ``auto.offset.reset`` decides the lag of uncommitted partitions),
+  ``owner`` (the live member whose record claims it, ``null`` while it is unowned) and
+  ``time_lag``: seconds since the timestamp of the first unconsumed record (runtime/lag.py's
+  :class:`~groupkit.runtime.lag.TimeLagReader`, read directly once per commit move), 0 without
+  lag, ``null`` where unknown (an empty partition, an undated record). ``time_lag`` is optional:
+  records written before it existed have none, and readers that predate it ignore it, so it
+  needs no new version.
 
 ``rebalance`` — one per rebalance the leader finished
 (:class:`~groupkit.protocol.node.RebalanceSummary`)::
@@ -67,7 +72,7 @@ from groupkit.protocol.node import RebalanceSummary
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.hooks import GroupObserver
-from groupkit.runtime.lag import read_offsets
+from groupkit.runtime.lag import TimeLagReader, read_offsets
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.telemetry")
@@ -101,6 +106,8 @@ class TopicOffsets:
     committed: tuple[int | None, ...]
     lag: tuple[int, ...]
     owner: tuple[str | None, ...]
+    #: seconds, ``None`` where unknown; the whole list is ``None`` in records without it
+    time_lag: tuple[float | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +148,7 @@ class LagSnapshot:
                     "committed": list(o.committed),
                     "lag": list(o.lag),
                     "owner": list(o.owner),
+                    **({} if o.time_lag is None else {"time_lag": list(o.time_lag)}),
                 }
                 for t, o in sorted(self.topics.items())
             },
@@ -154,6 +162,15 @@ class LagSnapshot:
     def lags(self) -> dict[TopicPartition, int]:
         return {
             TopicPartition(t, p): lag for t, o in self.topics.items() for p, lag in enumerate(o.lag)
+        }
+
+    def time_lags(self) -> dict[TopicPartition, float | None]:
+        """Time lag (s) of every partition of topics that carry it (``None``: unknown)."""
+        return {
+            TopicPartition(t, p): s
+            for t, o in self.topics.items()
+            if o.time_lag is not None
+            for p, s in enumerate(o.time_lag)
         }
 
     def owners(self) -> dict[TopicPartition, str]:
@@ -297,11 +314,18 @@ def decode(raw: bytes | str | None) -> Telemetry:
         owner = o.get("owner")
         if not isinstance(owner, list) or not all(x is None or isinstance(x, str) for x in owner):
             raise MalformedTelemetry("bad_field", f"topics.{t}.owner")
+        time_lag = o.get("time_lag")
+        if time_lag is not None:
+            if not isinstance(time_lag, list):
+                raise MalformedTelemetry("bad_field", f"topics.{t}.time_lag: not a list")
+            time_lag = tuple(_opt_num(x, f"topics.{t}.time_lag") for x in time_lag)
         if not len(end) == len(committed) == len(lag) == len(owner):
+            raise MalformedTelemetry("inconsistent", f"topics.{t}: list lengths differ")
+        if time_lag is not None and len(time_lag) != len(end):
             raise MalformedTelemetry("inconsistent", f"topics.{t}: list lengths differ")
         if any(x is not None and x not in members for x in owner):
             raise MalformedTelemetry("inconsistent", f"topics.{t}: owner is not a member")
-        topics[str(t)] = TopicOffsets(end, committed, lag, tuple(owner))
+        topics[str(t)] = TopicOffsets(end, committed, lag, tuple(owner), time_lag)
     return LagSnapshot(
         group=group,
         ts_ms=ts,
@@ -392,6 +416,7 @@ class TelemetryPublisher(GroupObserver):
         self._prev_at = 0.0
         self._prev_epoch = 0
         self._epoch = 0  # bumped whenever this member stops leading
+        self._time_lag = TimeLagReader(cfg.client_config("timelag"))
 
     # ---------------------------------------------------------------- hooks (control thread)
 
@@ -516,6 +541,8 @@ class TelemetryPublisher(GroupObserver):
         parts = [TopicPartition(t, p) for t, n in sorted(c.counts.items()) for p in range(n)]
         offsets = read_offsets(self._admin(), c.group, parts, self.cfg.lag_reset)
         ends, committed, lag = offsets.end, offsets.committed, offsets.lag
+        self._time_lag.forget(parts)
+        ages = self._time_lag.time_lag(offsets)
         now = c.at
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
         # Rates need two snapshots of the same leadership.
@@ -528,6 +555,7 @@ class TelemetryPublisher(GroupObserver):
                 committed=tuple(committed.get(TopicPartition(t, p)) for p in range(n)),
                 lag=tuple(lag.get(TopicPartition(t, p), 0) for p in range(n)),
                 owner=tuple(c.owners.get(TopicPartition(t, p)) for p in range(n)),
+                time_lag=tuple(ages.get(TopicPartition(t, p)) for p in range(n)),
             )
             for t, n in sorted(c.counts.items())
         }
