@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groupkit.errors import RecordRejected
-from groupkit.protocol import codec, records
+from groupkit.protocol import records
+from groupkit.protocol.memo import BoundedMemo
 from groupkit.protocol.records import (
     MAX_FALLBACK_DETAIL,
     AssignmentKey,
@@ -647,7 +648,7 @@ def test_a_full_memo_stays_bounded_and_keeps_hitting() -> None:
     """More keys than the memo holds, in a cycle (a group larger than it) or never seen
     again (a writer that invents keys): it stays within its entries and weight, keeps hitting
     on most of what it holds, and still takes new keys over time."""
-    memo: codec._Memo[str, int] = codec._Memo(max_entries=100, max_weight=1_600)
+    memo: BoundedMemo[str, int] = BoundedMemo(max_entries=100, max_weight=1_600)
     for round_ in range(5):
         before = memo.stores
         hits = 0
