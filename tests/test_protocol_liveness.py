@@ -132,3 +132,19 @@ def test_a_judge_that_starts_mid_log_ends_nobody_for_a_session() -> None:
     assert j.advance(1, 10_999) == []  # the process ended by then, but the judge may not know
     kinds = [v.kind for v in j.advance(2, 11_000)]
     assert kinds == [VerdictKind.PROCESS_ENDED]
+
+
+def test_after_a_report_that_may_have_landed_the_member_cannot_tell_its_run() -> None:
+    """Heartbeat 2 may have landed late and restarted the run: heartbeat 3, sent with the same
+    prev_ts, then continues the judge's new run, not the member's. The member cannot tell, so
+    it neither counts 3 as continuing nor runs on until a heartbeat without prev_ts lands."""
+    c = HeartbeatClock(lease_ms=3000, skew_ms=500)
+    c.heartbeat(1, 0)
+    c.confirmed(1, 100)
+    assert c.heartbeat(2, 1000) == 100
+    assert c.heartbeat(3, 1500) == 100
+    c.failed(2, maybe_landed=True)
+    assert c.confirmed(3, 1600) == Confirmed.UNKNOWN
+    assert c.lapsed(1600) and c.run_start == 1
+    assert c.heartbeat(4, 2000) is None
+    assert c.confirmed(4, 2100) == Confirmed.RESTARTED and not c.lapsed(2001)

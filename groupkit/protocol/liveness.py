@@ -71,7 +71,9 @@ class Confirmed(StrEnum):
     RESTARTED = "restarted"
     """It starts a new run: whatever the member owned is void (it had fenced by then)."""
     UNKNOWN = "unknown"
-    """A report of a heartbeat the member no longer tracks (a superseded one)."""
+    """A report of a heartbeat the member no longer tracks (a superseded one), or one sent
+    after a heartbeat whose report failed although it may have landed: which run it is in,
+    the member cannot know."""
 
 
 @dataclass(slots=True)
@@ -144,6 +146,11 @@ class HeartbeatClock:
         if s is None:
             return Confirmed.UNKNOWN
         hb = Heartbeat("", "", seq, s.prev_ts, self.lease_ms, self.skew_ms)
+        if s.prev_ts is not None and any(q < seq for q in self._unknown):
+            # An earlier heartbeat may have landed, where nobody told us: if it restarted the
+            # run, this one continues the new run, not ours. We cannot tell which, so we stay
+            # lapsed (deadline) until a heartbeat without prev_ts starts a run we know.
+            return Confirmed.UNKNOWN
         if continues(hb, ts):
             if self._basis is None or seq > self._basis[0]:
                 self._basis = (seq, s.sent_ms, ts)
