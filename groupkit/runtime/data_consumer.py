@@ -298,6 +298,10 @@ class DataConsumer:
         self.refetch_at: float | None = None
         self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._last_commit = time.monotonic()
+        #: partition -> wall ms of this member's newest commit of it (sent, for an async one):
+        #: what the lag status sampler dates its commits by (runtime/lag_status.py), since
+        #: the broker keeps no commit time that a client can read
+        self.commit_times: dict[TopicPartition, int] = {}
         #: owned partitions the application paused (``pause``); resumed when they go away
         self.paused: set[TopicPartition] = set()
         #: owned partition -> offset the application ``seek``-ed it to, where it has handed
@@ -400,6 +404,7 @@ class DataConsumer:
         asynchronous: bool,
     ) -> list[KTopicPartition] | None:
         """``Consumer.commit`` of the current handle, its async commits counted."""
+        self._stamp_commit(message, offsets)
         # confluent-kafka's overloads want a literal ``asynchronous``; ours is a plain bool.
         commit: Any = self.handle.commit
         commits = self.commits  # of the handle committing, whatever replaces it meanwhile
@@ -427,6 +432,7 @@ class DataConsumer:
         current; return what was stored for sure (only offsets we named: what a commit of
         stored offsets covers we cannot know). Raises ``KafkaException`` as ``commit`` does."""
         commit: Any = self.handle.commit
+        self._stamp_commit(None, offsets)
         if offsets is None:
             commit(asynchronous=False)
             return {}
@@ -436,6 +442,24 @@ class DataConsumer:
             for p in done or ()
             if p.error is None and p.offset >= 0
         }
+
+    def _stamp_commit(
+        self, message: Message | None, offsets: Sequence[KTopicPartition] | None
+    ) -> None:
+        """Note when the partitions a commit covers were committed (all owned ones for a
+        commit of the stored offsets). Stamped as it is sent: a commit that fails still
+        showed a consumer at work, as Burrow would see its retry."""
+        now_ms = int(time.time() * 1000)
+        if message is not None:
+            tps: Iterable[TopicPartition] = (
+                TopicPartition(message.topic() or "", message.partition() or 0),
+            )
+        elif offsets is not None:
+            tps = [TopicPartition(p.topic, p.partition) for p in offsets]
+        else:
+            tps = list(self.owned)
+        for tp in tps:
+            self.commit_times[tp] = now_ms
 
     def without_deleted_topics(
         self, parts: Iterable[TopicPartition], offsets: list[KTopicPartition] | None
