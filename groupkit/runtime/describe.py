@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.errors import BrokerError, InputError, RecordRejected
-from groupkit.lagstatus import Commit, PartitionStatus, group_status, partition_status
+from groupkit.lagstatus import PartitionStatus, group_status
 from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.protocol.vocab import Phase
@@ -50,7 +50,8 @@ from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
-from groupkit.runtime.lag import GroupOffsets, TimeLagReader, read_offsets
+from groupkit.runtime.lag import TimeLagReader, read_offsets
+from groupkit.runtime.lag_status import sampled_status
 from groupkit.types import TopicPartition
 
 #: the partitions view's columns: kafka-consumer-groups --describe's, then groupkit's own
@@ -243,32 +244,6 @@ def describe_group(
         "status": None if statuses is None else group_status(statuses.values()),
         "rejected": dict(sorted(state.rejections.items())),
     }
-
-
-def sampled_status(
-    reads: list[tuple[int, GroupOffsets]],
-) -> dict[TopicPartition, PartitionStatus]:
-    """Burrow's status of each partition from reads of its offsets, oldest first, each with
-    its wall time (ms): a window of the committed offsets seen, each dated when first seen
-    (module docstring), the log ends read, and the lag of the newest read."""
-    out: dict[TopicPartition, PartitionStatus] = {}
-    if not reads:
-        return out
-    newest_ms, newest = reads[-1]
-    for tp in newest.lag:
-        commits: list[Commit] = []
-        ends: list[int] = []
-        for at, offsets in reads:
-            end = offsets.end.get(tp)
-            if end is None:
-                continue
-            ends.append(end)
-            c = offsets.committed.get(tp)
-            if c is not None and (not commits or commits[-1].offset != c):
-                commits.append(Commit(c, at, max(0, end - c)))
-        lag = newest.lag.get(tp) if tp in newest.end else None
-        out[tp] = partition_status(commits, ends, lag, newest_ms)
-    return out
 
 
 def _pending_reset(state: GroupState) -> dict[str, Any] | None:

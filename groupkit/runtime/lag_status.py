@@ -29,8 +29,9 @@ What a member cannot see, and why it does not try:
   --status`` judges every partition from what it reads during its own run.
 - **A partition its owner never committed** has no window: nothing is judged on it.
 
-The statuses are what :meth:`StatusSampler.view` returns; the metrics, ``MemberProbe`` and
-the telemetry read it there.
+The statuses are what :meth:`StatusSampler.view` returns; the metrics read them there, through
+``MemberProbe.lag_status``. Onlookers that see no commits, only offsets read over time
+(``groupkit describe --status``, the leader's telemetry), judge with :func:`sampled_status`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "LagStatusView",
     "StatusSampler",
     "StatusWindows",
+    "sampled_status",
 ]
 
 _log = get_logger("groupkit.lag_status")
@@ -152,6 +154,39 @@ class StatusWindows:
             group_status(statuses.values()),
             {tp: tuple(w.commits) for tp, w in sorted(self._windows.items())},
         )
+
+
+def sampled_status(
+    reads: list[tuple[int, GroupOffsets]],
+) -> dict[TopicPartition, PartitionStatus]:
+    """Burrow's status of each partition of the newest read, judged by an onlooker from reads
+    of the offsets, oldest first, each with its wall time (ms): ``groupkit describe --status``
+    over its run, the telemetry's leader over its last snapshots.
+
+    An onlooker sees committed offsets move, never a commit: its window holds each committed
+    offset seen, dated when it was first seen, with its lag then; beside it the log ends read,
+    and the lag of the newest read. So a partition that lags and whose committed offset did
+    not move over the reads is STOP (whether its owner stopped, stalls on one record, or
+    commits less often than the reads span), and STALL never shows. What it sees that a
+    member cannot: every partition, owned or not."""
+    out: dict[TopicPartition, PartitionStatus] = {}
+    if not reads:
+        return out
+    newest_ms, newest = reads[-1]
+    for tp in newest.lag:
+        commits: list[Commit] = []
+        ends: list[int] = []
+        for at, offsets in reads:
+            end = offsets.end.get(tp)
+            if end is None:
+                continue
+            ends.append(end)
+            c = offsets.committed.get(tp)
+            if c is not None and (not commits or commits[-1].offset != c):
+                commits.append(Commit(c, at, max(0, end - c)))
+        lag = newest.lag.get(tp) if tp in newest.end else None
+        out[tp] = partition_status(commits, ends, lag, newest_ms)
+    return out
 
 
 class StatusSampler:
