@@ -404,7 +404,6 @@ class DataConsumer:
         asynchronous: bool,
     ) -> list[KTopicPartition] | None:
         """``Consumer.commit`` of the current handle, its async commits counted."""
-        self._stamp_commit(message, offsets)
         # confluent-kafka's overloads want a literal ``asynchronous``; ours is a plain bool.
         commit: Any = self.handle.commit
         commits = self.commits  # of the handle committing, whatever replaces it meanwhile
@@ -421,6 +420,7 @@ class DataConsumer:
             if asynchronous and commits.sent:
                 commits.sent.pop()  # refused at once: librdkafka will not answer it
             raise
+        self._stamp_commit(message, offsets)
         if asynchronous:
             return None
         done = list(result or [])
@@ -432,11 +432,12 @@ class DataConsumer:
         current; return what was stored for sure (only offsets we named: what a commit of
         stored offsets covers we cannot know). Raises ``KafkaException`` as ``commit`` does."""
         commit: Any = self.handle.commit
-        self._stamp_commit(None, offsets)
         if offsets is None:
             commit(asynchronous=False)
+            self._stamp_commit(None, None)
             return {}
         done = commit(offsets=offsets, asynchronous=False)
+        self._stamp_commit(None, offsets)
         return {
             TopicPartition(p.topic, p.partition): p.offset
             for p in done or ()
@@ -447,8 +448,9 @@ class DataConsumer:
         self, message: Message | None, offsets: Sequence[KTopicPartition] | None
     ) -> None:
         """Note when the partitions a commit covers were committed (all owned ones for a
-        commit of the stored offsets). Stamped as it is sent: a commit that fails still
-        showed a consumer at work, as Burrow would see its retry."""
+        commit of the stored offsets): once a synchronous commit is answered, so that a
+        sampler that sees the stamp reads the offset it committed; as an asynchronous one is
+        sent. A commit the broker refused still showed a consumer at work."""
         now_ms = int(time.time() * 1000)
         if message is not None:
             tps: Iterable[TopicPartition] = (

@@ -19,7 +19,8 @@ Every ``groupkit.lag.status.interval.ms`` (default 10 s; 0: off) a member's samp
 What a member cannot see, and why it does not try:
 
 - **A window does not follow its partition.** A partition that moves starts a fresh window
-  at its new owner: the old owner's samples could only travel in the control log, whose
+  at its new owner (a partition its member did not own at two samples in a row has lost
+  its window): the old owner's samples could only travel in the control log, whose
   records carry no such field. Until a window holds :data:`LAG_STATUS_MINIMUM_COMPLETE` of
   its commits, the partition is OK (Burrow's ``minimum-complete``), so a newly assigned
   partition is judged after a few of its new owner's commits, never on a window of one.
@@ -75,6 +76,8 @@ class LagStatusView:
     group: GroupStatus
     #: each partition's window, oldest first
     commits: Mapping[TopicPartition, tuple[Commit, ...]] = field(default_factory=dict)
+    #: each partition's log-end offsets beside it, oldest first
+    ends: Mapping[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
 
 
 class _Window:
@@ -100,6 +103,9 @@ class StatusWindows:
         self.size = size
         self.minimum_complete = minimum_complete
         self._windows: dict[TopicPartition, _Window] = {}
+        #: partitions with a window that were not owned at the last sample
+        self._absent: set[TopicPartition] = set()
+        self._owned: set[TopicPartition] = set()
 
     def sample(
         self,
@@ -109,10 +115,15 @@ class StatusWindows:
         now_ms: int,
     ) -> None:
         """Add one read of the brokers (``offsets``) for the partitions ``owned`` now; a
-        partition no longer owned loses its window, one newly owned starts a fresh one."""
+        partition not owned at two samples in a row loses its window, one newly owned starts
+        a fresh one. (One sample is forgiven: an offset reset restarts a partition by an
+        unassign and an assign in a row, and a sample may fall in between.)"""
         owned = set(owned)
-        for tp in set(self._windows) - owned:
+        gone = set(self._windows) - owned
+        for tp in gone & self._absent:
             del self._windows[tp]
+        self._absent = gone - self._absent
+        self._owned = owned
         for tp in owned:
             end = offsets.end.get(tp)
             if end is None:  # not answered this time
@@ -128,7 +139,10 @@ class StatusWindows:
             at = commit_times.get(tp)
             fresh_commit = at is not None and (w.seen_commit_ms is None or at > w.seen_commit_ms)
             moved = not w.commits or w.commits[-1].offset != committed
-            if fresh_commit or moved:
+            if fresh_commit and not moved and at is not None and at <= w.commits[-1].timestamp_ms:
+                # the commit that moved it, seen moved before its stamp was: already there
+                w.seen_commit_ms = at
+            elif fresh_commit or moved:
                 w.commits.append(
                     Commit(committed, at if fresh_commit and at is not None else now_ms,
                            max(0, end - committed))
@@ -137,6 +151,10 @@ class StatusWindows:
                     w.seen_commit_ms = at
 
     def view(self, now_ms: int) -> LagStatusView:
+        """The statuses of the partitions owned at the last sample, judged at ``now_ms``."""
+        shown = sorted(
+            ((tp, w) for tp, w in self._windows.items() if tp in self._owned), key=lambda x: x[0]
+        )
         statuses = {
             tp: partition_status(
                 w.commits,
@@ -146,13 +164,14 @@ class StatusWindows:
                 window=self.size,
                 minimum_complete=self.minimum_complete,
             )
-            for tp, w in sorted(self._windows.items())
+            for tp, w in shown
         }
         return LagStatusView(
             now_ms,
             statuses,
             group_status(statuses.values()),
-            {tp: tuple(w.commits) for tp, w in sorted(self._windows.items())},
+            {tp: tuple(w.commits) for tp, w in shown},
+            {tp: tuple(w.ends) for tp, w in shown},
         )
 
 
@@ -228,6 +247,8 @@ class StatusSampler:
 
     def sample_once(self) -> None:
         """Take one sample now (what the thread does every interval)."""
+        # The commit times first: a commit stamped by now is one the offsets read next show.
+        times = self._copy_times()
         owned = sorted(set(self._owned()))
         offsets = GroupOffsets({}, {}, {})
         if owned:
@@ -239,7 +260,6 @@ class StatusSampler:
             if got is None:  # the member is closed
                 return
             offsets = got
-        times = self._copy_times()
         now_ms = int(time.time() * 1000)
         with self._lock:
             self._windows.sample(owned, offsets, times, now_ms)
