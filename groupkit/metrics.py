@@ -43,6 +43,13 @@ does not answer within :data:`~groupkit.runtime.lag.TIME_LAG_READ_TIMEOUT_S` is 
 too. A partition whose time lag is unknown (empty, or its record undated) has no series; the
 member's maximum is over the partitions that have one.
 
+Burrow's status (``groupkit_consumergroup_partition_status``, ``groupkit_consumergroup_status``)
+is an enum as Prometheus exporters write one: a series per status value, 1 for the current one
+and 0 for the others, so ``== 1`` selects it and ``max_over_time`` shows any past one. It is
+what the member's own sampler judged at its newest sample (runtime/lag_status.py, every
+``groupkit.lag.status.interval.ms``); a scrape reads it and asks nothing. While sampling is off,
+or before the first sample, neither series exists.
+
 The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
 panels against it and the metrics tests check a live scrape against it.
 

@@ -12,14 +12,12 @@ partition of the control topic once, tells each record's group from its key alon
 key codec) and replays each group's records.
 
 ``--status`` (``status_samples``) reads the offsets that many times, ``status_interval`` seconds
-apart, and judges each partition with Burrow's rules (groupkit/lagstatus.py): a ``STATUS``
-column per partition and the group's status on a line of its own. It sees only what changes
-during its own run, and no commit that leaves an offset where it was: each partition's window
-holds the committed offsets it saw, dated when it first saw each. So a partition that lags and
-whose committed offset did not move during the run is STOP, whether its owner stopped, stalls
-on one record or commits less often than the run lasts (sample over longer than the group's
-commit interval), and STALL is never shown. What it can see that members cannot: a partition
-that nobody owns, or whose owner died, is judged like any other, so it is STOP while it lags.
+apart, and judges each partition with Burrow's rules (groupkit/lagstatus.py) as an onlooker does
+(runtime/lag_status.py's :func:`~groupkit.runtime.lag_status.sampled_status`): a ``STATUS``
+column per partition and the group's status on a line of its own. It sees every partition,
+owned or not, so one that nobody owns, or whose owner died, is STOP while it lags; but only
+committed offsets that move during its run, never a commit: a lagging partition whose offset
+did not move is STOP however its owner is doing, and STALL never shows.
 
 A group's state, in Kafka's words where they fit (:func:`group_state`): ``Empty`` (no live
 member), ``Stable`` (the current generation covers exactly the live members, is complete and
