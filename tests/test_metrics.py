@@ -389,6 +389,9 @@ class FakeProbe:
     def read_offsets(self, partitions: Any, timeout: float = 10.0) -> Any:
         return self._offsets
 
+    def lag_status(self) -> Any:
+        return None  # not sampled: no status series
+
 
 def test_kafka_exporter_names_sum_to_the_group() -> None:
     """With ``kafka_exporter_names``, the lag is also exported as kafka_exporter's series, with
