@@ -110,7 +110,12 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     conf = {**_client_config(args), "group.id": args.group,
             "groupkit.control.topic": args.control_topic}  # fmt: skip
     view = "members" if args.members else "state" if args.state else "partitions"
-    print(render(describe_group(conf, with_lag=not args.no_lag), as_json=args.json, view=view))
+    samples = args.status_samples if args.status else 0
+    if samples < 0 or args.status_interval < 0:
+        raise InputError("--status-samples and --status-interval must not be negative")
+    desc = describe_group(conf, with_lag=not args.no_lag, status_samples=samples,
+                          status_interval=args.status_interval)  # fmt: skip
+    print(render(desc, as_json=args.json, view=view))
     return 0
 
 
@@ -207,6 +212,16 @@ def build_parser() -> argparse.ArgumentParser:
     views.add_argument("--members", action="store_true", help="one line per member")
     views.add_argument("--state", action="store_true", help="the group's state, leader, strategy")
     p.add_argument("--no-lag", action="store_true", help="skip fetching offsets")
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="judge each partition by Burrow's rules over a few reads of its offsets "
+        "(a STATUS column and the group's status)",
+    )
+    p.add_argument("--status-samples", type=int, default=3, metavar="N",
+                   help="reads of the offsets for --status (default 3)")  # fmt: skip
+    p.add_argument("--status-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between those reads (default 1)")  # fmt: skip
     p.set_defaults(func=_cmd_describe)
 
     p = sub.add_parser(

@@ -43,6 +43,13 @@ does not answer within :data:`~groupkit.runtime.lag.TIME_LAG_READ_TIMEOUT_S` is 
 too. A partition whose time lag is unknown (empty, or its record undated) has no series; the
 member's maximum is over the partitions that have one.
 
+Burrow's status (``groupkit_consumergroup_partition_status``, ``groupkit_consumergroup_status``)
+is an enum as Prometheus exporters write one: a series per status value, 1 for the current one
+and 0 for the others, so ``== 1`` selects it and ``max_over_time`` shows any past one. It is
+what the member's own sampler judged at its newest sample (runtime/lag_status.py, every
+``groupkit.lag.status.interval.ms``); a scrape reads it and asks nothing. While sampling is off,
+or before the first sample, neither series exists.
+
 The names, their types and labels are the table :data:`METRICS`; the dashboard test checks
 panels against it and the metrics tests check a live scrape against it.
 
@@ -73,6 +80,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from groupkit.lagstatus import GroupStatus, PartitionStatus
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.node import RebalanceSummary
@@ -138,6 +146,14 @@ METRICS: Mapping[str, MetricSpec] = {
         MetricSpec("groupkit_consumergroup_max_lag_seconds", "gauge", _M,
                    "Largest groupkit_consumergroup_lag_seconds over the member's partitions.",
                    "kafka-lag-exporter kafka_consumergroup_group_max_lag_seconds"),
+        MetricSpec("groupkit_consumergroup_partition_status", "gauge", (*_TP, "status"),
+                   "Burrow's status of each owned partition as an enum: 1 for its status "
+                   "(OK, WARN, STOP, STALL, REWIND), 0 for the others.",
+                   "Burrow partition status"),
+        MetricSpec("groupkit_consumergroup_status", "gauge", (*_M, "status"),
+                   "Burrow's status of the group as this member's partitions make it, as an "
+                   "enum: 1 for its status (OK, WARN, ERR), 0 for the others.",
+                   "Burrow consumer group status"),
         MetricSpec("groupkit_consumergroup_lag_sum", "gauge", _M,
                    "Sum of groupkit_consumergroup_lag over the member's partitions.",
                    "kafka_exporter kafka_consumergroup_lag_sum, Burrow total_lag"),
@@ -363,6 +379,10 @@ class _Snapshot:
     time_lag: Mapping[TopicPartition, float]
     records_lag: Mapping[TopicPartition, int]
     consumed_rate: float
+    #: Burrow's status of the owned partitions at the newest sample (runtime/lag_status.py)
+    status: Mapping[TopicPartition, PartitionStatus]
+    #: the group's, from them; ``None`` while the member samples none (off, or not yet)
+    group_status: GroupStatus | None
 
 
 class _Offsets(NamedTuple):
@@ -562,6 +582,7 @@ class PrometheusObserver(GroupObserver):
         parts = tuple(sorted(self.probe.owned()))
         offsets = self._offsets(parts)
         records_lag = self._records_lag
+        statuses = self.probe.lag_status()
         return _Snapshot(
             group=self.group,
             member=status.member_id,
@@ -576,6 +597,12 @@ class PrometheusObserver(GroupObserver):
             time_lag=offsets.time_lag,
             records_lag={tp: n for tp, n in records_lag.items() if tp in parts},
             consumed_rate=self._rate.value(),
+            status=(
+                {}
+                if statuses is None
+                else {tp: s for tp, s in statuses.partitions.items() if tp in parts}
+            ),
+            group_status=None if statuses is None else statuses.group,
         )
 
     def _offsets(self, parts: tuple[TopicPartition, ...]) -> _Offsets:
@@ -679,6 +706,16 @@ class GroupkitCollector(Collector):
                     f["groupkit_consumergroup_lag_seconds"].add_metric(tpl, snap.time_lag[tp])
                 if tp in snap.records_lag:
                     f["groupkit_consumer_records_lag"].add_metric(tpl, snap.records_lag[tp])
+                if tp in snap.status:
+                    for ps in PartitionStatus:
+                        f["groupkit_consumergroup_partition_status"].add_metric(
+                            [*tpl, ps.value], 1 if snap.status[tp] is ps else 0
+                        )
+            if snap.group_status is not None:
+                for gs in GroupStatus:
+                    f["groupkit_consumergroup_status"].add_metric(
+                        [*m, gs.value], 1 if snap.group_status is gs else 0
+                    )
             f["groupkit_consumergroup_lag_sum"].add_metric(m, sum(snap.lag.values()))
             if snap.time_lag:
                 f["groupkit_consumergroup_max_lag_seconds"].add_metric(

@@ -220,6 +220,7 @@ def test_alert_rules_are_wired_and_read_only_exported_metrics() -> None:
     assert {r["alert"] for r in rules} == {
         "GroupkitMemberStopped", "GroupkitMemberDown", "GroupkitLagHigh", "GroupkitNoLeader",
         "GroupkitAssignorFallback", "GroupkitControlRecordsRejected",
+        "GroupkitPartitionStatusErr",
     }  # fmt: skip
     for r in rules:
         unknown = metric_names(r["expr"]) - set(METRICS) - {"up"}
@@ -237,9 +238,23 @@ def _series(name: str, values: str, member: str = "m1", **labels: str) -> dict[s
     return {"series": f"{name}{{{inner}}}", "values": values}
 
 
-def _healthy(member: str, leader: bool, lag: str = "10x40") -> list[dict[str, str]]:
-    """A member that consumes, holds a steady lag, and has nothing rejected or failed."""
+STATUSES = ("OK", "WARN", "STOP", "STALL", "REWIND")
+
+
+def _status(member: str, values: dict[str, str]) -> list[dict[str, str]]:
+    """Partition t-0's status enum: ``values`` by status value, ``0x40`` for the rest."""
     return [
+        _series("groupkit_consumergroup_partition_status", values.get(s, "0x40"), member,
+                topic="t", partition="0", status=s)
+        for s in STATUSES
+    ]  # fmt: skip
+
+
+def _healthy(member: str, leader: bool, lag: str = "10x40") -> list[dict[str, str]]:
+    """A member that consumes, holds a steady lag, its partition OK, and has nothing
+    rejected or failed."""
+    return [
+        *_status(member, {"OK": "1x40"}),
         {"series": f'up{{job="w",instance="{member}:8000"}}', "values": "1x40"},
         _series("groupkit_consumergroup_generation", "3x40", member),
         _series("groupkit_consumergroup_is_leader", f"{int(leader)}x40", member),
@@ -280,6 +295,17 @@ ALERT_CASES: list[tuple[str, list[dict[str, str]], set[str]]] = [
      _replace(_healthy("m1", True), "groupkit_control_records_rejected_total", "0x20 2x20")
      + _replace(_healthy("m2", False), "groupkit_control_records_rejected_total", "0x20 2x20"),
      {"GroupkitControlRecordsRejected"}),
+    *[(f"a partition turns {s}",
+       [x for x in _healthy("m1", True) if "partition_status" not in x["series"]]
+       + _status("m1", {"OK": "1x10 0x30", s: "0x10 1x30"}) + _healthy("m2", False),
+       {"GroupkitPartitionStatusErr"}) for s in ("STOP", "STALL", "REWIND")],
+    ("a partition turns WARN: slow, not an error",
+     [x for x in _healthy("m1", True) if "partition_status" not in x["series"]]
+     + _status("m1", {"OK": "1x10 0x30", "WARN": "0x10 1x30"}) + _healthy("m2", False), set()),
+    ("a partition is STALL for less than a minute",
+     [x for x in _healthy("m1", True) if "partition_status" not in x["series"]]
+     + _status("m1", {"OK": "1x29 0x3 1x8", "STALL": "0x29 1x3 0x8"}) + _healthy("m2", False),
+     set()),
 ]  # fmt: skip
 
 

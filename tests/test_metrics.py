@@ -129,6 +129,7 @@ def test_every_metric_moves_with_the_group(
         "heartbeat.interval.ms": 200,
         "auto.commit.interval.ms": 100,
         "groupkit.control.topic": control,
+        "groupkit.lag.status.interval.ms": 200,
     }
     produced = {0: 40, 1: 20, 2: 10, 3: 5}
     produce(bootstrap, topic, produced)
@@ -141,8 +142,9 @@ def test_every_metric_moves_with_the_group(
     m1 = c1.member_id
     assert m1 is not None
     wait_for(lambda: value(r1, "groupkit_consumergroup_lag_sum") == 0
-             and partitions_of(r1, "groupkit_consumergroup_committed_offset") == {0, 1, 2, 3},
-             30, "member 1 to own all 4 partitions and commit everything")  # fmt: skip
+             and partitions_of(r1, "groupkit_consumergroup_committed_offset") == {0, 1, 2, 3}
+             and partitions_of(r1, "groupkit_consumergroup_partition_status") == {0, 1, 2, 3},
+             30, "member 1 to own all 4 partitions, commit everything and sample them")  # fmt: skip
     got = scrape(r1)
     missing = [n for n, s in METRICS.items() if not got.get(n if s.kind != "histogram"
                                                             else n + "_count")]  # fmt: skip
@@ -157,6 +159,12 @@ def test_every_metric_moves_with_the_group(
     assert value(r1, "groupkit_consumergroup_generation") == c1.generation >= 1
     age = value(r1, "groupkit_consumergroup_heartbeat_age_seconds")
     assert age is not None and 0 <= age < 2.0
+    # caught up: every partition OK, one series per status value, the current one 1
+    assert value(r1, "groupkit_consumergroup_partition_status", status="OK") == 4
+    assert value(r1, "groupkit_consumergroup_partition_status") == 4
+    assert len(got["groupkit_consumergroup_partition_status"]) == 4 * 5
+    assert value(r1, "groupkit_consumergroup_status", status="OK") == 1
+    assert value(r1, "groupkit_consumergroup_status") == 1
     # nothing unconsumed: no time lag
     assert partitions_of(r1, "groupkit_consumergroup_lag_seconds") == {0, 1, 2, 3}
     assert value(r1, "groupkit_consumergroup_lag_seconds") == 0
@@ -380,6 +388,9 @@ class FakeProbe:
 
     def read_offsets(self, partitions: Any, timeout: float = 10.0) -> Any:
         return self._offsets
+
+    def lag_status(self) -> Any:
+        return None  # not sampled: no status series
 
 
 def test_kafka_exporter_names_sum_to_the_group() -> None:

@@ -23,6 +23,7 @@ from confluent_kafka import TopicPartition as KTP
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
+from groupkit.lagstatus import PartitionStatus
 from groupkit.runtime.telemetry import LagSnapshot, RebalanceEvent, Telemetry, decode
 from groupkit.types import TopicPartition
 from tests.conftest import delete_topics, unique_name
@@ -194,6 +195,12 @@ def test_only_the_leader_publishes_snapshots_and_rebalances(group_run: Run, boot
     assert age is not None and age == pytest.approx((last.ts_ms - created) / 1000, abs=1.0)
     for tp, lag in last.lags().items():
         assert lag > 0 or last.time_lags()[tp] == 0.0, tp
+    # Burrow's status of every partition, as the leader judged it over its snapshots: a
+    # partition without lag is OK whatever its history
+    statuses = last.statuses()
+    assert set(statuses) == set(last.lags())
+    for tp, lag in last.lags().items():
+        assert lag > 0 or statuses[tp] is PartitionStatus.OK, tp
     assert any(m.rate for s in snaps for m in s.members.values()), "no rate ever measured"
     joined = [e for e in events if e.moved > 0]
     assert joined and all(e.protocol == "cooperative" and e.assignor == "range" for e in events)

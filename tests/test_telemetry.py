@@ -10,6 +10,7 @@ import json
 import pytest
 
 from groupkit.errors import MalformedTelemetry
+from groupkit.lagstatus import PartitionStatus
 from groupkit.protocol.node import RebalanceSummary
 from groupkit.runtime.telemetry import (
     SCHEMA_VERSION,
@@ -36,8 +37,15 @@ def snapshot() -> LagSnapshot:
             "b": MemberInfo(("t0", "t1"), None, 400.0, None),
         },
         topics={
-            "t0": TopicOffsets((10, 20), (5, None), (5, 0), ("a", "b"), (4.25, 0.0)),
-            # as a record written before time lag existed
+            "t0": TopicOffsets(
+                (10, 20),
+                (5, None),
+                (5, 0),
+                ("a", "b"),
+                (4.25, 0.0),
+                (PartitionStatus.WARN, PartitionStatus.OK),
+            ),
+            # as a record written before time lag and status existed
             "t1": TopicOffsets((7,), (7,), (0,), (None,)),
             "t2": TopicOffsets((0,), (None,), (0,), ("b",), (None,)),
         },
@@ -55,6 +63,10 @@ def test_round_trips() -> None:
     # time lag is optional: absent from a topic written without it, null where unknown
     assert s.time_lags() == {TP("t0", 0): 4.25, TP("t0", 1): 0.0, TP("t2", 0): None}
     assert "time_lag" not in doc["topics"]["t1"]
+    # so is the status, written as Burrow's word
+    assert doc["topics"]["t0"]["status"] == ["WARN", "OK"]
+    assert s.statuses() == {TP("t0", 0): PartitionStatus.WARN, TP("t0", 1): PartitionStatus.OK}
+    assert "status" not in doc["topics"]["t1"] and "status" not in doc["topics"]["t2"]
     summary = RebalanceSummary(
         "g", "a", "membership_changed", "eager", "range", 4, 5, 2, 3, 6, 0.0421, "completed"
     )
@@ -101,6 +113,9 @@ def test_rejections_are_typed(raw: bytes | None, reason: str) -> None:
         (("topics", "t0", "time_lag"), [1.5, -2], "bad_field"),
         (("topics", "t0", "time_lag"), [1.5, "x"], "bad_field"),
         (("topics", "t0", "time_lag"), 1.5, "bad_field"),
+        (("topics", "t0", "status"), ["OK"], "inconsistent"),
+        (("topics", "t0", "status"), ["OK", "ERR"], "bad_field"),
+        (("topics", "t0", "status"), "OK", "bad_field"),
         (("topics", "t0", "owner"), ["a", "zed"], "inconsistent"),
         (("topics", "t0", "end"), [10, -1], "bad_field"),
         (("topics", "t0", "committed"), [5, "x"], "bad_field"),

@@ -78,6 +78,10 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # the read fails (runtime/retention.py). 0: never (the broker's retention then applies to
     # a live group too).
     "groupkit.offsets.keepalive.interval.ms": (None, "int"),
+    # How often a member samples the committed and log-end offsets of the partitions it owns
+    # for their Burrow status (runtime/lag_status.py). A window holds LAG_STATUS_WINDOW
+    # samples, as Burrow's ten, so a partition is judged over ten intervals. 0: off.
+    "groupkit.lag.status.interval.ms": (10_000, "int"),
 }
 
 #: The keep-alive interval where ``groupkit.offsets.keepalive.interval.ms`` is not set and the
@@ -214,6 +218,8 @@ class GroupConfig:
     offsets_keepalive_ms: int = OFFSETS_KEEPALIVE_DEFAULT_MS
     #: ``groupkit.offsets.keepalive.interval.ms`` is not set: derive it from the retention
     offsets_keepalive_from_retention: bool = False
+    #: how often the owned partitions' offsets are sampled for their status (0: off)
+    lag_status_interval_ms: int = 10_000
     #: ``group.instance.id``: a static member (KIP-345), or ``None``
     instance_id: str | None = None
     #: whether ``close()`` leaves the group (``groupkit.leave.group.on.close``)
@@ -291,6 +297,11 @@ class GroupConfig:
             raise ConfigError(
                 f"groupkit.offsets.keepalive.interval.ms must be >= 0 (0: off), got {keepalive}"
             )
+        lag_status_interval = gk["groupkit.lag.status.interval.ms"]
+        if lag_status_interval < 0:
+            raise ConfigError(
+                f"groupkit.lag.status.interval.ms must be >= 0 (0: off), got {lag_status_interval}"
+            )
         instance_id = conf.get("group.instance.id")
         if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
             raise ConfigError(f"group.instance.id must be a non-empty string, got {instance_id!r}")
@@ -355,6 +366,7 @@ class GroupConfig:
             assignor_timeout_ms=assignor_timeout,
             offsets_keepalive_ms=keepalive,
             offsets_keepalive_from_retention=keepalive_from_retention,
+            lag_status_interval_ms=lag_status_interval,
             instance_id=instance_id,
             leave_on_close=leave_on_close,
             topic_propagation_ms=propagation,

@@ -59,6 +59,7 @@ from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.handoff import HandoffExecutor, OwnershipHook, RebalanceCallback
 from groupkit.runtime.hooks import GroupObserver, Observers
+from groupkit.runtime.lag_status import StatusSampler
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.poll_loop import PollLoop
 from groupkit.runtime.probe import MemberProbe
@@ -135,9 +136,25 @@ class GroupConsumer:
         #: follows the subscription's patterns, if it has any (runtime/patterns.py)
         self._watcher: TopicWatcher | None = None
         self._watch_lock = threading.Lock()
+        #: Burrow's status of the owned partitions, sampled on a thread of its own
+        #: (runtime/lag_status.py)
+        self._lag_status: StatusSampler | None = None
         self._probe = MemberProbe(
-            cfg, lambda: self._topics, self._data, lambda: self._coordinator, lambda: self._admin
+            cfg,
+            lambda: self._topics,
+            self._data,
+            lambda: self._coordinator,
+            lambda: self._admin,
+            lambda: None if self._lag_status is None else self._lag_status.view(),
         )
+        if cfg.lag_status_interval_ms > 0:
+            probe = self._probe
+            self._lag_status = StatusSampler(
+                cfg.lag_status_interval_ms / 1000,
+                probe.owned,
+                lambda parts: probe.read_offsets(parts, timeout=5.0),
+                lambda: self._data.commit_times,
+            )
         self._closed = False
         #: the next member, started here: it catches up on the control log and keeps up while
         #: the app gets ready, writing nothing, so subscribe() joins at once (the catch-up was
@@ -152,6 +169,8 @@ class GroupConsumer:
         except BaseException:
             self._close_clients()
             raise
+        if self._lag_status is not None:
+            self._lag_status.start()
 
     # ------------------------------------------------------------------ properties
 
@@ -630,7 +649,10 @@ class GroupConsumer:
         control, self._control = self._control, None
         standby, self._standby = getattr(self, "_standby", None), None
         telemetry, self._telemetry = getattr(self, "_telemetry", None), None
+        sampler, self._lag_status = getattr(self, "_lag_status", None), None
         try:
+            if sampler is not None:  # it reads through the admin: stopped before it goes
+                sampler.close()
             if telemetry is not None:  # it borrows the admin and owns a producer
                 telemetry.close()
             if standby is not None:  # never joined: nothing was written

@@ -298,6 +298,10 @@ class DataConsumer:
         self.refetch_at: float | None = None
         self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._last_commit = time.monotonic()
+        #: partition -> wall ms of this member's newest commit of it (sent, for an async one):
+        #: what the lag status sampler dates its commits by (runtime/lag_status.py), since
+        #: the broker keeps no commit time that a client can read
+        self.commit_times: dict[TopicPartition, int] = {}
         #: owned partitions the application paused (``pause``); resumed when they go away
         self.paused: set[TopicPartition] = set()
         #: owned partition -> offset the application ``seek``-ed it to, where it has handed
@@ -416,6 +420,7 @@ class DataConsumer:
             if asynchronous and commits.sent:
                 commits.sent.pop()  # refused at once: librdkafka will not answer it
             raise
+        self._stamp_commit(message, offsets)
         if asynchronous:
             return None
         done = list(result or [])
@@ -429,13 +434,34 @@ class DataConsumer:
         commit: Any = self.handle.commit
         if offsets is None:
             commit(asynchronous=False)
+            self._stamp_commit(None, None)
             return {}
         done = commit(offsets=offsets, asynchronous=False)
+        self._stamp_commit(None, offsets)
         return {
             TopicPartition(p.topic, p.partition): p.offset
             for p in done or ()
             if p.error is None and p.offset >= 0
         }
+
+    def _stamp_commit(
+        self, message: Message | None, offsets: Sequence[KTopicPartition] | None
+    ) -> None:
+        """Note when the partitions a commit covers were committed (all owned ones for a
+        commit of the stored offsets): once a synchronous commit is answered, so that a
+        sampler that sees the stamp reads the offset it committed; as an asynchronous one is
+        sent. A commit the broker refused still showed a consumer at work."""
+        now_ms = int(time.time() * 1000)
+        if message is not None:
+            tps: Iterable[TopicPartition] = (
+                TopicPartition(message.topic() or "", message.partition() or 0),
+            )
+        elif offsets is not None:
+            tps = [TopicPartition(p.topic, p.partition) for p in offsets]
+        else:
+            tps = list(self.owned)
+        for tp in tps:
+            self.commit_times[tp] = now_ms
 
     def without_deleted_topics(
         self, parts: Iterable[TopicPartition], offsets: list[KTopicPartition] | None

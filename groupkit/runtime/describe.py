@@ -11,6 +11,14 @@ LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID, then groupkit's own columns), ``-
 partition of the control topic once, tells each record's group from its key alone (records.py's
 key codec) and replays each group's records.
 
+``--status`` (``status_samples``) reads the offsets that many times, ``status_interval`` seconds
+apart, and judges each partition with Burrow's rules (groupkit/lagstatus.py) as an onlooker does
+(runtime/lag_status.py's :func:`~groupkit.runtime.lag_status.sampled_status`): a ``STATUS``
+column per partition and the group's status on a line of its own. It sees every partition,
+owned or not, so one that nobody owns, or whose owner died, is STOP while it lags; but only
+committed offsets that move during its run, never a commit: a lagging partition whose offset
+did not move is STOP however its owner is doing, and STALL never shows.
+
 A group's state, in Kafka's words where they fit (:func:`group_state`): ``Empty`` (no live
 member), ``Stable`` (the current generation covers exactly the live members, is complete and
 every one of them has acknowledged it), else ``Rebalancing``. Liveness is judged with the
@@ -30,6 +38,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
 from confluent_kafka import TopicPartition as KTopicPartition
 
 from groupkit.errors import BrokerError, InputError, RecordRejected
+from groupkit.lagstatus import PartitionStatus, group_status
 from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, decode_key
 from groupkit.protocol.vocab import Phase
@@ -40,6 +49,7 @@ from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
 from groupkit.runtime.lag import TimeLagReader, read_offsets
+from groupkit.runtime.lag_status import sampled_status
 from groupkit.types import TopicPartition
 
 #: the partitions view's columns: kafka-consumer-groups --describe's, then groupkit's own
@@ -76,9 +86,18 @@ def _client(m: Any, key: str) -> str | None:
 
 
 def describe_group(
-    config: dict[str, Any], with_lag: bool = True, timeout: float = 30.0
+    config: dict[str, Any],
+    with_lag: bool = True,
+    timeout: float = 30.0,
+    status_samples: int = 0,
+    status_interval: float = 1.0,
 ) -> dict[str, Any]:
     """The group's state as a JSON-ready dict (``config`` as for ``GroupConsumer``).
+
+    With ``status_samples`` (and ``with_lag``), the offsets are read that many times,
+    ``status_interval`` seconds apart, and each partition gets Burrow's ``status`` and the
+    group its ``status`` (see the module docstring for what that can see); else both are
+    ``None``.
 
     Raises :class:`~groupkit.errors.ControlTopicError` when the control topic does not exist
     and :class:`~groupkit.errors.InputError` when it holds no record of the group."""
@@ -101,7 +120,7 @@ def describe_group(
         )
     now_ms = int(time.time() * 1000)
     live = set(live_now(state, now_ms))
-    group_status = group_state(state, now_ms)
+    kafka_state = group_state(state, now_ms)
     a = state.assignment
     assigned = {m: sorted(a.assigned(m)) for m in a.members} if a is not None else {}
     owner = {tp: mid for mid, ps in assigned.items() for tp in ps}
@@ -120,8 +139,16 @@ def describe_group(
     committed: dict[TopicPartition, int | None] = {}
     lags: dict[TopicPartition, int] = {}
     time_lags: dict[TopicPartition, float | None] = {}
+    statuses: dict[TopicPartition, PartitionStatus] | None = None
     if with_lag and parts:
         got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.lag_reset, timeout)
+        if status_samples > 0:
+            reads = [(int(time.time() * 1000), got_offsets)]
+            for _ in range(status_samples - 1):
+                time.sleep(status_interval)  # the samples' spacing, not a wait for a state
+                got_offsets = read_offsets(admin, cfg.group_id, parts, cfg.lag_reset, timeout)
+                reads.append((int(time.time() * 1000), got_offsets))
+            statuses = sampled_status(reads)
         end, committed, lags = (dict(got_offsets.end), dict(got_offsets.committed),
                                 dict(got_offsets.lag))  # fmt: skip
         # one look: reading each first unconsumed record is cheap enough here
@@ -146,6 +173,7 @@ def describe_group(
                 "log_end_offset": end.get(tp),
                 "lag": (end[tp] - cur if cur is not None and tp in end else None),
                 "time_lag": time_lags.get(tp),
+                "status": None if statuses is None else statuses.get(tp, PartitionStatus.OK),
                 "consumer_id": mid,
                 "host": _client(m, "host") if m is not None else None,
                 "client_id": _client(m, "client.id") if m is not None else None,
@@ -185,7 +213,7 @@ def describe_group(
         )
     return {
         "group": cfg.group_id,
-        "state": group_status,
+        "state": kafka_state,
         "control_topic": cfg.control_topic,
         "control_partition": partition,
         "log_offset": state.offset,
@@ -211,6 +239,7 @@ def describe_group(
         "live_members": len(live),
         "partitions": rows,
         "total_lag": sum(lags.values()),
+        "status": None if statuses is None else group_status(statuses.values()),
         "rejected": dict(sorted(state.rejections.items())),
     }
 
@@ -332,12 +361,17 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
         if desc["live_members"] == 0:
             lines.append(f"Consumer group '{g}' has no active members.")
             lines.append("")
-        lines += table(PARTITION_COLUMNS, [
+        with_status = desc.get("status") is not None
+        columns = PARTITION_COLUMNS + (("STATUS",) if with_status else ())
+        lines += table(columns, [
             [r["group"], r["topic"], r["partition"], r["current_offset"], r["log_end_offset"],
              r["lag"], r["consumer_id"], r["host"], r["client_id"], _cell(r["time_lag"]),
-             r["generation"], "*" if r["leader"] else "", r["state"], r["instance_id"]]
+             r["generation"], "*" if r["leader"] else "", r["state"], r["instance_id"],
+             *([r["status"]] if with_status else [])]
             for r in desc["partitions"]
         ])  # fmt: skip
+        if with_status:
+            lines.append(f"status: {desc['status']}")
     fb = desc.get("fallback")
     if fb:
         lines.append(

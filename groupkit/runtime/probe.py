@@ -6,7 +6,8 @@ partitions the data consumer has assigned, the member's standing in the group (u
 coordinator's lock, through ``Coordinator.status``), and the sources of lag: the group's
 end and committed offsets (through the consumer's AdminClient: :func:`~groupkit.runtime.lag.
 read_offsets`), the time lag they make (``time_lag``: a reader of its own, never the data
-consumer) and the data consumer's own positions (``records_lag``; poll thread only).
+consumer), the data consumer's own positions (``records_lag``; poll thread only) and the
+Burrow status of its partitions (``lag_status``: runtime/lag_status.py's sampler).
 It changes nothing, and it never blocks the ``poll`` thread: it takes no lock the hot path takes.
 """
 
@@ -21,9 +22,10 @@ from confluent_kafka.admin import AdminClient
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.lag import TIME_LAG_REREAD_S, GroupOffsets, TimeLagReader, read_offsets
+from groupkit.runtime.lag_status import LagStatusView
 from groupkit.types import TopicPartition
 
-__all__ = ["GroupOffsets", "MemberProbe", "MemberStatus"]
+__all__ = ["GroupOffsets", "LagStatusView", "MemberProbe", "MemberStatus"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +64,10 @@ class MemberProbe:
         data: DataConsumer,
         coordinator: Callable[[], StatusSource | None],
         admin: Callable[[], AdminClient | None],
+        lag_status: Callable[[], LagStatusView | None] = lambda: None,
     ) -> None:
         self._cfg = cfg
+        self._lag_status = lag_status
         self._topics = topics
         self._data = data
         self._coordinator = coordinator
@@ -153,6 +157,12 @@ class MemberProbe:
             )
         reader.forget(offsets.lag)
         return reader.time_lag(offsets, read=read)
+
+    def lag_status(self) -> LagStatusView | None:
+        """Burrow's status of each owned partition at the newest sample, and of the group as
+        this member sees its partitions; ``None`` when sampling is off
+        (``groupkit.lag.status.interval.ms=0``) or before the first sample."""
+        return self._lag_status()
 
     def records_lag(self) -> dict[TopicPartition, int]:
         """High watermark (librdkafka's cached one) minus the position handed to the app, of

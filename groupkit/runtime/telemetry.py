@@ -17,7 +17,8 @@ and reject newer ones) and ``type``:
      "leader": "m-1", "generation": 7, "protocol": "cooperative", "assignor": "sticky",
      "members": {"m-1": {"topics": ["t0"], "rate": 812.5, "capacity": null, "rack": null}},
      "topics": {"t0": {"end": [120, 80], "committed": [100, null], "lag": [20, 0],
-                       "owner": ["m-1", null], "time_lag": [4.25, 0.0]}}}
+                       "owner": ["m-1", null], "time_lag": [4.25, 0.0],
+                       "status": ["WARN", "OK"]}}}
 
 - ``members``: the live members, their subscriptions, configured ``capacity``
   (``groupkit.capacity``, records/s) and ``rack``, and ``rate``: records/s this member
@@ -36,6 +37,12 @@ and reject newer ones) and ``type``:
   lag, ``null`` where unknown (an empty partition, an undated record). ``time_lag`` is optional:
   records written before it existed have none, and readers that predate it ignore it, so it
   needs no new version.
+- ``status``, optional in the same way: Burrow's status of each partition (``OK``, ``WARN``,
+  ``STOP``, ``STALL``, ``REWIND``: groupkit/lagstatus.py), as the leader judges it over its
+  last :data:`~groupkit.runtime.lag_status.LAG_STATUS_WINDOW` snapshots of this leadership
+  (:func:`~groupkit.runtime.lag_status.sampled_status`: it sees every partition, owned or
+  not, but committed offsets only, never a commit, so an offset that does not move while
+  the partition lags is STOP, and STALL never shows). A new leader starts a fresh window.
 
 ``rebalance`` — one per rebalance the leader finished
 (:class:`~groupkit.protocol.node.RebalanceSummary`)::
@@ -58,6 +65,7 @@ import json
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -66,13 +74,15 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError, MalformedTelemetry
+from groupkit.lagstatus import PartitionStatus
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.node import RebalanceSummary
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.hooks import GroupObserver
-from groupkit.runtime.lag import TimeLagReader, read_offsets
+from groupkit.runtime.lag import GroupOffsets, TimeLagReader, read_offsets
+from groupkit.runtime.lag_status import LAG_STATUS_WINDOW, sampled_status
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.telemetry")
@@ -108,6 +118,8 @@ class TopicOffsets:
     owner: tuple[str | None, ...]
     #: seconds, ``None`` where unknown; the whole list is ``None`` in records without it
     time_lag: tuple[float | None, ...] | None = None
+    #: Burrow's status of each partition (``None``: not judged); ``None`` in records without it
+    status: tuple[PartitionStatus | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +161,7 @@ class LagSnapshot:
                     "lag": list(o.lag),
                     "owner": list(o.owner),
                     **({} if o.time_lag is None else {"time_lag": list(o.time_lag)}),
+                    **({} if o.status is None else {"status": [x and str(x) for x in o.status]}),
                 }
                 for t, o in sorted(self.topics.items())
             },
@@ -171,6 +184,15 @@ class LagSnapshot:
             for t, o in self.topics.items()
             if o.time_lag is not None
             for p, s in enumerate(o.time_lag)
+        }
+
+    def statuses(self) -> dict[TopicPartition, PartitionStatus | None]:
+        """Burrow's status of every partition of topics that carry it (``None``: not judged)."""
+        return {
+            TopicPartition(t, p): s
+            for t, o in self.topics.items()
+            if o.status is not None
+            for p, s in enumerate(o.status)
         }
 
     def owners(self) -> dict[TopicPartition, str]:
@@ -319,13 +341,23 @@ def decode(raw: bytes | str | None) -> Telemetry:
             if not isinstance(time_lag, list):
                 raise MalformedTelemetry("bad_field", f"topics.{t}.time_lag: not a list")
             time_lag = tuple(_opt_num(x, f"topics.{t}.time_lag") for x in time_lag)
+        status = o.get("status")
+        if status is not None:
+            if not isinstance(status, list) or not all(
+                x is None or (isinstance(x, str) and x in PartitionStatus.__members__)
+                for x in status
+            ):
+                raise MalformedTelemetry("bad_field", f"topics.{t}.status")
+            status = tuple(None if x is None else PartitionStatus(x) for x in status)
+            if len(status) != len(end):
+                raise MalformedTelemetry("inconsistent", f"topics.{t}: list lengths differ")
         if not len(end) == len(committed) == len(lag) == len(owner):
             raise MalformedTelemetry("inconsistent", f"topics.{t}: list lengths differ")
         if time_lag is not None and len(time_lag) != len(end):
             raise MalformedTelemetry("inconsistent", f"topics.{t}: list lengths differ")
         if any(x is not None and x not in members for x in owner):
             raise MalformedTelemetry("inconsistent", f"topics.{t}: owner is not a member")
-        topics[str(t)] = TopicOffsets(end, committed, lag, tuple(owner), time_lag)
+        topics[str(t)] = TopicOffsets(end, committed, lag, tuple(owner), time_lag, status)
     return LagSnapshot(
         group=group,
         ts_ms=ts,
@@ -417,6 +449,8 @@ class TelemetryPublisher(GroupObserver):
         self._prev_epoch = 0
         self._epoch = 0  # bumped whenever this member stops leading
         self._time_lag = TimeLagReader(cfg.client_config("timelag"))
+        #: this leadership's last reads (wall ms, offsets), oldest first: the status window
+        self._reads: deque[tuple[int, GroupOffsets]] = deque(maxlen=LAG_STATUS_WINDOW)
 
     # ---------------------------------------------------------------- hooks (control thread)
 
@@ -548,6 +582,10 @@ class TelemetryPublisher(GroupObserver):
         # Rates need two snapshots of the same leadership.
         same = self._prev and self._prev_epoch == c.epoch
         rates = member_rates(self._prev, cur, now - self._prev_at) if same else {}
+        if not same:  # a new leadership judges from its own reads only
+            self._reads.clear()
+        self._reads.append((int(now * 1000), offsets))
+        statuses = sampled_status(list(self._reads))
         self._prev, self._prev_at, self._prev_epoch = cur, now, c.epoch
         topics = {
             t: TopicOffsets(
@@ -556,6 +594,7 @@ class TelemetryPublisher(GroupObserver):
                 lag=tuple(lag.get(TopicPartition(t, p), 0) for p in range(n)),
                 owner=tuple(c.owners.get(TopicPartition(t, p)) for p in range(n)),
                 time_lag=tuple(ages.get(TopicPartition(t, p)) for p in range(n)),
+                status=tuple(statuses.get(TopicPartition(t, p)) for p in range(n)),
             )
             for t, n in sorted(c.counts.items())
         }
