@@ -683,18 +683,22 @@ class GroupkitCollector(Collector):
             if s.kind == "gauge"
         }
 
-    def collect(self) -> Iterator[Metric]:
+    def _snapshots(self) -> Iterator[_Snapshot]:
+        """A snapshot of every registered consumer that has one."""
         with self._lock:
             observers = list(self._observers)
-        f = self._families()
         for o in observers:
             try:
                 snap = o.snapshot()
             except Exception:  # never let one member break the whole scrape
                 _log.exception("metrics.snapshot_failed", group=o.group)
                 continue
-            if snap is None:
-                continue
+            if snap is not None:
+                yield snap
+
+    def collect(self) -> Iterator[Metric]:
+        f = self._families()
+        for snap in self._snapshots():
             m = [snap.group, snap.member]
             for tp in snap.partitions:
                 tpl = [*m, tp.topic, str(tp.partition)]
@@ -743,9 +747,6 @@ class KafkaExporterCollector(GroupkitCollector):
     group's member count comes from its leader alone.
     """
 
-    def describe(self) -> Iterable[Metric]:
-        return list(self._families().values())
-
     @staticmethod
     def _families() -> dict[str, GaugeMetricFamily]:
         return {
@@ -754,21 +755,12 @@ class KafkaExporterCollector(GroupkitCollector):
         }
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            observers = list(self._observers)
         lag: dict[tuple[str, str, str], int] = {}
         offset: dict[tuple[str, str, str], int] = {}
         lag_sum: dict[tuple[str, str], int] = {}
         offset_sum: dict[tuple[str, str], int] = {}
         members: dict[str, int] = {}
-        for o in observers:
-            try:
-                snap = o.snapshot()
-            except Exception:  # never let one member break the whole scrape
-                _log.exception("metrics.snapshot_failed", group=o.group)
-                continue
-            if snap is None:
-                continue
+        for snap in self._snapshots():
             g = snap.group
             for tp in snap.partitions:
                 key = (g, tp.topic, str(tp.partition))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,30 @@ def test_member_cut_off_then_healed(
     assert all(t <= SESSION_MS / 1000 + MARGIN_S for t in run.stable_after.values())
 
 
+@contextmanager
+def proxied_pair(
+    cluster: KafkaBackend, partitions: int, settings: dict[str, Any]
+) -> Iterator[tuple[GroupConsumer, GroupConsumer, str]]:
+    """Two members of one new group on a fresh topic of ``partitions``: ``a`` (``client.id``
+    ``a0``) reaches the cluster through the fault proxy, ``b`` directly; closed and the topics
+    deleted at the end."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    topic = unique_name("data")
+    create_topic(admin, topic, partitions, replication_factor=-1)
+    conf: dict[str, Any] = {
+        "group.id": unique_name("g"), "groupkit.control.topic": unique_name("ctl"), **settings,
+    }  # fmt: skip
+    a = GroupConsumer({**conf, "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"})
+    b = GroupConsumer({**conf, "bootstrap.servers": lc.bootstrap})
+    try:
+        yield a, b, topic
+    finally:
+        a.close()
+        b.close()
+        delete_topics(admin, [topic, conf["groupkit.control.topic"]])
+
+
 #: session and clock-skew allowance of the lapse test: the member fences itself 2.5 s after its
 #: newest confirmed heartbeat; its "processing" outlasts that by 0.7 s
 LAPSE_SESSION_MS = 4000
@@ -135,80 +160,72 @@ def test_a_lapsed_member_lets_go_only_once_its_poll_stopped(
     are granted them at once; so that record must wait until the app polls again and the
     member's ``on_lost`` has run. The writer is not cut: were the record written at the lapse,
     the other member would own the partitions while ``on_lost`` is still to come."""
-    lc = local_cluster(cluster)
-    admin = AdminClient(lc.client_config())
-    topic = unique_name("data")
-    create_topic(admin, topic, 4, replication_factor=-1)
-    conf: dict[str, Any] = {
-        "group.id": unique_name("g"),
+    settings = {
         "session.timeout.ms": LAPSE_SESSION_MS,
         "heartbeat.interval.ms": 100,
         "groupkit.max.clock.skew.ms": LAPSE_SKEW_MS,
-        "groupkit.control.topic": unique_name("ctl"),
     }
-    events: list[tuple[float, str, str, frozenset[int]]] = []  # (monotonic, member, what, ps)
+    with proxied_pair(cluster, 4, settings) as (a, b, topic):
+        events: list[tuple[float, str, str, frozenset[int]]] = []  # (monotonic, member, what, ps)
 
-    def record(who: str, what: str) -> Callable[[GroupConsumer, list[KTP]], None]:
-        def callback(_c: GroupConsumer, parts: list[KTP]) -> None:
-            events.append((time.monotonic(), who, what, frozenset(p.partition for p in parts)))
+        def record(who: str, what: str) -> Callable[[GroupConsumer, list[KTP]], None]:
+            def callback(_c: GroupConsumer, parts: list[KTP]) -> None:
+                events.append((time.monotonic(), who, what, frozenset(p.partition for p in parts)))
 
-        return callback
+            return callback
 
-    def owned(who: str) -> frozenset[int]:
-        held: set[int] = set()
-        for _t, w, what, ps in list(events):
-            if w == who:
-                held = held | ps if what == "assign" else held - ps
-        return frozenset(held)
+        def owned(who: str) -> frozenset[int]:
+            held: set[int] = set()
+            for _t, w, what, ps in list(events):
+                if w == who:
+                    held = held | ps if what == "assign" else held - ps
+            return frozenset(held)
 
-    a = GroupConsumer({**conf, "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"})
-    b = GroupConsumer({**conf, "bootstrap.servers": lc.bootstrap})
-    stop = threading.Event()
+        stop = threading.Event()
 
-    def run_b() -> None:
-        while not stop.is_set():
-            b.poll(0.05)
+        def run_b() -> None:
+            while not stop.is_set():
+                b.poll(0.05)
 
-    b_thread = threading.Thread(target=run_b, daemon=True)
-    try:
-        a.subscribe([topic], on_assign=record("a", "assign"), on_revoke=record("a", "revoke"),
-                    on_lost=record("a", "lost"))  # fmt: skip
-        wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == 4, 60, "a to own all 4")
-        b.subscribe([topic], on_assign=record("b", "assign"), on_revoke=record("b", "revoke"),
-                    on_lost=record("b", "lost"))  # fmt: skip
-        b_thread.start()
-        wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == len(owned("b")) == 2, 60,
-                 "a and b to own 2 each")  # fmt: skip
-        mine = owned("a")
-        cut = proxy.cut("both", cut_pattern("write-not-read", "a0"))
+        b_thread = threading.Thread(target=run_b, daemon=True)
         try:
-            t0 = time.monotonic()
-            # a's app is busy with a batch past its fence (not a wait for anything)
-            time.sleep(PROCESSING_S)
-            coordinator = a.coordinator
-            assert coordinator is not None
-            with coordinator.lock:
-                age = coordinator.member.session_age_ms(monotonic_ms())
-            assert age is None or age >= LAPSE_SESSION_MS - LAPSE_SKEW_MS, "a has not lapsed"
-            assert owned("a") == mine, "a lost its partitions before it polled"
-            assert not owned("b") & mine, "b was granted a's partitions while a still held them"
-            wait_for(lambda: a.poll(0.05) is None and not owned("a"), 10, "a's on_lost")
-            lost_at = max(t for t, w, what, _ in events if w == "a" and what == "lost")
-            wait_for(lambda: owned("b") == frozenset(range(4)), 30, "b to own all 4")
-            granted_at = min(t for t, w, what, ps in events
-                             if w == "b" and what == "assign" and ps & mine and t > t0)  # fmt: skip
-            assert granted_at > lost_at
-            print(f"a lapsed and lost its partitions {lost_at - t0:.2f}s after the cut; b was "
-                  f"granted them {granted_at - lost_at:.3f}s after that")  # fmt: skip
+            a.subscribe([topic], on_assign=record("a", "assign"), on_revoke=record("a", "revoke"),
+                        on_lost=record("a", "lost"))  # fmt: skip
+            wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == 4, 60, "a to own all 4")
+            b.subscribe([topic], on_assign=record("b", "assign"), on_revoke=record("b", "revoke"),
+                        on_lost=record("b", "lost"))  # fmt: skip
+            b_thread.start()
+            wait_for(lambda: a.poll(0.05) is None and len(owned("a")) == len(owned("b")) == 2, 60,
+                     "a and b to own 2 each")  # fmt: skip
+            mine = owned("a")
+            cut = proxy.cut("both", cut_pattern("write-not-read", "a0"))
+            try:
+                t0 = time.monotonic()
+                # a's app is busy with a batch past its fence (not a wait for anything)
+                time.sleep(PROCESSING_S)
+                coordinator = a.coordinator
+                assert coordinator is not None
+                with coordinator.lock:
+                    age = coordinator.member.session_age_ms(monotonic_ms())
+                assert age is None or age >= LAPSE_SESSION_MS - LAPSE_SKEW_MS, "a has not lapsed"
+                assert owned("a") == mine, "a lost its partitions before it polled"
+                assert not owned("b") & mine, "b was granted a's partitions while a still held them"
+                wait_for(lambda: a.poll(0.05) is None and not owned("a"), 10, "a's on_lost")
+                lost_at = max(t for t, w, what, _ in events if w == "a" and what == "lost")
+                wait_for(lambda: owned("b") == frozenset(range(4)), 30, "b to own all 4")
+                granted_at = min(
+                    t for t, w, what, ps in events
+                    if w == "b" and what == "assign" and ps & mine and t > t0
+                )  # fmt: skip
+                assert granted_at > lost_at
+                print(f"a lapsed and lost its partitions {lost_at - t0:.2f}s after the cut; b was "
+                      f"granted them {granted_at - lost_at:.3f}s after that")  # fmt: skip
+            finally:
+                proxy.heal(cut)
         finally:
-            proxy.heal(cut)
-    finally:
-        stop.set()
-        if b_thread.is_alive():
-            b_thread.join(10)
-        a.close()
-        b.close()
-        delete_topics(admin, [topic, conf["groupkit.control.topic"]])
+            stop.set()
+            if b_thread.is_alive():
+                b_thread.join(10)
 
 
 def test_a_writer_whose_records_go_unanswered_while_the_log_moves_is_renewed(
@@ -218,19 +235,8 @@ def test_a_writer_whose_records_go_unanswered_while_the_log_moves_is_renewed(
     broker restart librdkafka's idempotent producer can wait so for good) swaps in a fresh
     producer a session later, and writes again once the broker answers it. The proxy holds
     the writer's traffic here; the other member's heartbeats keep the log moving."""
-    lc = local_cluster(cluster)
-    admin = AdminClient(lc.client_config())
-    topic = unique_name("data")
-    create_topic(admin, topic, 2, replication_factor=-1)
-    conf: dict[str, Any] = {
-        "group.id": unique_name("g"),
-        "session.timeout.ms": 3000,
-        "heartbeat.interval.ms": 300,
-        "groupkit.control.topic": unique_name("ctl"),
-    }
-    a = GroupConsumer({**conf, "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"})
-    b = GroupConsumer({**conf, "bootstrap.servers": lc.bootstrap})
-    try:
+    settings = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
+    with proxied_pair(cluster, 2, settings) as (a, b, topic):
         a.subscribe([topic])
         b.subscribe([topic])
 
@@ -256,7 +262,3 @@ def test_a_writer_whose_records_go_unanswered_while_the_log_moves_is_renewed(
         written = coordinator.stats.records_written
         wait_for(lambda: both_own() and coordinator.stats.records_written > written, 60,
                  "a to write again and own its share", step=0)  # fmt: skip
-    finally:
-        a.close()
-        b.close()
-        delete_topics(admin, [topic, conf["groupkit.control.topic"]])

@@ -161,6 +161,19 @@ def run_prometheus(
         log.close()
 
 
+def stop_demo(demo: subprocess.Popen[Any]) -> int:
+    """Ctrl-C for a demo still running; its exit status. The demo's stop is bounded by design:
+    members get 20 s to leave (then SIGKILL), the broker 30 s for its controlled shutdown (then
+    SIGKILL); past 60 s it is killed."""
+    if demo.poll() is None:
+        demo.send_signal(signal.SIGINT)
+    try:
+        return demo.wait(60)
+    except subprocess.TimeoutExpired:
+        demo.kill()
+        return demo.wait()
+
+
 def admin_lag(admin: AdminClient, group: str, topic: str) -> int:
     """The group's lag by the AdminClient: log end minus committed (earliest if none)."""
     tps = [KTP(topic, p) for p in range(PARTITIONS)]
@@ -333,15 +346,7 @@ def test_demo_scraped_by_prometheus(
             fired = prom.query(KAFKA_EXPORTER_ALERT, at=t3)
             assert [r for r in fired if r["metric"]["consumergroup"] == group], fired
     finally:
-        if demo.poll() is None:
-            demo.send_signal(signal.SIGINT)
-        try:
-            # The demo's stop is bounded by design: members get 20 s to leave (then SIGKILL),
-            # the broker 30 s for its controlled shutdown (then SIGKILL).
-            code = demo.wait(60)
-        except subprocess.TimeoutExpired:
-            demo.kill()
-            code = demo.wait()
+        code = stop_demo(demo)
         out.close()
     text = out_path.read_text()
     assert code == 0, text[-3000:]
@@ -422,11 +427,5 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
             assert all(a["group"] == group for a in alerts), alerts
             assert demo.poll() is None, why()
         finally:
-            if demo.poll() is None:
-                demo.send_signal(signal.SIGINT)
-            try:
-                code = demo.wait(60)
-            except subprocess.TimeoutExpired:
-                demo.kill()
-                code = demo.wait()
+            code = stop_demo(demo)
         assert code == 0, why()  # the stopped member too leaves cleanly

@@ -22,29 +22,37 @@ from groupkit.types import TopicPartition
 from tests.conftest import unique_name
 
 
-def test_partitions_lost_by_polls_fence_are_granted_again(
-    bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
-) -> None:
-    topic = topic_factory(partitions=4)
-    conf: dict[str, Any] = {
+def _conf(bootstrap: str) -> dict[str, Any]:
+    """A member of its own group and control topic, with a short session."""
+    return {
         "bootstrap.servers": bootstrap,
         "group.id": unique_name("g"),
         "session.timeout.ms": 3000,
         "heartbeat.interval.ms": 300,
         "groupkit.control.topic": unique_name("ctl"),
     }
+
+
+def owns(c: GroupConsumer, n: int) -> Callable[[], bool]:
+    """Polls ``c`` once; whether it owns ``n`` partitions."""
+
+    def step() -> bool:
+        c.poll(0.01)
+        return len(c.assignment()) == n
+
+    return step
+
+
+def test_partitions_lost_by_polls_fence_are_granted_again(
+    bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    topic = topic_factory(partitions=4)
+    conf = _conf(bootstrap)
     c = GroupConsumer(conf)
     consumers.append(c)
     c.subscribe([topic])
 
-    def owns(n: int) -> Callable[[], bool]:
-        def step() -> bool:
-            c.poll(0.01)
-            return len(c.assignment()) == n
-
-        return step
-
-    wait_for(owns(4), 30, "the member to own all 4 partitions", step=0)
+    wait_for(owns(c, 4), 30, "the member to own all 4 partitions", step=0)
     generation = c.generation
     lost = frozenset(TopicPartition(topic, p) for p in (0, 1))
     c._lose(lost, "session_lapsed")  # what poll's fence does when it is first
@@ -53,7 +61,7 @@ def test_partitions_lost_by_polls_fence_are_granted_again(
     assert coordinator is not None
     with coordinator.lock:
         assert not coordinator.member.owned & lost  # no longer claimed
-    wait_for(owns(4), 30, "the lost partitions to be granted again", step=0)
+    wait_for(owns(c, 4), 30, "the lost partitions to be granted again", step=0)
     assert c.generation > generation
 
 
@@ -66,26 +74,13 @@ def test_a_reader_that_stops_fetching_is_renewed_before_the_member_lapses(
     record appended and nothing read for half a session, and swaps in a fresh reader before
     the member's fence (a session less the skew allowance) takes its partitions."""
     topic = topic_factory(partitions=2)
-    conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": unique_name("g"),
-        "session.timeout.ms": 3000,
-        "heartbeat.interval.ms": 300,
-        "groupkit.control.topic": unique_name("ctl"),
-    }
+    conf = _conf(bootstrap)
     lost: list[object] = []
     c = GroupConsumer(conf)
     consumers.append(c)
     c.subscribe([topic], on_lost=lambda _c, parts: lost.append(parts))
 
-    def owns(n: int) -> Callable[[], bool]:
-        def step() -> bool:
-            c.poll(0.01)
-            return len(c.assignment()) == n
-
-        return step
-
-    wait_for(owns(2), 30, "the member to own both partitions", step=0)
+    wait_for(owns(c, 2), 30, "the member to own both partitions", step=0)
     coordinator = c.coordinator
     assert coordinator is not None
     reader = coordinator.reader
@@ -99,5 +94,5 @@ def test_a_reader_that_stops_fetching_is_renewed_before_the_member_lapses(
         return coordinator.stats.reader_renewals >= 1 and coordinator.stats.records_read > read
 
     wait_for(renewed_and_reading, 20, "the stalled reader to be renewed and read on", step=0)
-    wait_for(owns(2), 5, "the member to keep its partitions", step=0)
+    wait_for(owns(c, 2), 5, "the member to keep its partitions", step=0)
     assert lost == []

@@ -558,18 +558,14 @@ class ControlWriter:
         with self._lock:
             if self._closed:
                 return
-            old = self._producer
-            self._producer = self._new_producer()
-            self._unanswered = deque()
-            self._broken = None
+            old = self._swap()
             self.renewals += 1
-        old.purge(in_queue=True, in_flight=True, blocking=False)
-        old.flush(2.0)  # serves the purged records' callbacks
+        self._drop(old)
 
     def _replace(self) -> None:
         """Swap the fatal producer for a new one; its queued records fail to their callbacks."""
         with self._lock:
-            old, err = self._producer, self._broken
+            err = self._broken
             assert err is not None
             self._fatal_in_a_row += 1
             if self._fatal_in_a_row > _MAX_REPLACEMENTS:
@@ -580,16 +576,27 @@ class ControlWriter:
                 raise self.failure
             _log.warning("control_writer.replaced", topic=self.topic, error=err.str(),
                          code=err.name(), in_a_row=self._fatal_in_a_row)  # fmt: skip
-            self._producer = self._new_producer()
-            self._unanswered = deque()
-            self._broken = None
+            old = self._swap()
             self.replacements += 1
-        # Outside the lock: the purged records' callbacks (they run here, on the owner's
-        # thread) may queue new records on the new producer.
-        old.purge(in_queue=True, in_flight=True, blocking=False)
-        old.flush(2.0)  # serves every purged record's callback (an assignment's unblocks planning)
+        self._drop(old)
         if self._fatal_in_a_row > 1:
             time.sleep(min(1.0, 0.1 * 2**self._fatal_in_a_row))  # a fatal loop: back off
+
+    def _swap(self) -> Producer:
+        """A fresh producer in place of the current one, which is returned (under the lock)."""
+        old = self._producer
+        self._producer = self._new_producer()
+        self._unanswered = deque()
+        self._broken = None
+        return old
+
+    @staticmethod
+    def _drop(old: Producer) -> None:
+        """Fail a swapped-out producer's records to their callbacks. Outside the lock: the
+        callbacks (they run here, on the owner's thread) may queue new records on the new
+        producer."""
+        old.purge(in_queue=True, in_flight=True, blocking=False)
+        old.flush(2.0)  # serves every purged record's callback (an assignment's unblocks planning)
 
     def flush(self, timeout: float) -> int:
         """Wait for queued records; returns how many are still in flight."""

@@ -418,11 +418,6 @@ class Coordinator:
         self._watch_reader()
         self._watch_writer()
 
-    def _stall_s(self) -> float:
-        """How long a control client may go without doing its job before it is renewed: half
-        a session, at least a second (the member lapses at its session anyway)."""
-        return max(1.0, self.cfg.session_timeout_ms / 2000)
-
     def _watch_writer(self) -> None:
         """Renew the control writer when it has stopped delivering: a record queued a session
         ago (at least 2 s) has no delivery report, and the reader has read since it was queued
@@ -457,7 +452,10 @@ class Coordinator:
             self._unread_since = now
             return
         stalled = now - self._unread_since
-        if stalled < self._stall_s() or (self._appended_at <= self._unread_since):
+        # half a session, at least a second (the member lapses at its session anyway)
+        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or (
+            self._appended_at <= self._unread_since
+        ):
             return
         _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
                      position=self.reader.position, appended=self._appended,
