@@ -225,7 +225,11 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (b"\x01A\x00\x01gx", b"", "bad_bytes"),
         (AKEY, None, "bad_value"),
         (MKEY, b"\x01", "bad_bytes"),
-        (MKEY, _value(GOOD_MEMBER, version=2), "unknown_version"),
+        (MKEY, _value(GOOD_MEMBER, version=3), "unknown_version"),
+        (MKEY, _value(GOOD_MEMBER, version=2), "bad_value"),
+        (MKEY, _value({**_without(GOOD_MEMBER, "prev_ts"), "since": 2}, version=2), "bad_value"),
+        (MKEY, _value(_without(GOOD_MEMBER, "prev_ts"), version=2), "missing_field"),
+        (AKEY, _value(GOOD_ASSIGNMENT, version=2), "unknown_version"),
         (MKEY, _value(GOOD_MEMBER, flags=0x80), "bad_bytes"),
         (MKEY, b"\x01\x00{not json", "bad_bytes"),
         (MKEY, b"\x01\x00\xff\xff", "bad_bytes"),
@@ -419,6 +423,8 @@ MEMBER_RECORD_FIELDS = (
     "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
     "since_generation", "committed", "instance_id", "seat", "seat_ts", "reset_at",
     "reset_done", "leaving", "admitted_in",
+    # version 2's, last: the memo holds version-1 records only, which have none
+    "since",
 )  # fmt: skip
 
 

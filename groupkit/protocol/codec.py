@@ -32,12 +32,18 @@ from groupkit.protocol.schema import (
     MAX_RESET_TEXT,
     PHASES,
     PROTOCOLS,
+    VERDICT_KINDS,
     AssignmentKey,
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
+    HeartbeatKey,
+    HeartbeatRecord,
+    LeaseKey,
+    LeaseRecord,
     MemberKey,
     MemberRecord,
+    MemberRef,
     Partitions,
     RecordKey,
     RecordValue,
@@ -48,6 +54,8 @@ from groupkit.protocol.schema import (
     SnapshotMember,
     SnapshotRecord,
     SnapshotReset,
+    VerdictKey,
+    VerdictRecord,
 )
 from groupkit.protocol.signing import Signer
 from groupkit.protocol.vocab import RejectReason
@@ -55,10 +63,16 @@ from groupkit.types import TopicPartition
 
 KEY_VERSION = 1
 SCHEMA_VERSION = 1
+#: the value version of protocol version 2's records (docs/protocol-v2.md): its member records
+#: and the kinds it adds. Assignment, reset and snapshot records are the same in both.
+SCHEMA_VERSION_2 = 2
 KIND_MEMBER = ord("M")
 KIND_ASSIGNMENT = ord("A")
 KIND_SNAPSHOT = ord("S")
 KIND_RESET = ord("R")
+KIND_VERDICT = ord("V")
+KIND_LEASE = ord("L")
+KIND_HEARTBEAT = ord("H")
 
 FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
@@ -79,6 +93,13 @@ def encode_key(key: RecordKey) -> bytes:
         return struct.pack(">BBH", KEY_VERSION, KIND_SNAPSHOT, len(g)) + g
     if isinstance(key, ResetKey):
         return struct.pack(">BBH", KEY_VERSION, KIND_RESET, len(g)) + g
+    if isinstance(key, VerdictKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_VERDICT, len(g)) + g + key.member_id.encode()
+    if isinstance(key, HeartbeatKey):
+        head = struct.pack(">BBH", KEY_VERSION, KIND_HEARTBEAT, len(g))
+        return head + g + key.member_id.encode()
+    if isinstance(key, LeaseKey):
+        return struct.pack(">BBH", KEY_VERSION, KIND_LEASE, len(g)) + g
     return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
 
 
@@ -86,27 +107,31 @@ def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = Non
     """The bytes of ``value`` (``None`` for a tombstone)."""
     if value is None:
         return None
-    doc = (
-        _member_doc(value)
-        if isinstance(value, MemberRecord)
-        else _snapshot_doc(value)
-        if isinstance(value, SnapshotRecord)
-        else _reset_doc(value)
-        if isinstance(value, ResetRecord)
-        else _assignment_doc(value)
-    )
+    version = SCHEMA_VERSION
+    if isinstance(value, MemberRecord):
+        doc = _member_doc(value)
+        version = value.version
+    elif isinstance(value, VerdictRecord | LeaseRecord | HeartbeatRecord):
+        doc = _liveness_doc(value)
+        version = SCHEMA_VERSION_2
+    elif isinstance(value, SnapshotRecord):
+        doc = _snapshot_doc(value)
+    elif isinstance(value, ResetRecord):
+        doc = _reset_doc(value)
+    else:
+        doc = _assignment_doc(value)
     payload = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     flags = 0
     if len(payload) > COMPRESS_ABOVE or isinstance(value, SnapshotRecord):
         payload = zlib.compress(payload, 6)
         flags |= FLAG_ZLIB
-    head = bytes([SCHEMA_VERSION, flags])
+    head = bytes([version, flags])
     if signer is None:
         return head + payload
     tag = signer.sign(encode_key(key) + payload)
     if len(tag) > 255:
         raise ValueError("signature tag longer than 255 bytes")
-    return bytes([SCHEMA_VERSION, flags | FLAG_SIGNED, len(tag)]) + tag + payload
+    return bytes([version, flags | FLAG_SIGNED, len(tag)]) + tag + payload
 
 
 def encode(
@@ -130,7 +155,10 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         "capacity": v.capacity,
         "client": dict(v.client),
     }
-    doc["prev_ts"] = v.prev_ts
+    if v.run is None:
+        doc["prev_ts"] = v.prev_ts
+    else:
+        doc["run"] = v.run
     doc["since_gen"] = v.since_generation
     if v.committed:  # optional: absent means none (and in every record that predates it)
         by_topic: dict[str, list[list[int]]] = {}
@@ -192,6 +220,9 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
                     ),
                     # admitted joins only (docs/protocol.md, "Admission")
                     **({"admitted": m.admitted_in} if m.admitted_in else {}),
+                    # protocol version 2 only
+                    **({"run": m.run} if m.run else {}),
+                    **({"ended": True} if m.ended else {}),
                 },
             ]
             for m in v.members
@@ -203,10 +234,47 @@ def _snapshot_doc(v: SnapshotRecord) -> dict[str, Any]:
             [t, None if a is v.assignment or a == v.assignment else _assignment_doc(a)]
             for t, a in v.history
         ],
-        "holds": [[h.holder, encode_partitions(h.partitions), h.until] for h in v.holds],
+        "holds": [
+            [h.holder, encode_partitions(h.partitions), h.until, *([h.run] if h.run else [])]
+            for h in v.holds
+        ],
         "clobbered": v.assignment_clobbered,
         **_snapshot_reset_doc(v),
+        **_snapshot_v2_doc(v),
     }
+
+
+def _snapshot_v2_doc(v: SnapshotRecord) -> dict[str, Any]:
+    """A snapshot's protocol-version-2 part (absent: version 1)."""
+    if v.version == SCHEMA_VERSION:
+        return {}
+    return {
+        "version": v.version,
+        "verdicts": [[mid, _liveness_doc(r)] for mid, r in v.verdicts],
+        "lease": None if v.lease is None else _liveness_doc(v.lease),
+    }
+
+
+def _snapshot_v2_from(key: SnapshotKey, doc: Mapping[str, Any]) -> dict[str, Any]:
+    if "version" not in doc:
+        return {}
+    version = _get(doc, "version", int)
+    if version != SCHEMA_VERSION_2:
+        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"snapshot of version {version}")
+    verdicts: list[tuple[str, VerdictRecord]] = []
+    for entry in _get(doc, "verdicts", list):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict)):
+            raise RecordRejected(RejectReason.WRONG_TYPE, "verdicts: bad entry")
+        mid = entry[0]
+        if not isinstance(mid, str) or not mid:
+            raise RecordRejected(RejectReason.BAD_VALUE, "verdicts: bad member id")
+        r = _liveness_from(VerdictKey(key.group, mid), entry[1])
+        assert isinstance(r, VerdictRecord)
+        verdicts.append((mid, r))
+    lease_doc = _opt(doc, "lease", dict)
+    lease = None if lease_doc is None else _liveness_from(LeaseKey(key.group), lease_doc)
+    assert lease is None or isinstance(lease, LeaseRecord)
+    return {"version": version, "verdicts": tuple(verdicts), "lease": lease}
 
 
 def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
@@ -346,6 +414,14 @@ def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
         if rest:
             raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in reset key")
         return ResetKey(group)
+    if kind in (KIND_VERDICT, KIND_HEARTBEAT):
+        if not rest:
+            raise RecordRejected(RejectReason.MISSING_FIELD, "member key without member id")
+        return VerdictKey(group, rest) if kind == KIND_VERDICT else HeartbeatKey(group, rest)
+    if kind == KIND_LEASE:
+        if rest:
+            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in lease key")
+        return LeaseKey(group)
     raise RecordRejected(RejectReason.UNKNOWN_KIND, f"key kind {kind}")
 
 
@@ -356,8 +432,8 @@ def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = No
     they have no bytes to sign).
     """
     if raw is None:
-        if isinstance(key, AssignmentKey | SnapshotKey | ResetKey):
-            raise RecordRejected(RejectReason.BAD_VALUE, "assignment, snapshot or reset tombstone")
+        if not isinstance(key, MemberKey | VerdictKey):
+            raise RecordRejected(RejectReason.BAD_VALUE, "a tombstone of a group's record")
         return None
     try:
         return _decode_value(key, bytes(raw), verifier)
@@ -384,8 +460,13 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if len(raw) < 2:
         raise RecordRejected(RejectReason.BAD_BYTES, "value too short")
     version, flags = raw[0], raw[1]
-    if version != SCHEMA_VERSION:
+    if version not in (SCHEMA_VERSION, SCHEMA_VERSION_2):
         raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"schema version {version}")
+    v2_kind = isinstance(key, VerdictKey | LeaseKey | HeartbeatKey)
+    if version == SCHEMA_VERSION_2 and not (v2_kind or isinstance(key, MemberKey)):
+        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"schema version {version}")
+    if version == SCHEMA_VERSION and v2_kind:
+        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"a version-2 kind at {version}")
     if flags & ~(FLAG_ZLIB | FLAG_SIGNED):
         raise RecordRejected(RejectReason.BAD_BYTES, f"unknown flags {flags:#x}")
     pos = 2
@@ -415,7 +496,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if len(payload) > limit:
         raise RecordRejected(RejectReason.TOO_LARGE, f"payload of {len(payload)} bytes > {limit}")
     memo_key = None
-    if isinstance(key, MemberKey):
+    if isinstance(key, MemberKey) and version == SCHEMA_VERSION:
         m = _SEQ.search(payload)
         p = _PREV.search(payload)
         i = payload.find(b'"prev_ts":')
@@ -454,8 +535,10 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
         raise RecordRejected(RejectReason.BAD_BYTES, f"json: {e}") from None
     if not isinstance(doc, dict):
         raise RecordRejected(RejectReason.WRONG_TYPE, "payload is not an object")
+    if v2_kind:
+        return _liveness_from(key, doc)
     if isinstance(key, MemberKey):
-        record = _member_from(doc)
+        record = _member_from(doc, version)
         if memo_key is not None:
             held = len(record.owned) + len(record.committed) + len(record.reset_done)
             weight = len(memo_key) + _ENTRY_WEIGHT + _PARTITION_WEIGHT * held
@@ -523,7 +606,7 @@ def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
     return tuple(sorted(set(v)))
 
 
-def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
+def _member_from(doc: Mapping[str, Any], version: int = SCHEMA_VERSION) -> MemberRecord:
     client = _get(doc, "client", dict)
     if not all(isinstance(k, str) and isinstance(x, str) for k, x in client.items()):
         raise RecordRejected(RejectReason.WRONG_TYPE, "client: values must be strings")
@@ -536,8 +619,16 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
     seen = _nat(doc, "seen_gen") if "seen_gen" in doc else acked
     if seen < acked:
         raise RecordRejected(RejectReason.BAD_VALUE, f"seen_gen {seen} < acked_gen {acked}")
-    prev = _opt(doc, "prev_ts", int)  # required, null or not: see MemberRecord.prev_ts
-    _check_prev_ts(prev, joined_at)
+    if version == SCHEMA_VERSION:
+        prev = _opt(doc, "prev_ts", int)  # required, null or not: see MemberRecord.prev_ts
+        _check_prev_ts(prev, joined_at)
+        run = None
+    else:
+        if "prev_ts" in doc:
+            raise RecordRejected(RejectReason.BAD_VALUE, "prev_ts in a version-2 record")
+        prev, run = None, _nat(doc, "run")
+        if not 1 <= run <= _nat(doc, "seq"):
+            raise RecordRejected(RejectReason.BAD_VALUE, "run not in [1, seq]")
     since = _nat(doc, "since_gen")
     budget = PartitionBudget()
     owned = decode_partitions(_get(doc, "owned", dict), "owned", budget)
@@ -572,6 +663,7 @@ def _member_from(doc: Mapping[str, Any]) -> MemberRecord:
         **(_member_reset(doc, budget) if "reset" in doc else {}),
         leaving=_get(doc, "leaving", bool) if "leaving" in doc else False,
         admitted_in=_admitted(doc, seen),
+        run=run,
     )
 
 
@@ -721,12 +813,15 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         history.append((t, a))
     holds: list[SnapshotHold] = []
     for entry in _get(doc, "holds", list):
-        if not (isinstance(entry, list) and len(entry) == 3):
+        if not (isinstance(entry, list) and len(entry) in (3, 4)):
             raise RecordRejected(RejectReason.WRONG_TYPE, "holds: bad entry")
-        holder, parts, until = entry
-        if not isinstance(holder, str) or not holder or not is_int(until) or until < 0:
-            raise RecordRejected(RejectReason.BAD_VALUE, "holds: bad holder or time")
-        holds.append(SnapshotHold(holder, decode_partitions(parts, "holds", budget), until))
+        holder, parts, until, *rest = entry
+        run = rest[0] if rest else 0
+        if not isinstance(holder, str) or not holder or not is_int(until) or until < 0 \
+                or not is_int(run) or run < 0:  # fmt: skip
+            raise RecordRejected(RejectReason.BAD_VALUE, "holds: bad holder, time or run")
+        parts = decode_partitions(parts, "holds", budget)
+        holds.append(SnapshotHold(holder, parts, until, run))
     return SnapshotRecord(
         group=group,
         as_of=as_of,
@@ -741,6 +836,7 @@ def _snapshot_from(key: SnapshotKey, doc: Mapping[str, Any]) -> SnapshotRecord:
         holds=tuple(holds),
         assignment_clobbered=_get(doc, "clobbered", bool),
         **_snapshot_reset_from(doc, budget),
+        **_snapshot_v2_from(key, doc),
     )
 
 
@@ -775,6 +871,8 @@ def _snapshot_member_from(
         instance_id=_str(doc, "instance") if "instance" in doc else None,
         process_since=_nat(doc, "proc_since") if "instance" in doc else 0,
         admitted_in=_nat(doc, "admitted") if "admitted" in doc else 0,
+        run=_nat(doc, "run") if "run" in doc else 0,
+        ended=_get(doc, "ended", bool) if "ended" in doc else False,
     )
 
 
@@ -845,3 +943,46 @@ def _snapshot_reset_from(doc: Mapping[str, Any], budget: PartitionBudget) -> dic
             waiting=tuple((w[0], w[1]) for w in waiting),
         )
     return out
+
+
+# --------------------------------------------------------------------------- protocol version 2
+# (docs/protocol-v2.md: verdicts and the lease in the main log, heartbeats in the liveness log)
+
+
+def _liveness_doc(v: VerdictRecord | LeaseRecord | HeartbeatRecord) -> dict[str, Any]:
+    if isinstance(v, VerdictRecord):
+        return {"proc": v.process, "run": v.run, "kind": v.kind, "by": list(v.writer)}
+    if isinstance(v, LeaseRecord):
+        return {"leader": list(v.leader), "lease_seq": v.lease_seq, "live_offset": v.live_offset}
+    return {"inc": v.incarnation, "seq": v.seq, "prev_ts": v.prev_ts, "lease": v.lease_ms,
+            "skew": v.skew_ms, "acked_gen": v.acked_generation}  # fmt: skip
+
+
+def _ref(doc: Mapping[str, Any], name: str) -> MemberRef:
+    r = _get(doc, name, list)
+    if len(r) != 2 or not all(isinstance(x, str) and x for x in r):
+        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: not [member id, incarnation]")
+    return MemberRef(r[0], r[1])
+
+
+def _liveness_from(
+    key: RecordKey, doc: Mapping[str, Any]
+) -> VerdictRecord | LeaseRecord | HeartbeatRecord:
+    if isinstance(key, VerdictKey):
+        kind = _str(doc, "kind")
+        if kind not in VERDICT_KINDS:
+            raise RecordRejected(RejectReason.BAD_VALUE, f"verdict kind {kind!r}")
+        run = _nat(doc, "run")
+        if run < 1:
+            raise RecordRejected(RejectReason.BAD_VALUE, "run < 1")
+        return VerdictRecord(_str(doc, "proc"), run, kind, _ref(doc, "by"))
+    if isinstance(key, LeaseKey):
+        seq, live = _nat(doc, "lease_seq"), _get(doc, "live_offset", int)
+        if seq < 1 or live < -1:
+            raise RecordRejected(RejectReason.BAD_VALUE, "lease_seq < 1 or live_offset < -1")
+        return LeaseRecord(_ref(doc, "leader"), seq, live)
+    seq, lease, skew = _nat(doc, "seq"), _nat(doc, "lease"), _nat(doc, "skew")
+    prev = _opt(doc, "prev_ts", int)
+    if seq < 1 or not 0 <= skew < lease or (prev is not None and prev < 0):
+        raise RecordRejected(RejectReason.BAD_VALUE, "seq < 1, skew not in [0, lease), prev_ts < 0")
+    return HeartbeatRecord(_str(doc, "inc"), seq, prev, lease, skew, _nat(doc, "acked_gen"))

@@ -16,10 +16,12 @@ from typing import TypeGuard
 from groupkit.protocol.records import (
     AssignmentRecord,
     CoveredMember,
+    LeaseRecord,
     MemberRecord,
     MemberRef,
     Partitions,
     Signer,
+    VerdictRecord,
 )
 from groupkit.types import TopicPartition
 
@@ -62,6 +64,11 @@ class MemberState:
     #: the generation that admitted this membership's join (docs/protocol.md,
     #: "Admission"); 0: none
     admitted_in: int = 0
+    #: protocol version 2 (docs/protocol-v2.md): the liveness run the membership lives in
+    #: (``MemberRecord.run``), and whether a verdict has ended that run (then the membership is
+    #: no longer live)
+    run: int = 0
+    ended: bool = False
 
     @property
     def ref(self) -> MemberRef:
@@ -79,6 +86,10 @@ class MemberState:
         return c is not None and c.incarnation == self.incarnation
 
 
+#: a hold's ``until`` in protocol version 2, where a verdict ends it, never the log's time
+NEVER = 1 << 62
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
     """Partitions of a void membership, held back from every grant until ``until``."""
@@ -86,6 +97,9 @@ class Hold:
     holder: str
     partitions: Partitions
     until: int
+    #: version 2: the liveness run of the holder's process; a verdict on it or a later run
+    #: ends the hold
+    run: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +149,9 @@ class GroupData:
     session_timeout_ms: int
     rebalance_timeout_ms: int = 60_000
     verifier: Signer | None = None
+    #: the protocol version this reader speaks (docs/protocol-v2.md): 1, liveness by the log's
+    #: time and every member's heartbeats; 2, liveness by the judge's verdicts
+    version: int = 1
 
     offset: int = -1
     log_time: int = 0
@@ -209,6 +226,10 @@ class GroupData:
     #: What the log time alone changes, the planner reports by when (``Planner.recheck_at``):
     #: a leader whose count and that time are unchanged need not plan again (``Node.plan``).
     changes: int = field(default=0, repr=False, compare=False)
+    #: protocol version 2: each member's newest verdict
+    #: (:class:`~groupkit.protocol.records.VerdictRecord`), and the newest lease accepted
+    verdicts: dict[str, VerdictRecord] = field(default_factory=dict)
+    lease: LeaseRecord | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -218,12 +239,23 @@ class GroupData:
 
     def is_live(self, member_id: str) -> bool:
         m = self.members.get(member_id)
-        return m is not None and m.last_seen + self.session_timeout_ms > self.log_time
+        if m is None:
+            return False
+        if self.version == 1:
+            return m.last_seen + self.session_timeout_ms > self.log_time
+        return not m.ended
 
     def live_members(self) -> dict[str, MemberState]:
         """Live memberships, sorted by member id."""
-        t = self.log_time - self.session_timeout_ms
-        return {i: m for i, m in sorted(self.members.items()) if m.last_seen > t}
+        if self.version == 1:
+            t = self.log_time - self.session_timeout_ms
+            return {i: m for i, m in sorted(self.members.items()) if m.last_seen > t}
+        return {i: m for i, m in sorted(self.members.items()) if not m.ended}
+
+    def expires_at(self, m: MemberState) -> int | None:
+        """The log time at which ``m`` expires unless a record of it comes first; ``None``:
+        only a verdict ends it (version 2)."""
+        return m.last_seen + self.session_timeout_ms if self.version == 1 else None
 
     def covers(self, member_id: str) -> bool:
         """Whether the current assignment applies to this membership."""

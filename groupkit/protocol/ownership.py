@@ -310,12 +310,11 @@ def _history_complete(state: GroupData) -> bool:
     key = (state.offset, state.log_time)
     if state.complete_at is not None and state.complete_at[0] == key:
         return state.complete_at[1]
-    since = state.log_time - state.session_timeout_ms
     floor = min(
         (
             max(o.since_generation, min(o.acked_generation + 1, o.seen_generation))
-            for o in state.members.values()
-            if o.last_seen > since
+            for mid, o in state.members.items()
+            if state.is_live(mid)
         ),
         default=state.generation,
     )

@@ -261,9 +261,11 @@ class Planner:
         session = state.session_timeout_ms
         due: list[int] = [h.until for h in state.holds]
         for m in state.members.values():
-            if m.last_seen + session <= now:
+            if not state.is_live(m.member_id):
                 continue  # expired: only a record of it makes it live, or lag, again
-            due.append(m.last_seen + session)
+            ends = state.expires_at(m)
+            if ends is not None:
+                due.append(ends)
             start = ownership.lag_clock(state, m)
             if start is not None:
                 due.append(start + state.rebalance_timeout_ms)

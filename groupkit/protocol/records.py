@@ -29,7 +29,8 @@ Two modules hold them, and this one re-exports both (import from here): the sche
 
 Wire format::
 
-    key   = [key version u8][kind u8: 'M' | 'A' | 'S'][group len u16 BE][group utf-8][member utf-8]
+    key   = [key version u8][kind u8: 'M' | 'A' | 'S' | 'R' | 'V' | 'L' | 'H'][group len u16 BE]
+            [group utf-8][member utf-8, in 'M', 'V' and 'H' keys]
     value = [schema version u8][flags u8][tag length u8, tag if flags & SIGNED][payload]
     payload = JSON (zlib-compressed if flags & ZLIB)
 
@@ -64,6 +65,11 @@ with ``seat`` and ``joined_at``): the time of the newest record of the seat it s
 in records of dynamic members and of members that predate static membership; inside the signed
 payload like every field. The replay's rules for them are in state.py ("Static membership").
 
+Protocol version 2 (docs/protocol-v2.md) writes its member records, and the kinds it adds, at
+value version 2: a member record with ``since`` instead of ``prev_ts``; ``V`` verdicts and the
+``L`` lease in the main log; ``H`` heartbeats in the liveness log. Each version's replay rejects
+the other's member records (``other_version``), so neither misreads the other.
+
 Decoding raises nothing but :class:`~groupkit.errors.RecordRejected`, whose ``reason`` is one of
 the decoder's labels of :class:`~groupkit.protocol.vocab.RejectReason` (``bad_bytes``,
 ``unknown_version``, ``unknown_kind``, ``missing_field``, ``wrong_type``, ``bad_value``,
@@ -81,14 +87,18 @@ from groupkit.protocol.codec import (
     FLAG_ZLIB,
     KEY_VERSION,
     KIND_ASSIGNMENT,
+    KIND_HEARTBEAT,
+    KIND_LEASE,
     KIND_MEMBER,
     KIND_RESET,
     KIND_SNAPSHOT,
+    KIND_VERDICT,
     MAX_CONTAINERS,
     MAX_PAYLOAD,
     MAX_SNAPSHOT_PARTITIONS,
     MAX_SNAPSHOT_PAYLOAD,
     SCHEMA_VERSION,
+    SCHEMA_VERSION_2,
     decode,
     decode_key,
     decode_value,
@@ -115,10 +125,15 @@ from groupkit.protocol.schema import (
     MAX_RESET_TEXT,
     PHASES,
     PROTOCOLS,
+    VERDICT_KINDS,
     AssignmentKey,
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
+    HeartbeatKey,
+    HeartbeatRecord,
+    LeaseKey,
+    LeaseRecord,
     MemberKey,
     MemberRecord,
     MemberRef,
@@ -133,11 +148,16 @@ from groupkit.protocol.schema import (
     SnapshotMember,
     SnapshotRecord,
     SnapshotReset,
+    VerdictKey,
+    VerdictRecord,
     assignment_record,
     covered_member,
+    heartbeat_record,
+    lease_record,
     member_record,
     member_tombstone,
     reset_record,
+    verdict_record,
 )
 from groupkit.protocol.signing import HmacSigner, Signer
 
@@ -148,9 +168,12 @@ __all__ = [
     "FLAG_ZLIB",
     "KEY_VERSION",
     "KIND_ASSIGNMENT",
+    "KIND_HEARTBEAT",
+    "KIND_LEASE",
     "KIND_MEMBER",
     "KIND_RESET",
     "KIND_SNAPSHOT",
+    "KIND_VERDICT",
     "MAX_CONTAINERS",
     "MAX_FALLBACK_DETAIL",
     "MAX_PARTITIONS",
@@ -162,11 +185,17 @@ __all__ = [
     "PHASES",
     "PROTOCOLS",
     "SCHEMA_VERSION",
+    "SCHEMA_VERSION_2",
+    "VERDICT_KINDS",
     "AssignmentKey",
     "AssignmentRecord",
     "AssignorFallback",
     "CoveredMember",
+    "HeartbeatKey",
+    "HeartbeatRecord",
     "HmacSigner",
+    "LeaseKey",
+    "LeaseRecord",
     "MemberKey",
     "MemberRecord",
     "MemberRef",
@@ -182,6 +211,8 @@ __all__ = [
     "SnapshotMember",
     "SnapshotRecord",
     "SnapshotReset",
+    "VerdictKey",
+    "VerdictRecord",
     "assignment_record",
     "covered_member",
     "decode",
@@ -192,8 +223,11 @@ __all__ = [
     "encode_key",
     "encode_partitions",
     "encode_value",
+    "heartbeat_record",
+    "lease_record",
     "member_record",
     "member_tombstone",
     "other_group_key",
     "reset_record",
+    "verdict_record",
 ]

@@ -73,7 +73,33 @@ class ResetKey:
     group: str
 
 
-RecordKey = MemberKey | AssignmentKey | SnapshotKey | ResetKey
+@dataclass(frozen=True, slots=True)
+class VerdictKey:
+    """Key of a member's newest verdict (protocol version 2; one per member id: compaction
+    keeps the newest, which is all a reader needs, see :class:`VerdictRecord`)."""
+
+    group: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseKey:
+    """Key of the group's lease record (protocol version 2; one per group)."""
+
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatKey:
+    """Key of a member's heartbeat on the group's liveness log (protocol version 2)."""
+
+    group: str
+    member_id: str
+
+
+RecordKey = (
+    MemberKey | AssignmentKey | SnapshotKey | ResetKey | VerdictKey | LeaseKey | HeartbeatKey
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +163,16 @@ class MemberRecord:
     #: that never saw the join reserves the admitted partitions alike; 0: none. Absent (0) in
     #: records that predate it.
     admitted_in: int = 0
+    #: Protocol version 2 only (docs/protocol-v2.md), where it replaces ``prev_ts``: the ``seq``
+    #: of the heartbeat that started the liveness run this membership lives in (rule L1). A
+    #: membership lives in one run: a verdict that ends the run ends it. ``None``: a version-1
+    #: record.
+    run: int | None = None
+
+    @property
+    def version(self) -> int:
+        """The protocol version the record was written for."""
+        return 1 if self.run is None else 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +269,9 @@ class SnapshotMember:
     process_since: int = 0
     #: docs/protocol.md, "Admission"; absent (0) in snapshots that predate it
     admitted_in: int = 0
+    #: protocol version 2 only (``MemberState.run`` and ``.ended``)
+    run: int = 0
+    ended: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +281,8 @@ class SnapshotHold:
     holder: str
     partitions: Partitions
     until: int
+    #: version 2 only (``Hold.run``)
+    run: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +310,11 @@ class SnapshotRecord:
     #: reset accepted (docs/protocol.md, "Resets"); absent in snapshots that predate them
     reset: SnapshotReset | None = None
     reset_floor: int = -1
+    #: the protocol version of the state (docs/protocol-v2.md), and version 2's verdicts and
+    #: lease; absent: version 1
+    version: int = 1
+    verdicts: tuple[tuple[str, VerdictRecord], ...] = ()
+    lease: LeaseRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,7 +346,67 @@ class ResetRecord:
     based_on: int = -1
 
 
-RecordValue = MemberRecord | AssignmentRecord | SnapshotRecord | ResetRecord | None
+@dataclass(frozen=True, slots=True)
+class VerdictRecord:
+    """A judge's verdict on one member's liveness (protocol version 2, rule L3). Build with
+    :func:`verdict_record`.
+
+    ``expired``: the liveness run ``run`` of the member's process ``process`` has ended, and
+    every run of that process before it: the memberships that live in them are over.
+    ``process_ended``: only the process's right to process has (a static seat's process:
+    rule L7). A verdict is a fact about the liveness log, true whoever writes it and whenever
+    it is read, so a reader applies it as it comes. A member's newest verdict is all a reader
+    needs, so one key per member suffices: a membership that starts after it names a newer
+    run."""
+
+    process: str
+    run: int
+    kind: str
+    #: who judged (for logs)
+    writer: MemberRef
+
+
+#: the kinds of :class:`VerdictRecord`
+VERDICT_KINDS: tuple[str, ...] = ("expired", "process_ended")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The leader's lease (protocol version 2, rule L4): written every lease interval, it moves
+    the main log's clock and tells a judge where in the liveness log to start reading."""
+
+    leader: MemberRef
+    #: grows per leader process: a copy of an older one is stale
+    lease_seq: int
+    #: the liveness-log offset the leader had judged up to
+    live_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRecord:
+    """A member's heartbeat on the liveness log (protocol version 2, rule L1)."""
+
+    incarnation: str
+    seq: int
+    #: liveness time of the own heartbeat this one's run continues from; ``None``: a new run
+    prev_ts: int | None
+    #: how long the process may process after its newest confirmed heartbeat (rule L7)
+    lease_ms: int
+    #: the writer's clock-skew allowance
+    skew_ms: int
+    acked_generation: int = 0
+
+
+RecordValue = (
+    MemberRecord
+    | AssignmentRecord
+    | SnapshotRecord
+    | ResetRecord
+    | VerdictRecord
+    | LeaseRecord
+    | HeartbeatRecord
+    | None
+)
 
 
 # --------------------------------------------------------------------------- factories
@@ -330,6 +436,7 @@ def member_record(
     reset: tuple[int, Iterable[tuple[str, int]]] | None = None,
     leaving: bool = False,
     admitted_in: int = 0,
+    run: int | None = None,
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -340,7 +447,8 @@ def member_record(
     ``seat``: the incarnation its seat is known by (:attr:`MemberRecord.seat`); ``seat_ts``:
     in a join that takes a seat over (:attr:`MemberRecord.seat_ts`). ``leaving``: the last
     record of a clean leave (:attr:`MemberRecord.leaving`). ``admitted_in``: the generation
-    that admitted the member's join (:attr:`MemberRecord.admitted_in`).
+    that admitted the member's join (:attr:`MemberRecord.admitted_in`). ``run``: a version-2
+    record (:attr:`MemberRecord.run`), which names no ``prev_ts``.
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -350,6 +458,8 @@ def member_record(
         raise ValueError(f"seen_generation {seen} < acked_generation {acked_generation}")
     if not 0 <= admitted_in <= seen:
         raise ValueError(f"admitted_in {admitted_in} not in [0, seen_generation {seen}]")
+    if run is not None and (prev_ts is not None or not 1 <= run <= seq):
+        raise ValueError(f"run {run} needs no prev_ts, and 1 <= run <= seq {seq}")
     if prev_ts is not None and joined_at is None:
         # (joined_at may be after prev_ts: brokers' clocks differ; see _check_prev_ts)
         raise ValueError(f"prev_ts {prev_ts} needs joined_at")
@@ -388,6 +498,67 @@ def member_record(
         reset_done=EMPTY if reset is None else _tps(reset[1]),
         leaving=leaving,
         admitted_in=admitted_in,
+        run=run,
+    )
+
+
+def verdict_record(
+    group: str,
+    member_id: str,
+    *,
+    process: str,
+    run: int,
+    writer: MemberRef | tuple[str, str],
+    kind: str = "expired",
+) -> tuple[VerdictKey, VerdictRecord]:
+    """The key and value of a verdict on run ``run`` of ``member_id``'s process ``process``."""
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    _check_id("process", process)
+    if kind not in VERDICT_KINDS:
+        raise ValueError(f"kind must be one of {VERDICT_KINDS}, got {kind!r}")
+    if run < 1:
+        raise ValueError(f"run must be >= 1, got {run}")
+    w = MemberRef(*writer)
+    _check_id("writer", w.member_id)
+    _check_id("writer incarnation", w.incarnation)
+    return VerdictKey(group, member_id), VerdictRecord(process, run, kind, w)
+
+
+def lease_record(
+    group: str, *, leader: MemberRef | tuple[str, str], lease_seq: int, live_offset: int = -1
+) -> tuple[LeaseKey, LeaseRecord]:
+    """The key and value of the leader's lease."""
+    _check_id("group", group)
+    ref = MemberRef(*leader)
+    _check_id("leader", ref.member_id)
+    _check_id("leader incarnation", ref.incarnation)
+    if lease_seq < 1 or live_offset < -1:
+        raise ValueError(f"lease_seq {lease_seq} must be >= 1, live_offset {live_offset} >= -1")
+    return LeaseKey(group), LeaseRecord(ref, lease_seq, live_offset)
+
+
+def heartbeat_record(
+    group: str,
+    member_id: str,
+    *,
+    incarnation: str,
+    seq: int,
+    prev_ts: int | None,
+    lease_ms: int,
+    skew_ms: int,
+    acked_generation: int = 0,
+) -> tuple[HeartbeatKey, HeartbeatRecord]:
+    """The key and value of a heartbeat for the liveness log."""
+    _check_id("group", group)
+    _check_id("member_id", member_id)
+    _check_id("incarnation", incarnation)
+    if seq < 1 or (prev_ts is not None and prev_ts < 0) or acked_generation < 0:
+        raise ValueError("seq must be >= 1; prev_ts and acked_generation >= 0")
+    if not 0 <= skew_ms < lease_ms:
+        raise ValueError(f"skew_ms {skew_ms} must be in [0, lease_ms {lease_ms})")
+    return HeartbeatKey(group, member_id), HeartbeatRecord(
+        incarnation, seq, prev_ts, lease_ms, skew_ms, acked_generation
     )
 
 

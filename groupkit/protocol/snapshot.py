@@ -62,10 +62,13 @@ def to_snapshot(state: GroupState, writer_id: str, writer_incarnation: str) -> S
         assignment=state.assignment,
         assignment_offset=state.assignment_offset,
         history=history,
-        holds=tuple(SnapshotHold(h.holder, h.partitions, h.until) for h in state.holds),
+        holds=tuple(SnapshotHold(h.holder, h.partitions, h.until, h.run) for h in state.holds),
         assignment_clobbered=state.assignment_clobbered,
         reset=None if state.reset is None else _reset_to_snapshot(state.reset),
         reset_floor=state.reset_floor,
+        version=state.version,
+        verdicts=tuple(sorted(state.verdicts.items())),
+        lease=state.lease,
     )
 
 
@@ -77,14 +80,17 @@ def from_snapshot(
 ) -> GroupState:
     """The state :func:`to_snapshot` captured (rejection counters start empty); feed it the
     records after ``record.as_of``."""
-    st = GroupState(record.group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    st = GroupState(record.group, session_timeout_ms, rebalance_timeout_ms, verifier,
+                    record.version)  # fmt: skip
+    st.verdicts = dict(record.verdicts)
+    st.lease = record.lease
     st.offset = record.as_of
     st.log_time = record.log_time
     st.members = {m.member_id: _member_from_snapshot(m) for m in record.members}
     st.leader = record.leader
     st.assignment = record.assignment
     st.assignment_offset = record.assignment_offset
-    st.holds = [Hold(h.holder, h.partitions, h.until) for h in record.holds]
+    st.holds = [Hold(h.holder, h.partitions, h.until, h.run) for h in record.holds]
     st.assignment_clobbered = record.assignment_clobbered
     st.generations = {a.generation: a for _, a in record.history}
     st.generation_time = {a.generation: t for t, a in record.history}
@@ -142,10 +148,11 @@ class RawRecord(Protocol):
 
 
 def newest_snapshot(
-    records: Iterable[RawRecord], group: str, verifier: Signer | None = None
+    records: Iterable[RawRecord], group: str, verifier: Signer | None = None, version: int = 1
 ) -> tuple[int, SnapshotRecord] | None:
     """``(offset of the record, snapshot)`` of the valid snapshot of ``group`` with the largest
-    ``as_of`` (on a tie, the first in the log), or ``None`` if there is none."""
+    ``as_of`` (on a tie, the first in the log), or ``None`` if there is none. Only snapshots of
+    the reader's protocol ``version`` count."""
     best: tuple[int, SnapshotRecord] | None = None
     want = SnapshotKey(group)
     for r in records:
@@ -158,6 +165,8 @@ def newest_snapshot(
         except RecordRejected:
             continue
         if k != want or not isinstance(v, SnapshotRecord) or v.as_of >= r.offset:
+            continue
+        if v.version != version:
             continue
         if best is None or v.as_of > best[1].as_of:
             best = (r.offset, v)
@@ -175,12 +184,13 @@ def restore(
     session_timeout_ms: int,
     rebalance_timeout_ms: int = 60_000,
     verifier: Signer | None = None,
+    version: int = 1,
 ) -> GroupState | None:
     """The state at the end of ``records`` (the control partition as read, in offset order),
     from the snapshot :func:`newest_snapshot` picks and the records after it; ``None`` if there
     is none, or the records after it are not whole (see the module docstring)."""
     rs = list(records)
-    got = newest_snapshot(rs, group, verifier)
+    got = newest_snapshot(rs, group, verifier, version)
     if got is None:
         return None
     snap = got[1]
@@ -231,8 +241,10 @@ class CatchUp:
         session_timeout_ms: int,
         rebalance_timeout_ms: int = 60_000,
         verifier: Signer | None = None,
+        version: int = 1,
     ) -> None:
         self.group = group
+        self.version = version
         self.session_timeout_ms = session_timeout_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.verifier = verifier
@@ -255,7 +267,7 @@ class CatchUp:
             # reading from the beginning: restoring would only skip, not bound, and the log
             # may be compacted (which a restored state must not be fed: module docstring)
             return "full", 0
-        got = newest_snapshot(self._records, self.group, self.verifier)
+        got = newest_snapshot(self._records, self.group, self.verifier, self.version)
         if got is None:
             return "full", 0
         as_of = got[1].as_of
@@ -263,7 +275,7 @@ class CatchUp:
             return "reread", as_of + 1
         state = restore(
             self._records, self.group, self.session_timeout_ms, self.rebalance_timeout_ms,
-            self.verifier,
+            self.verifier, self.version,
         )  # fmt: skip
         if state is None:
             return "full", 0

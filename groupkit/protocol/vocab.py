@@ -169,6 +169,10 @@ class ReplayKind(StrEnum):
     """An assignment record that restates the current generation (no new generation)."""
     SNAPSHOT = "snapshot"
     RESET = "reset"
+    VERDICT = "verdict"
+    """A judge's verdict on a member's liveness (protocol version 2)."""
+    LEASE = "lease"
+    """The leader's lease, which moves the main log's clock (protocol version 2)."""
     OTHER_GROUP = "other_group"
     REJECTED = "rejected"
 
@@ -205,6 +209,8 @@ class RejectReason(StrEnum):
     FENCED_INSTANCE = "fenced_instance"
     STALE_RESET = "stale_reset"
     RESET_OF_EMPTY_GROUP = "reset_of_empty_group"
+    OTHER_VERSION = "other_version"
+    """A record of the other protocol version than the reader's (docs/protocol-v2.md)."""
 
 
 # ------------------------------------------------------------------ rebalance outcomes

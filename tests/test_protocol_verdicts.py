@@ -1,0 +1,297 @@
+"""Protocol version 2's main log (docs/protocol-v2.md): memberships that last until a judge's
+verdict ends them, the lease, takeovers, the records' versions, and agreement between a full
+reader and one that starts from the compacted log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from groupkit.protocol import ownership
+from groupkit.protocol.group import NEVER
+from groupkit.protocol.records import (
+    HeartbeatRecord,
+    LeaseRecord,
+    MemberRef,
+    SnapshotKey,
+    SnapshotRecord,
+    assignment_record,
+    covered_member,
+    decode,
+    encode,
+    heartbeat_record,
+    lease_record,
+    member_record,
+    verdict_record,
+)
+from groupkit.protocol.snapshot import from_snapshot, to_snapshot
+from groupkit.protocol.state import GroupState
+from groupkit.types import TopicPartition as TP
+
+SESSION = 10_000
+
+
+@dataclass
+class Log:
+    """A main log being written: every record with its offset and time, and readers."""
+
+    records: list[tuple[int, bytes, bytes | None, int]]
+    t: int = 1_000
+
+    def __post_init__(self) -> None:
+        #: the time of the record that started each (member, incarnation, run), which its
+        #: later records echo as joined_at, as a member learns it from its own replay
+        self.starts: dict[tuple[str, str, int], int] = {}
+
+    def append(self, kv: tuple[object, object], dt: int = 10) -> int:
+        k, v = encode(*kv)  # type: ignore[arg-type]
+        self.t += dt
+        off = len(self.records)
+        self.records.append((off, k, v, self.t))
+        return off
+
+    def member(
+        self, mid: str, seq: int, run: int, inc: str = "i", start: bool = False, **kw: object
+    ) -> int:
+        """A member record; ``start``: the first of a membership (no joined_at)."""
+        if start or (mid, inc, run) not in self.starts:
+            off = self.append(m2(mid, seq, run, inc, joined_at=None, **kw))
+            self.starts[mid, inc, run] = self.t
+            return off
+        return self.append(m2(mid, seq, run, inc, joined_at=self.starts[mid, inc, run], **kw))
+
+    def read(self, state: GroupState | None = None) -> GroupState:
+        st = state or GroupState("g", SESSION, version=2)
+        for off, k, v, ts in self.records[st.offset + 1 :]:
+            st.replay(off, k, v, ts)
+        return st
+
+    def compacted(self) -> GroupState:
+        """A reader that starts from the log as compaction leaves it: the newest record per
+        key (tombstones kept), in offset order."""
+        newest: dict[bytes, tuple[int, bytes, bytes | None, int]] = {}
+        for r in self.records:
+            newest[r[1]] = r
+        st = GroupState("g", SESSION, version=2)
+        for off, k, v, ts in sorted(newest.values()):
+            st.replay(off, k, v, ts)
+        return st
+
+
+def m2(mid: str, seq: int, run: int, inc: str = "i", **kw: object) -> tuple[object, object]:
+    joined = kw.pop("joined_at", 0)
+    return member_record("g", mid, incarnation=inc, seq=seq, topics=["t"], run=run,
+                         joined_at=joined, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def verdict(mid: str, run: int, by: str = "a", proc: str = "i") -> tuple[object, object]:
+    """A verdict that ends run ``run`` of ``mid``'s process ``proc``."""
+    return verdict_record("g", mid, process=proc, run=run, writer=(by, "i"))
+
+
+def grant(log: Log, gen: int, leader: str, owners: dict[str, list[int]]) -> None:
+    log.append(assignment_record(
+        "g", generation=gen, leader_id=leader, leader_incarnation="i", leader_joined_at=0,
+        protocol="cooperative", phase="complete", assignor="range",
+        partition_counts={"t": 4},
+        members={m: covered_member("i", ["t"], [("t", p) for p in ps])
+                 for m, ps in owners.items()},
+    ))  # fmt: skip
+
+
+def live(st: GroupState) -> set[str]:
+    return set(st.live_members())
+
+
+def test_the_new_records_round_trip() -> None:
+    for kv in (
+        verdict_record("g", "a", process="p", run=7, writer=("b", "j")),
+        verdict_record("g", "a", process="p", run=2, writer=("b", "j"), kind="process_ended"),
+        lease_record("g", leader=("a", "i"), lease_seq=3, live_offset=41),
+        heartbeat_record("g", "a", incarnation="i", seq=9, prev_ts=None, lease_ms=3000,
+                         skew_ms=500, acked_generation=2),
+        heartbeat_record("g", "a", incarnation="i", seq=1, prev_ts=5, lease_ms=10, skew_ms=0),
+        m2("a", 5, 2, owned=[("t", 1)], owned_generation=1, acked_generation=1),
+        m2("a", 1, 1, joined_at=None),
+    ):  # fmt: skip
+        k, v = decode(*encode(*kv))  # type: ignore[arg-type]
+        assert (k, v) == kv
+    v = decode(*encode(*lease_record("g", leader=("a", "i"), lease_seq=1)))[1]
+    assert isinstance(v, LeaseRecord) and v.leader == MemberRef("a", "i")
+    h = decode(*encode(*heartbeat_record("g", "a", incarnation="i", seq=1, prev_ts=None,
+                                         lease_ms=10, skew_ms=0)))[1]  # fmt: skip
+    assert isinstance(h, HeartbeatRecord) and h.prev_ts is None
+
+
+def test_each_version_rejects_the_others_member_records() -> None:
+    v1 = GroupState("g", SESSION)
+    k, v = encode(*m2("a", 1, 1))
+    assert v1.replay(0, k, v, 1).reason == "other_version"
+    k, v = encode(*lease_record("g", leader=("a", "i"), lease_seq=1))
+    assert v1.replay(1, k, v, 2).reason == "other_version"
+    v2 = GroupState("g", SESSION, version=2)
+    k, v = encode(*member_record("g", "a", incarnation="i", seq=1, topics=["t"]))
+    assert v2.replay(0, k, v, 1).reason == "other_version"
+    k, v = encode(*heartbeat_record("g", "a", incarnation="i", seq=1, prev_ts=None,
+                                    lease_ms=10, skew_ms=0))  # fmt: skip
+    assert v2.replay(1, k, v, 2).reason == "bad_value", "a heartbeat has no place in the main log"
+    assert not v2.members and not v1.members
+
+
+def test_a_membership_lasts_until_a_verdict_on_its_run_not_a_session() -> None:
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    log.append(lease_record("g", leader=("a", "i"), lease_seq=1), dt=10 * SESSION)
+    st = log.read()
+    assert live(st) == {"a", "b"} and st.leader == "a"
+    log.append(verdict("b", 1))
+    log.read(st)
+    assert live(st) == {"a"} and st.members["b"].ended
+    # a record b had on its way when the verdict landed: the membership stays over
+    log.member("b", 3, 1)
+    log.read(st)
+    assert live(st) == {"a"} and st.members["b"].ended and st.members["b"].seq == 3
+    # b learns of it, starts a new run and joins again
+    log.member("b", 5, 4, start=True)
+    log.read(st)
+    assert live(st) == {"a", "b"} and st.members["b"].run == 4
+    assert [live(r) for r in (st, log.compacted())] == [{"a", "b"}] * 2
+
+
+def test_a_verdict_frees_claims_and_a_record_in_flight_cannot_claim_them_again() -> None:
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    st = log.read()
+    assert st.members["b"].claims == {TP("t", 2), TP("t", 3)}
+    assert ownership.holders(st).get(TP("t", 2)) == {"b"}
+    log.append(verdict("b", 1))
+    log.member("b", 4, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    log.read(st)
+    for reader in (st, log.compacted()):
+        assert reader.members["b"].claims == frozenset(), "the claims outlived the verdict"
+        assert TP("t", 2) not in ownership.holders(reader)
+
+
+def test_anyone_may_judge_and_the_leader_moves_when_its_run_ends() -> None:
+    log = Log([])
+    for mid in "abc":
+        log.member(mid, 2, 1)
+    st = log.read()
+    assert st.leader == "a"
+    log.append(verdict("a", 1, by="b"))  # a successor's verdict on the leader
+    log.read(st)
+    assert live(st) == {"b", "c"} and st.leader == "b"
+    log.append(verdict("a", 1, by="c"))  # a second judge found the same: nothing changes
+    log.read(st)
+    assert live(st) == {"b", "c"} and st.leader == "b" and not st.rejections
+
+
+def test_a_verdict_on_an_older_run_leaves_a_newer_one() -> None:
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 6, 5)  # b's membership lives in run 5
+    log.append(verdict("b", 3))  # a late judge ends run 3, over long ago
+    st = log.read()
+    assert live(st) == {"a", "b"}
+    log.append(verdict("b", 5, proc="other"))  # another process's run 5
+    log.read(st)
+    assert live(st) == {"a", "b"}
+
+
+def test_the_lease_moves_the_clock_and_names_where_judging_starts() -> None:
+    log = Log([])
+    log.member("a", 2, 1)
+    log.append(lease_record("g", leader=("a", "i"), lease_seq=1, live_offset=3), dt=SESSION)
+    log.append(lease_record("g", leader=("a", "i"), lease_seq=2, live_offset=8), dt=SESSION)
+    st = log.read()
+    assert st.lease is not None and st.lease.live_offset == 8 and st.log_time == log.t
+    assert live(st) == {"a"} and not st.rejections
+
+
+def test_a_hold_on_a_replaced_process_lasts_until_a_verdict_on_its_run() -> None:
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    log.member("b", 2, 1, inc="j")  # b restarted while its old process may still run
+    log.append(lease_record("g", leader=("a", "i"), lease_seq=1), dt=10 * SESSION)
+    st = log.read()
+    assert [(h.holder, h.until, h.run) for h in st.holds] == [("b/i", NEVER, 1)]
+    log.append(verdict("b", 1, proc="i"))
+    log.read(st)
+    assert not st.holds and live(st) == {"a", "b"}, "the verdict on the old process ends it"
+
+
+def test_a_v2_state_survives_a_snapshot() -> None:
+    log = Log([])
+    for mid in "abc":
+        log.member(mid, 2, 1)
+    grant(log, 1, "a", {"a": [0], "b": [1], "c": [2, 3]})
+    log.member("c", 3, 1, owned=[("t", 2)], owned_generation=1, acked_generation=1)
+    log.member("c", 2, 1, inc="j")
+    log.append(verdict("b", 1))
+    log.append(lease_record("g", leader=("a", "i"), lease_seq=4, live_offset=9))
+    st = log.read()
+    assert st.holds
+    snap = decode(*encode(SnapshotKey("g"), to_snapshot(st, "a", "i")))[1]
+    assert isinstance(snap, SnapshotRecord)
+    back = from_snapshot(snap, SESSION)
+    assert back.version == 2 and back.verdicts == st.verdicts and back.lease == st.lease
+    assert live(back) == live(st) == {"a", "c"} and back.holds == st.holds
+    assert back.members["b"].ended and back.members["a"].run == 1
+    assert back.fingerprint() == st.fingerprint()
+
+
+# ----------------------------------------------------------------- compaction agreement
+
+_EVENTS = ["record", "restart run", "new process", "verdict", "late verdict", "lease"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from(_EVENTS)), max_size=40))
+def test_a_reader_of_the_compacted_log_agrees_with_the_full_reader(
+    events: list[tuple[str, str]],
+) -> None:
+    """Whatever members write and judges find, a reader that starts from the log as
+    compaction leaves it ends in the full reader's state: the same live memberships in the
+    same runs, the same leader, verdicts and holders of every partition."""
+    log = Log([])
+    full = GroupState("g", SESSION, version=2)
+    #: each member's own view: incarnation, its seq counter, its current run
+    me: dict[str, tuple[str, int, int]] = {}
+    lease = 0
+    for mid, what in events:
+        full = log.read(full)
+        inc, seq, run = me.get(mid, ("i", 0, 0))
+        if what in ("record", "restart run", "new process") or mid not in me:
+            start = mid not in me or what != "record"
+            if what == "new process":
+                inc, seq = inc + "'", 0
+            if start:
+                seq += 1  # the heartbeat that starts the run
+                run = seq
+            seq += 1
+            me[mid] = (inc, seq, run)
+            log.member(mid, seq, run, inc=inc, start=start)
+        elif what in ("verdict", "late verdict"):
+            # a judge ends the member's current run, or (late) an older one
+            ended = run if what == "verdict" else max(1, run - 1)
+            log.append(verdict_record("g", mid, process=inc, run=ended, writer=("a", "i")))
+        elif what == "lease":
+            lease += 1
+            log.append(lease_record("g", leader=("a", "i"), lease_seq=lease))
+    full = log.read(full)
+    compact = log.compacted()
+    assert live(compact) == live(full)
+    assert compact.leader == full.leader
+    assert compact.verdicts == full.verdicts
+    for mid in live(full):
+        c, f = compact.members[mid], full.members[mid]
+        assert (c.proc, c.run, c.claims) == (f.proc, f.run, f.claims)
