@@ -248,6 +248,33 @@ def test_committed_reader_keeps_one_consumer_until_closed(
     assert probe.read_offsets(tps) is None
 
 
+def test_closing_the_committed_reader_does_not_wait_for_a_read() -> None:
+    """A read that the brokers leave unanswered holds the reader for its timeout; close()
+    returns at once all the same (a member's close must not wait on it), and the read closes
+    the consumer as it ends."""
+    import threading
+
+    reader = CommittedReader({"bootstrap.servers": "127.0.0.1:9"}, unique_name("g"))  # no one
+    failed: list[BrokerError] = []
+
+    def read() -> None:
+        try:
+            reader.committed([KTP("t", 0)], timeout=2.0)
+        except BrokerError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    wait_for(lambda: reader._reading, 10, "the read to begin")
+    reader.close()
+    assert reader._reading  # close() returned while the read went on
+    t.join(30)
+    assert not t.is_alive() and failed, failed
+    assert reader._consumer is None and not reader._reading
+    with pytest.raises(BrokerError, match="closed"):
+        reader.committed([KTP("t", 0)])
+
+
 def test_time_lag_is_the_age_of_the_first_unconsumed_record(
     bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
 ) -> None:

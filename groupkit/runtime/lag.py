@@ -166,13 +166,19 @@ class CommittedReader:
     The consumer is opened at the first read and closed by :meth:`close`. confluent-kafka
     admits one thread at a time into a ``Consumer``, so reads from several threads take turns;
     one that cannot get its turn within its timeout fails as the brokers' silence would.
+    :meth:`close` never waits for a read: a read in progress when it is called (a broker that
+    does not answer may hold one for its whole timeout) closes the consumer as it ends.
     """
 
     def __init__(self, settings: Mapping[str, object], group_id: str) -> None:
         self._settings = dict(settings)
         self.group_id = group_id
+        #: whose turn it is to read (held for a whole read)
+        self._turn = threading.Lock()
+        #: guards the three below (held for moments)
+        self._state = threading.Lock()
         self._consumer: Consumer | None = None
-        self._lock = threading.Lock()
+        self._reading = False
         self._closed = False
 
     def committed(
@@ -180,24 +186,38 @@ class CommittedReader:
     ) -> dict[TopicPartition, int | None]:
         """The committed offsets of ``tps`` (``None`` where nothing is committed); raises
         :class:`~groupkit.errors.BrokerError` when the brokers do not answer, or once closed."""
-        if not self._lock.acquire(timeout=timeout):
+        if not self._turn.acquire(timeout=timeout):
             raise BrokerError(
                 f"could not read committed offsets of group {self.group_id!r}: another read "
                 f"held the reader for {timeout:g} s"
             )
         try:
-            if self._closed:
-                raise BrokerError(f"the committed offsets reader of {self.group_id!r} is closed")
-            if self._consumer is None:
-                self._consumer = _offsets_consumer(self._settings, self.group_id)
-            return _committed(self._consumer, self.group_id, tps, timeout)
+            with self._state:
+                if self._closed:
+                    raise BrokerError(
+                        f"the committed offsets reader of {self.group_id!r} is closed"
+                    )
+                self._reading = True
+            consumer: Consumer | None = None
+            try:
+                consumer = self._consumer or _offsets_consumer(self._settings, self.group_id)
+                return _committed(consumer, self.group_id, tps, timeout)
+            finally:
+                with self._state:
+                    self._reading = False
+                    keep = not self._closed
+                    self._consumer = consumer if keep else None
+                if not keep and consumer is not None:  # closed while reading: closed here
+                    consumer.close()
         finally:
-            self._lock.release()
+            self._turn.release()
 
     def close(self) -> None:
-        """Close the consumer (after a read in progress); later reads raise."""
-        with self._lock:
+        """Close the consumer now, or as the read in progress ends; later reads raise."""
+        with self._state:
             self._closed = True
+            if self._reading:
+                return
             consumer, self._consumer = self._consumer, None
         if consumer is not None:
             consumer.close()
