@@ -54,16 +54,20 @@ The names, their types and labels are the table :data:`METRICS`; the dashboard t
 panels against it and the metrics tests check a live scrape against it.
 
 **kafka_exporter's names** (``PrometheusObserver(registry, kafka_exporter_names=True)``, off by
-default): the same lag and offsets also as ``kafka_consumergroup_*`` with kafka_exporter's labels
-(:data:`KAFKA_EXPORTER_METRICS`), so the dashboards and alert rules written for it work
+default): the same lag and offsets also as ``kafka_consumergroup_*`` with kafka_exporter's labels,
+and the time lag as kafka-lag-exporter's ``kafka_consumergroup_group_lag_seconds{group,topic,
+partition}`` and ``kafka_consumergroup_group_max_lag_seconds{group}``
+(:data:`KAFKA_EXPORTER_METRICS`), so the dashboards and alert rules written for them work
 unchanged. Off by default because a kafka_exporter that already scrapes the cluster exports
 these very series (from the committed offsets), and a dashboard summing both would count the
 group twice. Like the ``groupkit_`` series, each member exports only the partitions its data
 consumer has assigned and only the leader exports ``members``, so sums over members are the
-group's numbers. Where several observers share a registry, their series are added up by label
-set (the labels carry no member). One difference to kafka_exporter: a partition without a
-committed offset lags by what ``auto.offset.reset`` would make the member read, where
-kafka_exporter reports ``-1``.
+group's numbers, and ``max by (group)`` over the members' ``…_max_lag_seconds`` (each the
+largest of its own partitions) is the group's largest time lag. Where several observers share
+a registry, their series are combined by label set (the labels carry no member): added up for
+``*_sum``, the largest kept for ``…_max_lag_seconds``. One difference to kafka_exporter: a
+partition without a committed offset lags by what ``auto.offset.reset`` would make the member
+read, where kafka_exporter reports ``-1``.
 """
 
 from __future__ import annotations
@@ -217,9 +221,15 @@ METRICS: Mapping[str, MetricSpec] = {
 _CG = ("consumergroup",)
 _CGT = (*_CG, "topic")
 _CGTP = (*_CGT, "partition")
+#: kafka-lag-exporter labels the group ``group``, not ``consumergroup``
+_LG = ("group",)
+_LGTP = (*_LG, "topic", "partition")
 
-#: The lag metrics under kafka_exporter's names and labels (``kafka_exporter_names=True``); the
-#: help texts are kafka_exporter's, ``like`` names the groupkit series each mirrors.
+#: The lag metrics under kafka_exporter's names and labels (``kafka_exporter_names=True``), and
+#: the time lag under kafka-lag-exporter's; the help texts are theirs, ``like`` names the
+#: groupkit series each mirrors. kafka-lag-exporter's ``cluster_name``, ``member_host``,
+#: ``consumer_id`` and ``client_id`` labels are left out: a member knows no cluster name, and
+#: member labels would split a partition's series whenever it changes owner.
 KAFKA_EXPORTER_METRICS: Mapping[str, MetricSpec] = {
     s.name: s
     for s in (
@@ -237,6 +247,10 @@ KAFKA_EXPORTER_METRICS: Mapping[str, MetricSpec] = {
                    "groupkit_consumergroup_committed_offset"),
         MetricSpec("kafka_consumergroup_members", "gauge", _CG,
                    "Amount of members in a consumer group", "groupkit_consumergroup_members"),
+        MetricSpec("kafka_consumergroup_group_lag_seconds", "gauge", _LGTP,
+                   "Group time lag of a partition", "groupkit_consumergroup_lag_seconds"),
+        MetricSpec("kafka_consumergroup_group_max_lag_seconds", "gauge", _LG,
+                   "Max group time lag", "groupkit_consumergroup_max_lag_seconds"),
     )
 }  # fmt: skip
 
@@ -403,9 +417,10 @@ class PrometheusObserver(GroupObserver):
     Pass it to one ``GroupConsumer`` (``observers=[...]``); several observers, one per
     consumer, may share a registry.
 
-    ``kafka_exporter_names=True`` also exports the lag under kafka_exporter's names and labels
-    (:data:`KAFKA_EXPORTER_METRICS`), for the dashboards and alert rules written for it. Leave it
-    off where a kafka_exporter already scrapes the cluster: both would export the group's lag.
+    ``kafka_exporter_names=True`` also exports the lag under kafka_exporter's names and labels,
+    and the time lag under kafka-lag-exporter's (:data:`KAFKA_EXPORTER_METRICS`), for the
+    dashboards and alert rules written for them. Leave it off where a kafka_exporter already
+    scrapes the cluster: both would export the group's lag.
     """
 
     def __init__(self, registry: CollectorRegistry, *, kafka_exporter_names: bool = False) -> None:
@@ -743,8 +758,8 @@ class KafkaExporterCollector(GroupkitCollector):
     """Yields the lag of every opted-in consumer of one registry under kafka_exporter's names.
 
     Its labels carry no member, so observers sharing the registry are added up by label set:
-    sums for ``*_sum``; a partition is one member's (its data consumer's assignment), and the
-    group's member count comes from its leader alone.
+    sums for ``*_sum``, the largest for ``*_max_lag_seconds``; a partition is one member's (its
+    data consumer's assignment), and the group's member count comes from its leader alone.
     """
 
     @staticmethod
@@ -760,6 +775,8 @@ class KafkaExporterCollector(GroupkitCollector):
         lag_sum: dict[tuple[str, str], int] = {}
         offset_sum: dict[tuple[str, str], int] = {}
         members: dict[str, int] = {}
+        seconds: dict[tuple[str, str, str], float] = {}
+        max_seconds: dict[str, float] = {}
         for snap in self._snapshots():
             g = snap.group
             for tp in snap.partitions:
@@ -770,6 +787,9 @@ class KafkaExporterCollector(GroupkitCollector):
                 if tp in snap.committed:
                     offset[key] = snap.committed[tp]
                     offset_sum[g, tp.topic] = offset_sum.get((g, tp.topic), 0) + snap.committed[tp]
+                if tp in snap.time_lag:
+                    seconds[key] = snap.time_lag[tp]
+                    max_seconds[g] = max(max_seconds.get(g, 0.0), snap.time_lag[tp])
             if snap.is_leader:
                 members[g] = snap.live_members
         f = self._families()
@@ -783,4 +803,8 @@ class KafkaExporterCollector(GroupkitCollector):
             f["kafka_consumergroup_current_offset_sum"].add_metric(list(gt), n)
         for g, n in members.items():
             f["kafka_consumergroup_members"].add_metric([g], n)
+        for tpl, age in seconds.items():
+            f["kafka_consumergroup_group_lag_seconds"].add_metric(list(tpl), age)
+        for g, age in max_seconds.items():
+            f["kafka_consumergroup_group_max_lag_seconds"].add_metric([g], age)
         yield from f.values()

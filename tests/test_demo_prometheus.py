@@ -15,7 +15,8 @@
 5. The members run with ``kafka_exporter_names``: the lag panels of a widely used kafka_exporter
    dashboard and a widely used kafka_exporter alert rule (:data:`KAFKA_EXPORTER_PANELS`,
    :data:`KAFKA_EXPORTER_ALERT`), run unchanged but for their variables, return the group's lag
-   and pass the same sandwich.
+   and pass the same sandwich; the time-lag panels of kafka-lag-exporter's dashboard
+   (:data:`KAFKA_LAG_EXPORTER_PANELS`) show every partition and agree on the group's largest.
 6. Ctrl-C (SIGINT) stops the demo: every member leaves cleanly, exit code 0.
 
 A second test stops one member's consumption (the demo worker's SIGUSR1) and writes a garbage
@@ -49,6 +50,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from groupkit.dev.broker import free_port
 from groupkit.dev.harness import wait_for
 from groupkit.runtime.control_topic import partition_for_group
+from groupkit.runtime.lag_status import LAG_STATUS_MINIMUM_COMPLETE, LAG_STATUS_WINDOW
 from tests.test_deploy import dashboard_exprs, instantiate
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -69,6 +71,17 @@ KAFKA_EXPORTER_PANELS = {
     "Message consume per minute": "sum(delta(kafka_consumergroup_current_offset{"
     "instance=~'$instance',topic=~\"$topic\"}[5m])/5) by (consumergroup, topic)",
 }
+#: The time-lag panels of kafka-lag-exporter's own Grafana dashboard
+#: (github.com/seglo/kafka-lag-exporter, grafana/Kafka_Lag_Exporter_Dashboard.json).
+#: ``$namespace`` and ``$cluster_name`` select labels its deployment adds (Kubernetes, its
+#: cluster config) that groupkit's series do not carry: set empty, ``label=""`` matches a series
+#: without the label, as it would for a Prometheus that adds neither.
+_KLE = 'namespace="$namespace",cluster_name="$cluster_name",group=~"$consumer_group"'
+KAFKA_LAG_EXPORTER_PANELS = {
+    "Consumer Group Max Lag Seconds": f"kafka_consumergroup_group_max_lag_seconds{{{_KLE}}}",
+    "Consumer Group Lag Partition Seconds": f"kafka_consumergroup_group_lag_seconds{{{_KLE}}}",
+    "$consumer_group": f"max(kafka_consumergroup_group_lag_seconds{{{_KLE}}}) by (group)",
+}
 #: The consumer-group rule of Awesome Prometheus Alerts for kafka_exporter
 #: (github.com/samber/awesome-prometheus-alerts, dist/rules/kafka/danielqsj-kafka-exporter.yml,
 #: alert KafkaConsumersGroup).
@@ -81,6 +94,14 @@ def exporter_expr(expr: str, topic: str) -> str:
     assert re.fullmatch(r"[A-Za-z0-9_-]+", topic)  # a regex matching only itself
     expr = expr.replace('instance="$instance"', 'instance=~"$instance"')
     return expr.replace("$instance", ".+").replace("$topic", topic)
+
+
+def lag_exporter_expr(expr: str, group: str) -> str:
+    """A kafka-lag-exporter dashboard's expression with ``$consumer_group`` on ``group`` and
+    the deployment's labels empty (see :data:`KAFKA_LAG_EXPORTER_PANELS`)."""
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", group)  # a regex matching only itself
+    expr = expr.replace("$namespace", "").replace("$cluster_name", "")
+    return expr.replace("$consumer_group", group)
 
 
 class Prometheus:
@@ -275,6 +296,33 @@ def test_demo_scraped_by_prometheus(
         consume = exporter_expr(KAFKA_EXPORTER_PANELS["Message consume per minute"], topic)
         assert [r for r in prom.query(consume) if r["metric"]["consumergroup"] == group], consume
 
+        # -- kafka-lag-exporter's time-lag panels: every partition, and the group's largest --
+        def time_lags() -> tuple[int, float | None, float | None, float | None]:
+            """Partitions with a time lag, and the group's largest by the three panels."""
+            at = time.time()
+            q = {t: prom.query(lag_exporter_expr(e, group), at)
+                 for t, e in KAFKA_LAG_EXPORTER_PANELS.items()}  # fmt: skip
+            parts = len({(r["metric"]["topic"], r["metric"]["partition"])
+                         for r in q["Consumer Group Lag Partition Seconds"]})  # fmt: skip
+
+            def most(rows: list[dict[str, Any]]) -> float | None:
+                return max((float(r["value"][1]) for r in rows), default=None)
+
+            per_partition = q["Consumer Group Lag Partition Seconds"]
+            return (parts, most(q["Consumer Group Max Lag Seconds"]), most(per_partition),
+                    most(q["$consumer_group"]))  # fmt: skip
+
+        # Every partition lags (the producer outran the members), so each has a time lag, and
+        # the largest of the members' maxima is the largest over the partitions, both as
+        # scraped at the same scrapes.
+        wait_for(lambda: time_lags()[0] == PARTITIONS, 15,
+                 "kafka_consumergroup_group_lag_seconds of every partition")  # fmt: skip
+        parts, max_panel, partition_panel, group_panel = time_lags()
+        print(f"\ntime lag: largest {max_panel} s over {parts} partitions")
+        assert max_panel is not None and max_panel > 0, max_panel
+        assert max_panel == partition_panel == group_panel, (max_panel, partition_panel,
+                                                             group_panel)  # fmt: skip
+
         def exporter_lags(at: float) -> tuple[float | None, float | None]:
             """The group's lag by the dashboard's lag panel and by the alert rule's sum."""
             panel = exporter_expr(KAFKA_EXPORTER_PANELS["Lag by  Consumer Group"], topic)
@@ -359,10 +407,14 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
 
     A test copy of deploy/prometheus/groupkit-alerts.yml only shortens the waits: every `for:`
     to 3 s, the 2-minute windows to 15 s, the lag threshold to 1000. With two members that keep
-    up with the producer:
+    up with the producer and sample their partitions' Burrow status every second (a window of
+    ten seconds):
 
     1. one member stops handing out records (the demo worker's SIGUSR1) while the producer goes
        on: GroupkitMemberStopped names that member and no other, and GroupkitLagHigh the group;
+       the member, whose sampler goes on, sees its partitions lag with no commit for longer
+       than their window spans: GroupkitPartitionStatusErr, with partitions of that member only
+       and status STOP;
     2. a garbage record in the group's control partition: GroupkitControlRecordsRejected;
     3. GroupkitNoLeader and GroupkitMemberDown stay silent (the stopped member still leads or
        follows: its control thread goes on).
@@ -382,7 +434,8 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
             [sys.executable, "-m", "groupkit.cli", "demo", "--bootstrap-servers", bootstrap,
              "--members", "2", "--partitions", str(PARTITIONS), "--rate", "200",
              "--max-rate", "0", "--churn-interval", "0", "--duration", "150",
-             "--metrics-port", "0", "--state-dir", str(demo_dir), "--no-table"],
+             "--metrics-port", "0", "--state-dir", str(demo_dir), "--no-table",
+             "--lag-status-interval-ms", "1000"],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
@@ -403,6 +456,12 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
             wait_for(lambda: prom.scalar(f"sum(groupkit_consumergroup_assigned_partitions{{{g}}})")
                      == PARTITIONS and prom.scalar(f"max(groupkit_consumergroup_members{{{g}}})")
                      == 2, 30, f"2 members owning the {PARTITIONS} partitions")  # fmt: skip
+            # Burrow judges a window once it holds half its commits (minimum-complete): give
+            # the owners' windows that many samples after every partition has one.
+            wait_for(lambda: prom.scalar(f"count(groupkit_consumergroup_partition_status{{{g}}}"
+                                         " == 1)") == PARTITIONS, 30,
+                     "a status of every partition")  # fmt: skip
+            time.sleep(LAG_STATUS_MINIMUM_COMPLETE * LAG_STATUS_WINDOW * 1.0 + 1.0)
             status = json.loads((demo_dir / "status.json").read_text())
             name, stopped = sorted(status["members"].items())[0]
             assert stopped["member_id"], status
@@ -415,7 +474,7 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
                       partition=partition_for_group(group, n))  # fmt: skip
             assert p.flush(10) == 0
             expected = {"GroupkitMemberStopped", "GroupkitLagHigh",
-                        "GroupkitControlRecordsRejected"}  # fmt: skip
+                        "GroupkitControlRecordsRejected", "GroupkitPartitionStatusErr"}  # fmt: skip
             wait_for(lambda: {a["alertname"] for a in firing()} >= expected, 90,
                      f"the alerts {sorted(expected)} to fire: {firing()}")  # fmt: skip
             alerts = firing()
@@ -425,6 +484,11 @@ def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: Adm
                 stopped["member_id"]
             ], (name, alerts)
             assert all(a["group"] == group for a in alerts), alerts
+            owned = {(r["metric"]["topic"], r["metric"]["partition"]) for r in prom.query(
+                f'groupkit_consumergroup_lag{{{g},member="{stopped["member_id"]}"}}')}  # fmt: skip
+            errs = [a for a in alerts if a["alertname"] == "GroupkitPartitionStatusErr"]
+            assert {(a["topic"], a["partition"]) for a in errs} <= owned, (owned, errs)
+            assert {a["status"] for a in errs} == {"STOP"}, errs
             assert demo.poll() is None, why()
         finally:
             code = stop_demo(demo)

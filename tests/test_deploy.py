@@ -167,6 +167,10 @@ def test_every_panel_metric_is_one_groupkit_exports() -> None:
         "groupkit_consumergroup_is_leader",
         "groupkit_paused_partition_seconds_total",
         "groupkit_control_records_rejected_total",
+        "groupkit_consumergroup_lag_seconds",  # time lag per partition by owner
+        "groupkit_consumergroup_max_lag_seconds",
+        "groupkit_consumergroup_partition_status",  # Burrow's status
+        "groupkit_consumergroup_status",
     ):
         assert needed in used, f"no panel shows {needed}"
 

@@ -363,7 +363,8 @@ class FakeProbe:
     assignor = "range"
 
     def __init__(self, group: str, member: str, leader: bool, live: int,
-                 offsets: dict[tuple[str, int], tuple[int, int | None]]) -> None:  # fmt: skip
+                 offsets: dict[tuple[str, int], tuple[int, int | None]],
+                 ages: dict[tuple[str, int], float | None] | None = None) -> None:  # fmt: skip
         from groupkit.runtime.lag import GroupOffsets
         from groupkit.runtime.probe import MemberStatus
         from groupkit.types import TopicPartition
@@ -379,6 +380,7 @@ class FakeProbe:
             committed={tp: c for tp, (_e, c) in tps.items()},
             lag={tp: end - (c or 0) for tp, (end, c) in tps.items()},
         )
+        self._ages = {TopicPartition(t, p): s for (t, p), s in (ages or {}).items()}
 
     def status(self) -> Any:
         return self._status
@@ -389,15 +391,19 @@ class FakeProbe:
     def read_offsets(self, partitions: Any, timeout: float = 10.0) -> Any:
         return self._offsets
 
+    def time_lag(self, offsets: Any, read: bool = True) -> Any:
+        return self._ages  # seconds; None: unknown
+
     def lag_status(self) -> Any:
         return None  # not sampled: no status series
 
 
 def test_kafka_exporter_names_sum_to_the_group() -> None:
     """With ``kafka_exporter_names``, the lag is also exported as kafka_exporter's series, with
-    its labels; each member exports only its own partitions, so sums over members (here three
-    members: two sharing one registry, one on its own) are the group's; only the leader exports
-    the member count. Without the option, no ``kafka_`` name is even registered."""
+    its labels, and the time lag as kafka-lag-exporter's; each member exports only its own
+    partitions, so sums over members (here three members: two sharing one registry, one on its
+    own) are the group's, and so is the max of their maxima; only the leader exports the member
+    count. Without the option, no ``kafka_`` name is even registered."""
     plain = CollectorRegistry()
     # The collectors hold their observers weakly (a consumer's observer lives as long as it):
     # keep every observer referenced.
@@ -408,10 +414,12 @@ def test_kafka_exporter_names_sum_to_the_group() -> None:
 
     shared, alone = CollectorRegistry(), CollectorRegistry()
     probes = [
-        (shared, FakeProbe("g", "m1", True, 3, {("t", 0): (100, 40), ("t", 1): (50, 50)})),
-        (shared, FakeProbe("g", "m2", False, 0, {("t", 2): (30, 10), ("u", 0): (7, 2)})),
-        (alone, FakeProbe("g", "m3", False, 0, {("t", 3): (9, None)})),
-    ]
+        (shared, FakeProbe("g", "m1", True, 3, {("t", 0): (100, 40), ("t", 1): (50, 50)},
+                           {("t", 0): 12.5, ("t", 1): 0.0})),
+        (shared, FakeProbe("g", "m2", False, 0, {("t", 2): (30, 10), ("u", 0): (7, 2)},
+                           {("t", 2): 3.0, ("u", 0): None})),
+        (alone, FakeProbe("g", "m3", False, 0, {("t", 3): (9, None)}, {("t", 3): 40.0})),
+    ]  # fmt: skip
     for registry, probe in probes:
         observers.append(PrometheusObserver(registry, kafka_exporter_names=True))
         observers[-1].attached(probe)  # type: ignore[arg-type]
@@ -435,3 +443,13 @@ def test_kafka_exporter_names_sum_to_the_group() -> None:
                for lab, v in samples("kafka_consumergroup_current_offset")}  # fmt: skip
     assert offsets == {("t", "0"): 40, ("t", "1"): 50, ("t", "2"): 10, ("u", "0"): 2}
     assert samples("kafka_consumergroup_members") == [({"consumergroup": "g"}, 3)]
+    # Time lag under kafka-lag-exporter's names: an unknown one (u-0) has no series; the
+    # registry shared by m1 and m2 keeps the larger of their maxima, and the group's largest
+    # is the max over the registries, as `max by (group)` over the members' targets takes it.
+    seconds = {(lab["group"], lab["topic"], lab["partition"]): v
+               for lab, v in samples("kafka_consumergroup_group_lag_seconds")}  # fmt: skip
+    assert seconds == {("g", "t", "0"): 12.5, ("g", "t", "1"): 0.0, ("g", "t", "2"): 3.0,
+                       ("g", "t", "3"): 40.0}  # fmt: skip
+    maxima = [scrape(r)["kafka_consumergroup_group_max_lag_seconds"] for r in (shared, alone)]
+    assert maxima == [[({"group": "g"}, 12.5)], [({"group": "g"}, 40.0)]]
+    assert max(v for _, v in samples("groupkit_consumergroup_max_lag_seconds")) == 40.0

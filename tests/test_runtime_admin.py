@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from groupkit import GroupConsumer
 from groupkit.dev.broker import LocalCluster
 from groupkit.dev.harness import wait_for
-from groupkit.errors import ControlTopicError
+from groupkit.errors import BrokerError, ControlTopicError
 from groupkit.log import capture
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import (
@@ -25,8 +25,10 @@ from groupkit.runtime.control_topic import (
     partition_for_group,
 )
 from groupkit.runtime.lag import (
+    CommittedReader,
     GroupOffsets,
     TimeLagReader,
+    committed_offsets,
     compute_lag,
     fetch_lags,
     read_offsets,
@@ -207,6 +209,70 @@ def _committed(c: Consumer, offsets: list[KTP]) -> bool:
     except KafkaException:
         return False
     return True
+
+
+def test_committed_reader_keeps_one_consumer_until_closed(
+    bootstrap: str, admin: AdminClient, topic_factory: Callable[..., str]
+) -> None:
+    """A member's reader of committed offsets answers what a one-off read does, through one
+    consumer kept from read to read; once closed, it raises. A GroupConsumer's probe keeps one
+    such reader, and its close closes it."""
+    topic = topic_factory(partitions=2)
+    group = unique_name("g")
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    ktps = [KTP(topic, 0), KTP(topic, 1)]
+    _commit(bootstrap, group, [KTP(topic, 0, 3)])
+    reader = CommittedReader({"bootstrap.servers": bootstrap}, group)
+    try:
+        assert reader.committed(ktps) == {tps[0]: 3, tps[1]: None}
+        assert committed_offsets(admin, group, tps) == {tps[0]: 3, tps[1]: None}
+        first = reader._consumer
+        _commit(bootstrap, group, [KTP(topic, 1, 7)])
+        assert reader.committed(ktps) == {tps[0]: 3, tps[1]: 7}
+        assert reader._consumer is first is not None
+    finally:
+        reader.close()
+    with pytest.raises(BrokerError, match="closed"):
+        reader.committed(ktps)
+
+    consumer = GroupConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+    probe = consumer.probe
+    offsets = probe.read_offsets(tps)
+    assert offsets is not None and dict(offsets.committed) == {tps[0]: 3, tps[1]: 7}
+    kept = probe._committed
+    assert kept is not None and kept._consumer is not None
+    probe.read_offsets(tps)
+    assert probe._committed is kept
+    consumer.close()
+    assert probe._committed is None and kept._consumer is None
+    assert probe.read_offsets(tps) is None
+
+
+def test_closing_the_committed_reader_does_not_wait_for_a_read() -> None:
+    """A read that the brokers leave unanswered holds the reader for its timeout; close()
+    returns at once all the same (a member's close must not wait on it), and the read closes
+    the consumer as it ends."""
+    import threading
+
+    reader = CommittedReader({"bootstrap.servers": "127.0.0.1:9"}, unique_name("g"))  # no one
+    failed: list[BrokerError] = []
+
+    def read() -> None:
+        try:
+            reader.committed([KTP("t", 0)], timeout=2.0)
+        except BrokerError as e:
+            failed.append(e)
+
+    t = threading.Thread(target=read)
+    t.start()
+    wait_for(lambda: reader._reading, 10, "the read to begin")
+    reader.close()
+    assert reader._reading  # close() returned while the read went on
+    t.join(30)
+    assert not t.is_alive() and failed, failed
+    assert reader._consumer is None and not reader._reading
+    with pytest.raises(BrokerError, match="closed"):
+        reader.committed([KTP("t", 0)])
 
 
 def test_time_lag_is_the_age_of_the_first_unconsumed_record(

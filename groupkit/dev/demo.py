@@ -301,6 +301,7 @@ class Demo:
             "--metrics-port", str(port), "--metrics-addr", a.metrics_addr,
             "--assignor", a.assignor, "--protocol", a.protocol, "--max-rate", str(a.max_rate),
             "--session-timeout-ms", str(a.session_timeout_ms),
+            "--lag-status-interval-ms", str(a.lag_status_interval_ms),
             *(["--kafka-exporter-names"] if a.kafka_exporter_names else []),
         ])  # fmt: skip
         child.port = port
@@ -590,6 +591,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--metrics-addr", default="127.0.0.1", help="address the members listen on")
     p.add_argument("--session-timeout-ms", type=int, default=6000)
+    p.add_argument(
+        "--lag-status-interval-ms",
+        type=int,
+        default=2000,
+        help="members sample their partitions' Burrow status this often (0: off)",
+    )
     p.add_argument("--kafka-exporter-names", action="store_true",
                    help="members also export their lag under kafka_exporter's names")  # fmt: skip
     p.add_argument("--state-dir", default=None, help="logs, status.json, Prometheus config")

@@ -666,6 +666,9 @@ class GroupConsumer:
             # AdminClient has no close(): the last reference going destroys it (the control
             # loop's and the telemetry publisher's are gone by now).
             self._admin = None
+            probe = getattr(self, "_probe", None)
+            if probe is not None:  # its reader of committed offsets, once no read can start
+                probe.close()
 
     def _ensure_open(self) -> None:
         if self._closed:

@@ -81,20 +81,28 @@ def end_offsets(
 
 
 def committed_offsets(
-    admin: AdminClient, group_id: str, partitions: Iterable[TopicPartition], timeout: float = 10.0
+    admin: AdminClient,
+    group_id: str,
+    partitions: Iterable[TopicPartition],
+    timeout: float = 10.0,
+    reader: CommittedReader | None = None,
 ) -> dict[TopicPartition, int | None]:
     """The group's committed offsets; ``None`` where nothing is committed.
 
     With a :class:`~groupkit.runtime.admin.GroupkitAdmin` (what ``GroupConsumer`` and
-    ``describe_group`` use) the offsets are read by a short-lived consumer of the group that
-    joins nothing, not by ``AdminClient.list_consumer_group_offsets``: librdkafka (2.16 and
-    earlier, librdkafka#5040) crashes the whole process with SIGSEGV when an admin client's
-    OffsetFetch is answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, as on a cluster whose
-    group coordinator is not loaded yet or has just moved (a broker restart).
+    ``describe_group`` use) the offsets are read by a consumer of the group that joins nothing,
+    not by ``AdminClient.list_consumer_group_offsets``: librdkafka (2.16 and earlier,
+    librdkafka#5040) crashes the whole process with SIGSEGV when an admin client's OffsetFetch
+    is answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, as on a cluster whose group
+    coordinator is not loaded yet or has just moved (a broker restart). That consumer is
+    ``reader``'s long-lived one where the caller keeps one (a member reading its lag again and
+    again), else a short-lived one.
     """
     tps = [KTopicPartition(tp.topic, tp.partition) for tp in partitions]
     if not tps:
         return {}
+    if reader is not None:
+        return reader.committed(tps, timeout)
     if isinstance(admin, GroupkitAdmin):
         return _committed_by_consumer(admin.settings, group_id, tps, timeout)
     try:
@@ -111,22 +119,33 @@ def committed_offsets(
     return out
 
 
-def _committed_by_consumer(
-    settings: dict[str, object], group_id: str, tps: list[KTopicPartition], timeout: float
-) -> dict[TopicPartition, int | None]:
+def _offsets_consumer(settings: Mapping[str, object], group_id: str) -> Consumer:
+    """A consumer of ``group_id`` that only ever reads its committed offsets: it joins nothing
+    (never subscribes) and commits nothing."""
     conf = {k: v for k, v in settings.items() if k != "error_cb"}
     try:
-        consumer = Consumer(
-            {**conf, "group.id": group_id, "enable.auto.commit": False, "log_level": 0}
-        )
+        return Consumer({**conf, "group.id": group_id, "enable.auto.commit": False, "log_level": 0})
     except KafkaException as e:
         raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
+
+
+def _committed_by_consumer(
+    settings: Mapping[str, object], group_id: str, tps: list[KTopicPartition], timeout: float
+) -> dict[TopicPartition, int | None]:
+    consumer = _offsets_consumer(settings, group_id)
+    try:
+        return _committed(consumer, group_id, tps, timeout)
+    finally:
+        consumer.close()
+
+
+def _committed(
+    consumer: Consumer, group_id: str, tps: list[KTopicPartition], timeout: float
+) -> dict[TopicPartition, int | None]:
     try:
         result = consumer.committed(tps, timeout=timeout)
     except KafkaException as e:
         raise BrokerError(f"could not read committed offsets of group {group_id!r}: {e}") from e
-    finally:
-        consumer.close()
     out: dict[TopicPartition, int | None] = {}
     for ktp in result:
         if ktp.error is not None:
@@ -136,6 +155,72 @@ def _committed_by_consumer(
         off = int(ktp.offset)
         out[TopicPartition(ktp.topic, ktp.partition)] = off if off >= 0 else None
     return out
+
+
+class CommittedReader:
+    """Reads a group's committed offsets, again and again, through one long-lived consumer of
+    the group that joins nothing (:func:`committed_offsets` says why a consumer): a member's
+    status sampler and metrics scrapes ask every few seconds, and a consumer opened per read
+    costs a client's start (threads, connections, a coordinator lookup) each time.
+
+    The consumer is opened at the first read and closed by :meth:`close`. confluent-kafka
+    admits one thread at a time into a ``Consumer``, so reads from several threads take turns;
+    one that cannot get its turn within its timeout fails as the brokers' silence would.
+    :meth:`close` never waits for a read: a read in progress when it is called (a broker that
+    does not answer may hold one for its whole timeout) closes the consumer as it ends.
+    """
+
+    def __init__(self, settings: Mapping[str, object], group_id: str) -> None:
+        self._settings = dict(settings)
+        self.group_id = group_id
+        #: whose turn it is to read (held for a whole read)
+        self._turn = threading.Lock()
+        #: guards the three below (held for moments)
+        self._state = threading.Lock()
+        self._consumer: Consumer | None = None
+        self._reading = False
+        self._closed = False
+
+    def committed(
+        self, tps: list[KTopicPartition], timeout: float = 10.0
+    ) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``tps`` (``None`` where nothing is committed); raises
+        :class:`~groupkit.errors.BrokerError` when the brokers do not answer, or once closed."""
+        if not self._turn.acquire(timeout=timeout):
+            raise BrokerError(
+                f"could not read committed offsets of group {self.group_id!r}: another read "
+                f"held the reader for {timeout:g} s"
+            )
+        try:
+            with self._state:
+                if self._closed:
+                    raise BrokerError(
+                        f"the committed offsets reader of {self.group_id!r} is closed"
+                    )
+                self._reading = True
+            consumer: Consumer | None = None
+            try:
+                consumer = self._consumer or _offsets_consumer(self._settings, self.group_id)
+                return _committed(consumer, self.group_id, tps, timeout)
+            finally:
+                with self._state:
+                    self._reading = False
+                    keep = not self._closed
+                    self._consumer = consumer if keep else None
+                if not keep and consumer is not None:  # closed while reading: closed here
+                    consumer.close()
+        finally:
+            self._turn.release()
+
+    def close(self) -> None:
+        """Close the consumer now, or as the read in progress ends; later reads raise."""
+        with self._state:
+            self._closed = True
+            if self._reading:
+                return
+            consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
 
 
 def compute_lag(
@@ -175,16 +260,18 @@ def read_offsets(
     partitions: Iterable[TopicPartition],
     auto_offset_reset: str = "latest",
     timeout: float = 10.0,
+    reader: CommittedReader | None = None,
 ) -> GroupOffsets:
-    """The one reader of a group's lag: end offsets, committed offsets and, for partitions
-    without a commit when ``auto_offset_reset`` is not ``latest``, the log start offsets.
+    """The one reader of a group's lag: end offsets, committed offsets (through ``reader``
+    where the caller keeps one: :func:`committed_offsets`) and, for partitions without a commit
+    when ``auto_offset_reset`` is not ``latest``, the log start offsets.
 
     Used by the lag-aware assignors (:func:`fetch_lags`), the metrics and the telemetry.
     Raises :class:`~groupkit.errors.BrokerError` when the brokers do not answer.
     """
     parts = sorted(set(partitions))
     ends = end_offsets(admin, parts, timeout=timeout)
-    committed = committed_offsets(admin, group_id, parts, timeout=timeout)
+    committed = committed_offsets(admin, group_id, parts, timeout=timeout, reader=reader)
     missing = [tp for tp in parts if committed.get(tp) is None]
     beginnings = (
         end_offsets(admin, missing, earliest=True, timeout=timeout)

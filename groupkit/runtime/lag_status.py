@@ -5,7 +5,8 @@ Every ``groupkit.lag.status.interval.ms`` (default 10 s; 0: off) a member's samp
 
 1. reads the end and committed offsets of the partitions its data consumer has assigned
    (runtime/lag.py's :func:`~groupkit.runtime.lag.read_offsets`, through the consumer's
-   AdminClient, never the data consumer);
+   AdminClient and the member's long-lived :class:`~groupkit.runtime.lag.CommittedReader`,
+   never the data consumer);
 2. adds to each partition's window of :data:`LAG_STATUS_WINDOW` commits (Burrow's default
    ten) one :class:`~groupkit.lagstatus.Commit` when the member committed the partition since
    the last sample, or its committed offset moved without it (an operator's reset): the

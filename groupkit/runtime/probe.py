@@ -4,7 +4,8 @@
 member without reaching into the consumer: a few config values, the subscribed topics, the
 partitions the data consumer has assigned, the member's standing in the group (under the
 coordinator's lock, through ``Coordinator.status``), and the sources of lag: the group's
-end and committed offsets (through the consumer's AdminClient: :func:`~groupkit.runtime.lag.
+end and committed offsets (through the consumer's AdminClient and a long-lived reader of the
+committed offsets the probe keeps until the consumer closes: :func:`~groupkit.runtime.lag.
 read_offsets`), the time lag they make (``time_lag``: a reader of its own, never the data
 consumer), the data consumer's own positions (``records_lag``; poll thread only) and the
 Burrow status of its partitions (``lag_status``: runtime/lag_status.py's sampler).
@@ -13,15 +14,23 @@ It changes nothing, and it never blocks the ``poll`` thread: it takes no lock th
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from confluent_kafka.admin import AdminClient
 
+from groupkit.runtime.admin import GroupkitAdmin
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.data_consumer import DataConsumer, ktps
-from groupkit.runtime.lag import TIME_LAG_REREAD_S, GroupOffsets, TimeLagReader, read_offsets
+from groupkit.runtime.lag import (
+    TIME_LAG_REREAD_S,
+    CommittedReader,
+    GroupOffsets,
+    TimeLagReader,
+    read_offsets,
+)
 from groupkit.runtime.lag_status import LagStatusView
 from groupkit.types import TopicPartition
 
@@ -73,6 +82,10 @@ class MemberProbe:
         self._coordinator = coordinator
         self._admin = admin
         self._time_lag: TimeLagReader | None = None
+        #: the committed offsets' long-lived reader, opened at the first read (read_offsets)
+        self._committed: CommittedReader | None = None
+        self._committed_lock = threading.Lock()
+        self._closed = False
 
     # ------------------------------------------------------------------ configuration
 
@@ -132,12 +145,34 @@ class MemberProbe:
         self, partitions: Iterable[TopicPartition], timeout: float = 10.0
     ) -> GroupOffsets | None:
         """End and committed offsets and lag of ``partitions``, asked of the brokers through
-        the consumer's AdminClient (never the data consumer); ``None`` once it is closed.
-        Raises :class:`~groupkit.errors.BrokerError` when the brokers do not answer."""
+        the consumer's AdminClient and, for the committed offsets, one long-lived consumer of
+        the group that joins nothing (never the data consumer: :class:`~groupkit.runtime.lag.
+        CommittedReader`, shared by the status sampler and the metrics and closed with the
+        consumer); ``None`` once it is closed. Raises :class:`~groupkit.errors.BrokerError`
+        when the brokers do not answer."""
         admin = self._admin()
         if admin is None:
             return None
-        return read_offsets(admin, self.group_id, partitions, self.lag_reset, timeout)
+        return read_offsets(
+            admin, self.group_id, partitions, self.lag_reset, timeout, self._reader(admin)
+        )
+
+    def _reader(self, admin: AdminClient) -> CommittedReader | None:
+        if not isinstance(admin, GroupkitAdmin):
+            return None  # an admin without settings to copy: read_offsets asks it itself
+        with self._committed_lock:
+            if self._committed is None and not self._closed:
+                self._committed = CommittedReader(admin.settings, self.group_id)
+            return self._committed
+
+    def close(self) -> None:
+        """Close what the probe opened (the committed offsets' reader): the consumer's close
+        calls it once its admin is gone, so no later read reaches it."""
+        with self._committed_lock:
+            self._closed = True
+            reader, self._committed = self._committed, None
+        if reader is not None:
+            reader.close()
 
     def time_lag(
         self, offsets: GroupOffsets, read: bool = True
