@@ -227,7 +227,7 @@ def _without(d: dict[str, object], k: str) -> dict[str, object]:
         (MKEY, b"\x01", "bad_bytes"),
         (MKEY, _value(GOOD_MEMBER, version=3), "unknown_version"),
         (MKEY, _value(GOOD_MEMBER, version=2), "bad_value"),
-        (MKEY, _value({**_without(GOOD_MEMBER, "prev_ts"), "since": 2}, version=2), "bad_value"),
+        (MKEY, _value({**_without(GOOD_MEMBER, "prev_ts"), "run": 2}, version=2), "bad_value"),
         (MKEY, _value(_without(GOOD_MEMBER, "prev_ts"), version=2), "missing_field"),
         (AKEY, _value(GOOD_ASSIGNMENT, version=2), "unknown_version"),
         (MKEY, _value(GOOD_MEMBER, flags=0x80), "bad_bytes"),

@@ -164,6 +164,12 @@ class HeartbeatClock:
         self.run_start = seq
         return Confirmed.RESTARTED
 
+    def restart(self) -> None:
+        """Lapse now: the member learned that its run is over (a verdict on it in the main
+        log), so its next heartbeat names no ``prev_ts`` and starts a new one. It only makes
+        the member more careful."""
+        self._basis = None
+
     def failed(self, seq: int, maybe_landed: bool) -> None:
         """Heartbeat ``seq``'s report is an error. ``maybe_landed``: it may still have been
         appended (a timeout): its stamp is unknown, so the member stays lapsed until a later
@@ -208,6 +214,9 @@ class Run:
     lease_ms: int
     skew_ms: int
     process_ended: bool = False
+    #: ``start`` is the run's first heartbeat; false when the judge first saw the run at a
+    #: heartbeat that continued it (it started mid-log): the run started earlier
+    known_start: bool = True
 
 
 @dataclass(slots=True)
@@ -255,7 +264,8 @@ class LivenessJudge:
             self.late_continuations += 1
         if run is not None:
             out.append(Verdict(hb.member, hb.inc, run.start, VerdictKind.RESTARTED, offset))
-        self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms)
+        known = run is not None or not continues(hb, ts)
+        self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms, False, known)
         return out
 
     def advance(self, offset: int, ts: int) -> list[Verdict]:

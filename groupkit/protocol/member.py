@@ -113,13 +113,17 @@ from dataclasses import dataclass, field
 
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import FencedError, ProtocolError
+from groupkit.protocol.liveness import Confirmed, HeartbeatClock
 from groupkit.protocol.records import (
     EMPTY,
+    HeartbeatKey,
+    HeartbeatRecord,
     MemberKey,
     MemberRecord,
     Partitions,
     Signer,
     encode,
+    heartbeat_record,
     member_record,
     member_tombstone,
 )
@@ -173,10 +177,16 @@ class _Basis:
 class Write:
     """A record to produce: decoded (for logs and tests) and encoded (for the producer)."""
 
-    key: MemberKey
-    value: MemberRecord | None
+    key: MemberKey | HeartbeatKey
+    value: MemberRecord | HeartbeatRecord | None
     raw_key: bytes
     raw_value: bytes | None
+
+    @property
+    def liveness(self) -> bool:
+        """A heartbeat, for the group's liveness log (protocol version 2); else the main log.
+        Its delivery report goes back to the member (:meth:`Member.heartbeat_confirmed`)."""
+        return isinstance(self.key, HeartbeatKey)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +235,11 @@ class Member:
         defer_revocations: bool = False,
         max_clock_skew_ms: int = 0,
         instance_id: str | None = None,
+        version: int = 1,
     ) -> None:
+        """``version``: the protocol version it speaks (docs/protocol-v2.md). Version 2 writes
+        heartbeats for the liveness log, learns its liveness from their delivery reports
+        (:meth:`heartbeat_confirmed`) and writes member records only when they change."""
         if instance_id is not None and instance_id != member_id:
             raise ValueError(f"a static member's id is its instance id {instance_id!r}")
         self.group = group
@@ -300,6 +314,20 @@ class Member:
         self._reset_done: set[TopicPartition] = set()
         #: a reset handed to the runtime and not reported done yet (``defer_revocations``)
         self._resetting: int | None = None
+        self.version = version
+        #: version 2: our liveness as our heartbeats' delivery reports tell it (liveness.py)
+        self.clock = HeartbeatClock(session_timeout_ms, max_clock_skew_ms)
+        #: version 2: the liveness run our membership lives in (the seq of the heartbeat that
+        #: started it), and our clock when we last sent a heartbeat
+        self._run: int | None = None
+        self._last_beat: int | None = None
+        #: version 2: a heartbeat reported a run we did not start: ours ended
+        self._run_broken = False
+        #: version 2: member records written by this process (its first may take a seat over)
+        self._records = 0
+        #: version 2: (run, our clock) of the newest record that started a membership: until
+        #: we read it back, another would only start one again where it lands
+        self._start_sent: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -351,7 +379,29 @@ class Member:
         ``now - age + session.timeout`` is a deadline the session cannot lapse before: a caller
         may cache it until then.
         """
+        if self.version == 2:
+            d = self.clock.deadline()
+            return None if d is None else now_ms - (d - self.fence_after_ms)
         return None if self._confirmed_at is None else now_ms - self._confirmed_at
+
+    # ------------------------------------------------------------------ version 2's reports
+
+    def heartbeat_confirmed(self, seq: int, ts: int) -> None:
+        """Version 2: heartbeat ``seq``'s delivery report: appended at liveness time ``ts``."""
+        got = self.clock.confirmed(seq, ts)
+        if got == Confirmed.RESTARTED and seq != self._run:
+            # a heartbeat meant to continue our run landed too late: the judge ends the run
+            # our membership lives in, so we have fenced (the clock kept us to its deadline)
+            # and join again in the run this one started
+            self._run_broken = True
+            self._run = seq
+            self._joined_at = None
+            self._dirty = True
+
+    def heartbeat_failed(self, seq: int, maybe_landed: bool) -> None:
+        """Version 2: heartbeat ``seq``'s delivery report is an error (``maybe_landed``: it may
+        have been appended all the same, a timeout)."""
+        self.clock.failed(seq, maybe_landed)
 
     def check_commit(self, partitions: Iterable[tuple[str, int]], now_ms: int) -> None:
         """Raise :class:`FencedError` unless this member may commit ``partitions`` now."""
@@ -393,7 +443,13 @@ class Member:
                 # we took a static seat over: the log counts us as having acknowledged what
                 # the seat had (GroupState._take_seat); our records must not go back on it
                 self.acked = me.acked_generation
-        if mine and me is not None:
+        if self.version == 2:
+            if mine and me is not None and me.run == self._run and self._joined_at is None:
+                self._joined_at = me.joined_at  # our membership's start, read back
+                # a start is not "ready" (ownership.is_lagging): the next record, which echoes
+                # joined_at, is; a newcomer's first is planned for at once all the same
+                self._dirty = self._dirty or not me.ready
+        elif mine and me is not None:
             # Step 2 of the fencing argument: confirm the newest own record we see. Never
             # an older one (the runtime caches the fence deadline on that), even if handed a
             # state that has only replayed an older record of ours.
@@ -418,21 +474,33 @@ class Member:
                 why = LossReason.REPLACED  # another incarnation with our id, or a tombstone
             elif not group.is_live(self.member_id):
                 why = LossReason.EXPIRED
-            elif me is not None and me.joined_at != self._joined_at:
+            elif self.version == 2 and (self._run_broken or me is None or me.run != self._run):
+                why = LossReason.MEMBERSHIP_RESTARTED  # our run ended: the membership with it
+            elif self.version == 1 and me is not None and me.joined_at != self._joined_at:
                 why = LossReason.MEMBERSHIP_RESTARTED  # the log saw us return after expiry
             if why is not None:
                 lost, self.owned = self.owned, EMPTY
                 events.append(why)
                 self._fire(MemberEvent.FENCED)
                 self._dirty = True
-        if mine and me is not None and me.joined_at != self._joined_at:
+        self._run_broken = False
+        if self.version == 2 and mine and me is not None and me.ended and me.run == self._run:
+            self.clock.restart()  # a verdict ended our run: start another, join again in it
+        if self.version == 1 and mine and me is not None and me.joined_at != self._joined_at:
             self._joined_at = me.joined_at
 
         # A record of ours without prev_ts still on its way restarts our membership where it
         # lands (state.py): every grant of the membership it replaces is void there, so none is
         # taken (nor acknowledged) before we have read it back. Only a member back from a
         # lapse writes one while its session holds (_basis); it owns nothing then.
-        restarting = any(basis is None for _, basis, _ in self._sent.values())
+        if self.version == 2:
+            # version 2: until we read back the record that starts our membership in our run,
+            # the grants the log has for us are an earlier membership's (void where it lands)
+            restarting = (
+                me is None or me.run != self._run or self._run is None or self._joined_at is None
+            )
+        else:
+            restarting = any(basis is None for _, basis, _ in self._sent.values())
         healthy = mine and not lapsed and not restarting and group.is_live(self.member_id)
         if self._unready_sent is not None and self._basis(now_ms) is not None:
             self._dirty = True  # our record can say prev_ts now: the leader waits for that
@@ -499,7 +567,12 @@ class Member:
                  if added else {})  # fmt: skip
 
         writes: list[Write] = []
-        due = self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
+        if self.version == 2:
+            # heartbeats go to the liveness log; member records only when something changed
+            writes.extend(self._beat(now_ms))
+        due = self.version == 1 and (
+            self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
+        )
         # A record without prev_ts starts a new membership (state.py), so while one is on its
         # way another would only restart it again: wait until we read it back (the next record
         # then says prev_ts, and goes out at once), or resend once a session has passed.
@@ -509,6 +582,13 @@ class Member:
             and self._unready_sent is not None
             and now_ms - self._unready_sent < self.session_timeout_ms
         )
+        if self.version == 2:
+            hold_back = (
+                self._joined_at is None
+                and self._start_sent is not None
+                and self._start_sent[0] == self._run
+                and now_ms - self._start_sent[1] < self.session_timeout_ms
+            )
         if self.state == MemberPhase.LEAVING:
             # a leave's last record says so: it ends the membership by itself, in case a
             # reader sees it before the tombstone (schema.MemberRecord.leaving)
@@ -518,8 +598,10 @@ class Member:
                 rk, rv = encode(key, none)
                 writes.append(Write(key, None, rk, rv))
             self._fire(MemberEvent.LEFT)
-        elif not hold_back and (
-            self._dirty or due or self.state in (MemberPhase.UNJOINED, MemberPhase.FENCED)
+        elif (
+            not hold_back
+            and (self.version == 1 or self._run is not None)
+            and (self._dirty or due or self.state in (MemberPhase.UNJOINED, MemberPhase.FENCED))
         ):
             writes.append(self._record(now_ms, group))
             self._fire(MemberEvent.SEND_RECORD)
@@ -608,7 +690,37 @@ class Member:
             return None
         return basis
 
+    def _beat(self, now_ms: int) -> list[Write]:
+        """Version 2: a heartbeat, if one is due (rule L1). One that names no ``prev_ts`` (we
+        have lapsed, or never ran) starts a run, and our membership moves to it; while one is
+        on its way another would only start a run again where it lands, so we wait for its
+        report, or a session."""
+        last = self._last_beat
+        if last is not None and now_ms - last < self.heartbeat_interval_ms:
+            return []
+        if last is not None and self.clock.restarting and now_ms - last < self.session_timeout_ms:
+            return []
+        self._seq += 1
+        prev = self.clock.heartbeat(self._seq, now_ms)
+        if prev is None:
+            self._run, self._joined_at, self._dirty = self._seq, None, True
+        self._last_beat = now_ms
+        key, value = heartbeat_record(
+            self.group,
+            self.member_id,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            prev_ts=prev,
+            lease_ms=self.clock.lease_ms,
+            skew_ms=self.clock.skew_ms,
+            acked_generation=self.acked,
+        )
+        rk, rv = encode(key, value, self.signer)
+        return [Write(key, value, rk, rv)]
+
     def _record(self, now_ms: int, group: GroupState, leaving: bool = False) -> Write:
+        if self.version == 2:
+            return self._record_v2(now_ms, group, leaving)
         self._seq += 1
         basis = self._basis(now_ms)
         self._sent[self._seq] = (now_ms, basis, self._confirmed_at if basis is None else basis.sent)
@@ -645,6 +757,57 @@ class Member:
             seen_generation=group.generation,
             joined_at=joined_at,
             prev_ts=None if basis is None else basis.ts,
+            since_generation=since,
+            rack=self.rack,
+            capacity=self.capacity,
+            client=self.client,
+            committed=committed,
+            instance_id=self.instance_id,
+            seat=seat,
+            seat_ts=seat_ts,
+            reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
+            leaving=leaving,
+            admitted_in=admitted,
+        )
+        rk, rv = encode(key, value, self.signer)
+        return Write(key, value, rk, rv)
+
+    def _record_v2(self, now_ms: int, group: GroupState, leaving: bool) -> Write:
+        """Version 2's member record: it names our run, and echoes ``joined_at`` once we have
+        read back the record that started our membership in it (none: this one starts one)."""
+        assert self._run is not None
+        self._seq += 1
+        self._records += 1
+        if self._joined_at is None:
+            self._start_sent = (self._run, now_ms)
+        self._dirty = False
+        committed = {p: o for p, o in self._committed.items() if p not in self.owned}
+        self._committed = {}
+        me = group.members.get(self.member_id)
+        ours = me is not None and me.proc == self.incarnation and me.run == self._run
+        joined_at = self._joined_at
+        since = me.since_generation if ours and me is not None and joined_at is not None else 0
+        admitted = me.admitted_in if ours and me is not None and joined_at is not None else 0
+        seat = self._seat if self.instance_id is not None and joined_at is not None else None
+        seat_ts = None
+        if (self._records == 1 and self.instance_id is not None and me is not None
+                and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
+                and group.is_live(self.member_id)):  # fmt: skip
+            # our join, and our seat is live: take it over, echoing it as we saw it (state.py)
+            seat, seat_ts, joined_at, since = me.incarnation, me.last_seen, me.joined_at, \
+                me.since_generation  # fmt: skip
+        key, value = member_record(
+            self.group,
+            self.member_id,
+            incarnation=self.incarnation,
+            seq=self._seq,
+            topics=self.topics,
+            owned=self.owned,
+            owned_generation=self.generation if self.owned else 0,
+            acked_generation=min(self.acked, group.generation),
+            seen_generation=group.generation,
+            joined_at=joined_at,
+            run=self._run,
             since_generation=since,
             rack=self.rack,
             capacity=self.capacity,

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
+from groupkit.protocol.judge import Judge
 from groupkit.protocol.member import Actions, Member
 from groupkit.protocol.planner import Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
@@ -181,6 +182,9 @@ class NodeStep:
     tombstones: tuple[tuple[bytes, bytes | None], ...] = ()
     #: the rebalance this step ended (``lead.rebalance_done``, or abandoned: the lead was lost)
     rebalance_done: RebalanceSummary | None = None
+    #: protocol version 2: verdicts and the lease (key, value) to produce into the main log
+    #: (:class:`~groupkit.protocol.judge.Judge`)
+    judged: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 class Node:
@@ -193,11 +197,13 @@ class Node:
         planner: Planner,
         snapshot_every_ms: int | None = -1,
         defer_plans: bool = False,
+        lease_interval_ms: int | None = None,
     ) -> None:
         """``snapshot_every_ms``: how often the leader writes a snapshot of the group (by log
         time, and by its own clock between its own); -1 (default) is half a session, ``None``
         never. ``defer_plans``: the caller runs the assignor (module docstring); else the
-        planner runs it inline."""
+        planner runs it inline. ``lease_interval_ms`` (protocol version 2): how often the
+        leader writes its lease; default a third of the session."""
         self.member = member
         #: the replayed group; the simulator may share one between members that read alike,
         #: so the node also checks ``state.offset``, not only what it was fed itself
@@ -228,6 +234,20 @@ class Node:
         #: when :meth:`tombstones_due` may find one due next (state, its changes, log time,
         #: our clock), while none is
         self._tombs_idle: tuple[GroupState, int, int | None, int | None] | None = None
+        #: protocol version 2: this node's judging of the liveness log
+        self.judge = (
+            Judge(
+                member.group,
+                member.member_id,
+                member.incarnation,
+                session_ms=member.session_timeout_ms,
+                skew_ms=member.max_clock_skew_ms,
+                lease_interval_ms=lease_interval_ms or member.session_timeout_ms // 3,
+                signer=member.signer,
+            )
+            if member.version == 2
+            else None
+        )
 
     @property
     def member_id(self) -> str:
@@ -251,6 +271,36 @@ class Node:
         if self.awaiting is not None and self.awaiting >= 0 and offset >= self.awaiting:
             self.awaiting = None
         return res
+
+    # ------------------------------------------------------------------ version 2's judging
+
+    def liveness_wanted(self, now_ms: int) -> bool:
+        """Protocol version 2: whether this node should read the liveness log now (it leads,
+        follows the leader closely, or has read no lease for too long: ``Judge.wanted``)."""
+        return self.judge is not None and not self.left and self.judge.wanted(self.state, now_ms)
+
+    def liveness_start(self) -> int:
+        """Start judging: the liveness-log offset to feed :meth:`feed_liveness` from."""
+        assert self.judge is not None
+        return self.judge.start(self.state)
+
+    def liveness_stop(self) -> None:
+        if self.judge is not None:
+            self.judge.stop()
+
+    def feed_liveness(
+        self, offset: int, key: bytes | None, value: bytes | None, timestamp_ms: int
+    ) -> None:
+        """One record of the liveness log, in order, while judging."""
+        assert self.judge is not None
+        self.judge.feed(offset, key, value, timestamp_ms)
+
+    def heartbeat_confirmed(self, seq: int, ts: int) -> None:
+        """Protocol version 2: an own heartbeat's delivery report (``Member``)."""
+        self.member.heartbeat_confirmed(seq, ts)
+
+    def heartbeat_failed(self, seq: int, maybe_landed: bool) -> None:
+        self.member.heartbeat_failed(seq, maybe_landed)
 
     # ------------------------------------------------------------------ the member
 
@@ -395,11 +445,14 @@ class Node:
             counts = partition_counts() if callable(partition_counts) else partition_counts
             lead = self.plan(now_ms, counts, lags)
         snapshot = self.snapshot_due(now_ms) if leader else None
-        tombstones = self.tombstones_due(now_ms) if leader else ()
+        tombstones = self.tombstones_due(now_ms) if leader and self.judge is None else ()
         done = lead.rebalance_done if lead is not None else None
         if not leader and self._rebalance is not None:
             done = self._finish(now_ms, RebalanceOutcome.ABANDONED)
-        return NodeStep(acts, leader, ready, lead, snapshot, tombstones, done)
+        judged: tuple[tuple[bytes, bytes | None], ...] = ()
+        if self.judge is not None and not self.left and (leader or self.judge.live is not None):
+            judged = tuple(self.judge.due(self.state, now_ms, leader))
+        return NodeStep(acts, leader, ready, lead, snapshot, tombstones, done, judged)
 
     def restored(self, state: GroupState) -> None:
         """Start from ``state``, restored from a snapshot (snapshot.CatchUp), not from nothing."""

@@ -498,7 +498,7 @@ def is_newcomer_ready(state: GroupData, member_id: str) -> bool:
     ``seen_generation``) and the current generation and coverage, which readers of the
     same offset agree on, compacted or not (test_protocol_compaction)."""
     m = state.members.get(member_id)
-    if m is None or m.ready or m.seq != 1:
+    if m is None or m.ready or (m.seq != 1 if state.version == 1 else m.run != 1):
         return False
     return m.seen_generation >= state.generation or state.covers(member_id)
 
@@ -516,7 +516,7 @@ def admits_join(state: GroupData, mid: str, v: MemberRecord) -> bool:
     a = state.assignment
     if (
         a is None
-        or v.seq != 1
+        or not v.first
         or v.prev_ts is not None
         or v.seen_generation < a.generation
         or a.protocol != RebalanceProtocol.COOPERATIVE

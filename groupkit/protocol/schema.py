@@ -174,6 +174,13 @@ class MemberRecord:
         """The protocol version the record was written for."""
         return 1 if self.run is None else 2
 
+    @property
+    def first(self) -> bool:
+        """Whether it is its process's first member record: ``seq`` 1 in version 1; in version
+        2, a start (no ``joined_at``) in the process's first run, which its first heartbeat
+        (``seq`` 1) started."""
+        return self.seq == 1 if self.run is None else self.run == 1 and self.joined_at is None
+
 
 @dataclass(frozen=True, slots=True)
 class CoveredMember:

@@ -278,7 +278,7 @@ class GroupState(GroupData):
                 self.changes += 1
                 return self._take_seat(offset, k, v, ts, old if live else None)
             if old is not None and live and old.instance_id is not None \
-                    and old.proc != v.incarnation and v.seq > 1:  # fmt: skip
+                    and old.proc != v.incarnation and not v.first:  # fmt: skip
                 # A record of a process whose seat a newer join took: newest join wins.
                 raise RecordRejected(
                     RejectReason.FENCED_INSTANCE,
@@ -305,7 +305,9 @@ class GroupState(GroupData):
                 raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"seq {v.seq} <= {old.seq}")
             if self._covered(mid, v.incarnation, v.run):
                 return self._apply_ended(offset, k, v, ts, old if live and not same else None)
-            cont = old is not None and same and live and v.run == old.run
+            cont = (
+                old is not None and same and live and v.run == old.run and v.joined_at is not None
+            )
             continues = cont or (v.joined_at is not None and not (live and not same))
             first_sight = continues and not cont
         if continues and not first_sight:

@@ -72,10 +72,10 @@ from dataclasses import dataclass, field
 
 import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
-from groupkit.protocol.member import Actions, Member
+from groupkit.protocol.member import Actions, Member, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.planner import Planner
-from groupkit.protocol.records import Signer, encode, reset_record
+from groupkit.protocol.records import HeartbeatRecord, Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.protocol.vocab import (
@@ -176,6 +176,11 @@ class SimMember:
     assignor_busy_until: int = 0
     #: its (deferred) leave is a static member's park: it keeps its seat (Member.park)
     parks: bool = False
+    #: protocol version 2: where this member reads the liveness log while it judges (``None``:
+    #: it does not), and its heartbeats' delivery reports due: (time, seq, stamp or ``None``
+    #: for a failed report of a heartbeat that may have landed)
+    live_pos: int | None = None
+    reports: list[tuple[int, int, int | None]] = field(default_factory=list)
     #: per position, the offset of the reset record it descends from (-1: none), see
     #: "Offset resets" in the module docstring
     lineage: dict[TopicPartition, int] = field(default_factory=dict)
@@ -220,8 +225,21 @@ class GroupSim:
         produce_jitter_ms: int = 0,
         seed: int = 0,
         cover_after_ms: int | None = None,
+        version: int = 1,
+        report_loss: float = 0.0,
+        report_delay_ms: int = 0,
     ) -> None:
         self.group = group
+        #: the protocol version members speak (docs/protocol-v2.md). Version 2 adds the group's
+        #: liveness log (:attr:`liveness`, its own broker clock: set ``liveness.skew``), where
+        #: heartbeats go with the same produce delay and jitter; each heartbeat's delivery
+        #: report reaches its writer ``report_delay_ms`` after the append, and is lost (a
+        #: failed report of a record that may have landed) with probability ``report_loss``.
+        #: Judges read the liveness log at full speed.
+        self.version = version
+        self.report_loss = report_loss
+        self.report_delay_ms = report_delay_ms
+        self.liveness = ControlLog()
         self.partitions = dict(partitions)
         # Planner.cover_after_ms: by default the runtime's, a heartbeat
         self.planner = Planner(
@@ -262,6 +280,9 @@ class GroupSim:
         #: records written but not appended yet: (append time, key, value, writer's node if it
         #: is an assignment record, which learns the offset on append)
         self._in_flight: list[tuple[int, bytes | None, bytes | None, Node | None]] = []
+        #: heartbeats written but not appended yet (version 2): (append time, key, value,
+        #: writer, seq)
+        self._beats: list[tuple[int, bytes, bytes | None, SimMember, int]] = []
         self.produce_jitter_ms = produce_jitter_ms
         self._rng = random.Random(seed)
         #: per writer, the append time of its newest record in flight (produce_jitter_ms)
@@ -297,7 +318,11 @@ class GroupSim:
 
     def new_state(self) -> GroupState:
         return GroupState(
-            self.group, self.session_timeout_ms, self.rebalance_timeout_ms, verifier=self.signer
+            self.group,
+            self.session_timeout_ms,
+            self.rebalance_timeout_ms,
+            verifier=self.signer,
+            version=self.version,
         )
 
     def join(
@@ -333,6 +358,7 @@ class GroupSim:
             max_clock_skew_ms=self.max_clock_skew_ms,
             defer_revocations=self.release_delay_ms is not None,
             instance_id=member_id if static else None,
+            version=self.version,
         )
         old = self.members.get(member_id)
         if old is not None and not old.crashed and old.member.state != MemberPhase.LEFT:
@@ -361,7 +387,8 @@ class GroupSim:
         records = self.log.records[:end]
         since = CatchUp.window_start_ms(self.clock, self.session_timeout_ms)
         start = next((r.offset for r in records if r.timestamp >= since), end)
-        cu = CatchUp(self.group, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer)
+        cu = CatchUp(self.group, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer,
+                     self.version)  # fmt: skip
         state = cu.run(start, end, lambda at: (
             (r.offset, r.key, r.value, r.timestamp) for r in records[at:]))  # fmt: skip
         if state is not None:
@@ -416,6 +443,7 @@ class GroupSim:
     def tick(self, n: int = 1) -> None:
         for _ in range(n):
             self.log.clock += self.tick_ms
+            self.liveness.clock = self.log.clock
             self._ticks += 1
             self._deliver()
             for sm in self.running():
@@ -426,6 +454,9 @@ class GroupSim:
             self.view()
         else:
             self._read(sm)
+        if self.version == 2:
+            self._reports(sm)
+            self._judge(sm)
         self._act(sm)
         self._release(sm)
         self._process(sm)
@@ -514,6 +545,8 @@ class GroupSim:
             self._produce(*step.snapshot, sm.member_id)
         for k, v in step.tombstones:
             self._produce(k, v, sm.member_id)
+        for k, v in step.judged:
+            self._produce(k, v, sm.member_id)
 
     def _make_plan(self, sm: SimMember, request: AssignRequest) -> Lead | None:
         """Make the plan its node asked for; if it takes no time, the node plans again at once
@@ -575,7 +608,57 @@ class GroupSim:
         if acts.reset:
             self._apply_reset(sm, acts)
         for w in acts.writes:
-            self._produce(w.raw_key, w.raw_value, sm.member_id)
+            if w.liveness:
+                self._beat(sm, w)
+            else:
+                self._produce(w.raw_key, w.raw_value, sm.member_id)
+
+    # ------------------------------------------------------------------ version 2's liveness
+
+    def _beat(self, sm: SimMember, w: Write) -> None:
+        """A heartbeat: appended to the liveness log after the produce delay (and jitter, in
+        one order per writer), its report due back to the writer after the report delay."""
+        assert isinstance(w.value, HeartbeatRecord)
+        at = self.clock + self.produce_delay_ms
+        if self.produce_jitter_ms:
+            at += self._rng.randint(0, self.produce_jitter_ms // self.tick_ms) * self.tick_ms
+            at = max(at, self._appends.get(f"{sm.member_id}/liveness", 0))
+            self._appends[f"{sm.member_id}/liveness"] = at
+        bisect.insort(self._beats, (at, w.raw_key, w.raw_value, sm, w.value.seq),
+                      key=lambda r: r[0])  # fmt: skip
+
+    def _deliver_beats(self) -> None:
+        while self._beats and self._beats[0][0] <= self.clock:
+            at, key, value, sm, seq = self._beats.pop(0)
+            off = self.liveness.append(key, value, at)
+            ts = self.liveness.records[off].timestamp
+            lost = self.report_loss and self._rng.random() < self.report_loss
+            sm.reports.append((at + self.report_delay_ms, seq, None if lost else ts))
+
+    def _reports(self, sm: SimMember) -> None:
+        """Hand a member the delivery reports due (a paused member gets them when it runs)."""
+        due = [r for r in sm.reports if r[0] <= self.clock]
+        if not due:
+            return
+        sm.reports = [r for r in sm.reports if r[0] > self.clock]
+        for _, seq, ts in due:
+            if ts is None:
+                sm.node.heartbeat_failed(seq, maybe_landed=True)
+            else:
+                sm.node.heartbeat_confirmed(seq, ts)
+
+    def _judge(self, sm: SimMember) -> None:
+        """A judge reads the liveness log; a node that stops judging stops reading it."""
+        node = sm.node
+        if node.liveness_wanted(self.clock):
+            if sm.live_pos is None:
+                sm.live_pos = node.liveness_start()
+            for r in self.liveness.records[sm.live_pos :]:
+                node.feed_liveness(r.offset, r.key, r.value, r.timestamp)
+            sm.live_pos = len(self.liveness.records)
+        elif sm.live_pos is not None:
+            node.liveness_stop()
+            sm.live_pos = None
 
     # ------------------------------------------------------------------ offset resets
 
@@ -668,6 +751,7 @@ class GroupSim:
 
     def _deliver(self) -> None:
         """Append the records whose produce delay has passed, at the time it passed."""
+        self._deliver_beats()
         while self._in_flight and self._in_flight[0][0] <= self.clock:
             at, key, value, node = self._in_flight.pop(0)
             off = self.log.append(key, value, at)
