@@ -14,6 +14,10 @@ Goals, in order:
 5. **Capacity.** With ``MemberSubscription.capacity`` (records/s) a member's load is
    ``lag / capacity``, its time to drain, and that is what gets balanced. Members without a
    capacity, in a group where some have one, count as the mean of the given capacities.
+6. **Racks** (KIP-881). With members' racks and the partitions' replica racks, the plan is
+   then made more rack-local by the swaps of ``_racks.improve_locality``, each only where
+   neither member's load ends above the plan's largest: counts and the largest member lag
+   are as without racks.
 
 How:
 
@@ -72,7 +76,8 @@ import numpy as np
 import numpy.typing as npt
 
 from groupkit.assignors._balance import balance_counts
-from groupkit.assignors.base import Assignor
+from groupkit.assignors._racks import improve_locality
+from groupkit.assignors.base import Assignor, ReplicaRacks
 from groupkit.assignors.sticky import gc_paused, prepare, sticky_plan
 from groupkit.errors import ConfigError
 from groupkit.types import MemberSubscription, TopicPartition
@@ -100,6 +105,7 @@ class BalancedAssignor(Assignor):
 
     name = "balanced"
     uses_lag = True
+    uses_racks = True
 
     def __init__(self, tolerance: float = 0.05) -> None:
         if not 0 <= tolerance < 1:
@@ -114,6 +120,39 @@ class BalancedAssignor(Assignor):
     ) -> Mapping[str, list[TopicPartition]]:
         with gc_paused(sum(partitions_per_topic.values())):
             return self._plan(partitions_per_topic, members, lags)
+
+    def _assign_racks(
+        self,
+        partitions_per_topic: dict[str, int],
+        members: dict[str, MemberSubscription],
+        lags: dict[TopicPartition, int],
+        racks: ReplicaRacks,
+    ) -> Mapping[str, list[TopicPartition]]:
+        with gc_paused(sum(partitions_per_topic.values())):
+            plan = self._plan(partitions_per_topic, members, lags)
+            ids = list(members)
+            held = [list(plan.get(m, ())) for m in ids]
+            cap = _capacities([members[m].capacity for m in ids])
+            load = [sum(lags.get(tp, 0) for tp in h) / c for h, c in zip(held, cap, strict=True)]
+            ceiling = max(load, default=0.0)
+
+            def after(
+                a: int, p: TopicPartition, b: int, q: TopicPartition | None
+            ) -> tuple[float, float]:
+                lp, lq = lags.get(p, 0), 0 if q is None else lags.get(q, 0)
+                return load[a] + (lq - lp) / cap[a], load[b] + (lp - lq) / cap[b]
+
+            def accept(a: int, p: TopicPartition, b: int, q: TopicPartition | None) -> bool:
+                return max(after(a, p, b, q)) <= ceiling
+
+            def moved(a: int, p: TopicPartition, b: int, q: TopicPartition | None) -> None:
+                load[a], load[b] = after(a, p, b, q)
+
+            owned = [members[m].owned for m in ids]
+            topics = [frozenset(members[m].topics) & partitions_per_topic.keys() for m in ids]
+            held = improve_locality(held, [members[m].rack for m in ids], topics, racks, owned,
+                                    accept, moved)  # fmt: skip
+            return dict(zip(ids, held, strict=True))
 
     def _plan(
         self,
