@@ -174,14 +174,15 @@ def test_stickiness_is_kept_when_racks_match(name: str) -> None:
     assert [_text(result[f"consumer{i}"]) for i in range(3)] == owned
 
 
-def test_balanced_keeps_its_largest_member_lag() -> None:
+def test_balanced_keeps_its_largest_member_lag_within_tolerance() -> None:
     racks = kafka_racks(TOPICS, 1, "abc")
     members = consumers(UNIFORM, "abc")
     lags = {TopicPartition(t, p): 1000 // (p + 1) + 7 * p for t, n in TOPICS.items()
             for p in range(n)}  # fmt: skip
     blind = get_assignor("balanced").assign(TOPICS, members, lags)
     result = get_assignor("balanced").assign(TOPICS, members, lags, racks=racks)
-    assert max(member_loads(result, lags).values()) <= max(member_loads(blind, lags).values())
+    worst = max(member_loads(blind, lags).values())
+    assert max(member_loads(result, lags).values()) <= worst * 1.05
     assert rack_local(result, members, racks) >= rack_local(blind, members, racks)
 
 
@@ -329,8 +330,95 @@ def test_racks_keep_balance_and_never_lower_locality(g: Any, rng: random.Random)
         assert rack_local(result, members, racks) >= rack_local(blind, members, racks)
         if name == "balanced":
             worst = max(member_loads(blind, lags).values(), default=0.0)
-            assert max(member_loads(result, lags).values(), default=0.0) <= worst * (1 + 1e-9)
+            # racks may spend the tolerance stickiness has (5 %)
+            assert max(member_loads(result, lags).values(), default=0.0) <= worst * 1.05 + 1e-9
         # deterministic whatever the order of the input's dicts
         items = list(members.items())
         rng.shuffle(items)
         assert a.assign(dict(reversed(parts.items())), dict(items), lags, racks=racks) == result
+
+
+def rack_optimum(parts: Mapping[str, int], racks: Mapping[str, list[list[str]]],
+                 member_racks: Sequence[str | None]) -> int:  # fmt: skip
+    """The most rack-local partitions any assignment with balanced counts (q or q + 1) can have:
+    over every way to give the q + 1 places to racks, a max flow of partitions to racks."""
+    total, n = sum(parts.values()), len(member_racks)
+    q, extra = divmod(total, n)
+    groups = Counter(r for r in member_racks if r)
+    rackless = n - sum(groups.values())
+    classes = Counter(frozenset(racks[t][p]).intersection(groups) for t, c in parts.items()
+                      for p in range(c))  # fmt: skip
+    names = sorted(groups)
+    best = 0
+
+    def flow(cap: dict[str, int]) -> int:
+        # augmenting paths on class -> rack, one unit at a time (the inputs are small)
+        left = dict(classes)
+        room = dict(cap)
+        used: dict[tuple[frozenset[str], str], int] = Counter()
+        got = 0
+        while True:
+            # BFS from classes with partitions left to a rack with room, through reversible uses
+            parent: dict[Any, Any] = {}
+            frontier = [("c", k) for k, v in left.items() if v > 0 and k]
+            for node in frontier:
+                parent[node] = None
+            found = None
+            while frontier and found is None:
+                nxt = []
+                for kind, x in frontier:
+                    if kind == "c":
+                        for r in sorted(x):
+                            if ("r", r) not in parent:
+                                parent[("r", r)] = (kind, x)
+                                if room[r] > 0:
+                                    found = ("r", r)
+                                    break
+                                nxt.append(("r", r))
+                    else:
+                        for k in classes:
+                            if used[(k, x)] > 0 and ("c", k) not in parent:
+                                parent[("c", k)] = (kind, x)
+                                nxt.append(("c", k))
+                    if found:
+                        break
+                frontier = nxt
+            if found is None:
+                return got
+            node = found
+            room[node[1]] -= 1
+            while parent[node] is not None:
+                prev = parent[node]
+                if prev[0] == "c":
+                    used[(prev[1], node[1])] += 1
+                else:
+                    used[(node[1], prev[1])] -= 1
+                node = prev
+            left[node[1]] -= 1
+            got += 1
+
+    def spread(i: int, left: int, cap: dict[str, int]) -> None:
+        nonlocal best
+        if i == len(names):
+            if left <= rackless:
+                best = max(best, flow(cap))
+            return
+        r = names[i]
+        for e in range(min(groups[r], left) + 1):
+            spread(i + 1, left - e, {**cap, r: groups[r] * q + e})
+
+    spread(0, extra, {})
+    return best
+
+
+@FAST
+@given(racked_groups())
+def test_sticky_reaches_the_rack_optimum_with_equal_subscriptions(g: Any) -> None:
+    parts, members, _, racks = g
+    topics = sorted(parts)
+    equal = {m: M(topics, owned=s.owned, generation=s.generation, rack=s.rack)
+             for m, s in members.items()}  # fmt: skip
+    best = rack_optimum(parts, racks, [s.rack for s in equal.values()])
+    for name in ("sticky", "cooperative-sticky"):
+        result = get_assignor(name).assign(parts, equal, racks=racks)
+        assert rack_local(result, equal, racks) == best

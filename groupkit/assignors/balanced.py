@@ -15,9 +15,9 @@ Goals, in order:
    ``lag / capacity``, its time to drain, and that is what gets balanced. Members without a
    capacity, in a group where some have one, count as the mean of the given capacities.
 6. **Racks** (KIP-881). With members' racks and the partitions' replica racks, the plan is
-   then made more rack-local by the swaps of ``_racks.improve_locality``, each only where
-   neither member's load ends above the plan's largest: counts and the largest member lag
-   are as without racks.
+   then made more rack-local by the exchanges of ``_racks.improve_locality``, each only where
+   no member's load ends more than ``tolerance`` above the plan's largest: counts are as
+   without racks, and the largest member lag within the slack stickiness has too.
 
 How:
 
@@ -76,7 +76,7 @@ import numpy as np
 import numpy.typing as npt
 
 from groupkit.assignors._balance import balance_counts
-from groupkit.assignors._racks import improve_locality
+from groupkit.assignors._racks import Move, improve_locality
 from groupkit.assignors.base import Assignor, ReplicaRacks
 from groupkit.assignors.sticky import gc_paused, prepare, sticky_plan
 from groupkit.errors import ConfigError
@@ -134,24 +134,29 @@ class BalancedAssignor(Assignor):
             held = [list(plan.get(m, ())) for m in ids]
             cap = _capacities([members[m].capacity for m in ids])
             load = [sum(lags.get(tp, 0) for tp in h) / c for h, c in zip(held, cap, strict=True)]
-            ceiling = max(load, default=0.0)
+            # Racks may spend the slack stickiness has: the largest load stays within
+            # ``tolerance`` of the plan's.
+            ceiling = max(load, default=0.0) * (1 + self.tolerance)
 
-            def after(
-                a: int, p: TopicPartition, b: int, q: TopicPartition | None
-            ) -> tuple[float, float]:
-                lp, lq = lags.get(p, 0), 0 if q is None else lags.get(q, 0)
-                return load[a] + (lq - lp) / cap[a], load[b] + (lp - lq) / cap[b]
+            def after(moves: Sequence[Move]) -> dict[int, float]:
+                new: dict[int, float] = {}
+                for tp, src, dst in moves:
+                    w = lags.get(tp, 0)
+                    new[src] = new.get(src, load[src]) - w / cap[src]
+                    new[dst] = new.get(dst, load[dst]) + w / cap[dst]
+                return new
 
-            def accept(a: int, p: TopicPartition, b: int, q: TopicPartition | None) -> bool:
-                return max(after(a, p, b, q)) <= ceiling
+            def accept(moves: Sequence[Move]) -> bool:
+                return max(after(moves).values()) <= ceiling
 
-            def moved(a: int, p: TopicPartition, b: int, q: TopicPartition | None) -> None:
-                load[a], load[b] = after(a, p, b, q)
+            def moved(moves: Sequence[Move]) -> None:
+                for i, v in after(moves).items():
+                    load[i] = v
 
             owned = [members[m].owned for m in ids]
-            topics = [frozenset(members[m].topics) & partitions_per_topic.keys() for m in ids]
+            topics = [frozenset(members[m].topics).intersection(partitions_per_topic) for m in ids]
             held = improve_locality(held, [members[m].rack for m in ids], topics, racks, owned,
-                                    accept, moved)  # fmt: skip
+                                    accept, moved, lambda tp: lags.get(tp, 0))  # fmt: skip
             return dict(zip(ids, held, strict=True))
 
     def _plan(

@@ -27,9 +27,10 @@ Two paths:
 
 **Racks** (KIP-881), when members have a ``client.rack`` and the partitions' replica racks are
 known: the plan above, then ``_racks.improve_locality``, which gives members partitions with a
-replica in their rack by swaps that leave every count as it was. So balance comes first, then
-the rack, then stickiness, as in Kafka's sticky assignors: an owned partition moves for its
-rack only when that makes more partitions local.
+replica in their rack by exchanges that leave the partition counts as they were (with equal
+subscriptions, up to the most local placement those counts allow). So balance comes first,
+then the rack, then stickiness, as in Kafka's sticky assignors: an owned partition moves for
+its rack only when that makes more partitions local.
 """
 
 from __future__ import annotations
