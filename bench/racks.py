@@ -286,6 +286,12 @@ def main() -> None:
         + (f"{lib.parent.name}'s (kafka-clients from {lib})" if lib else "(not run)")
         + ", run by bench/anchors/RackBench.java in this invocation; its cooperative-sticky "
         "one-joins row is its second round (KIP-429 leaves moving partitions out of the first).",
+        "balanced gets seeded Pareto lags and keeps its largest member lag within its 5 % "
+        "tolerance of its plan without racks, so where a few heavy partitions decide the lag "
+        "(the 15-partition inputs) it keeps some partitions off their rack; Kafka has no "
+        "lag-aware assignor to set beside it.",
+        "A rack-local partition is read from the replica in the member's rack when the brokers "
+        "run RackAwareReplicaSelector (KIP-392; tests/test_cluster_racks.py shows it).",
         "groupkit seconds for all inputs and phases: "
         + ", ".join(f"{n} {t:.2f}" for n, t in timings.items()),
     ]
