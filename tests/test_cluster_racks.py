@@ -115,10 +115,18 @@ def test_members_get_and_fetch_rack_local_partitions(
     topics: tuple[LocalCluster, Any, str, str],
 ) -> None:
     lc, admin, solo, pair = topics
-    # The leader's lookup, as it sees the two topics.
-    racks = RackCache().get(admin, {solo: PARTITIONS, pair: PARTITIONS})
+    # The leader's lookup, as it sees the two topics: one round trip, then from its cache.
+    cache = RackCache()
+    racks = cache.get(admin, {solo: PARTITIONS, pair: PARTITIONS})
     assert racks == {solo: [[f"r{b[0]}"] for b in SOLO],
                      pair: [[f"r{b}" for b in bs] for bs in PAIR]}  # fmt: skip
+    assert cache.get(admin, {solo: PARTITIONS, pair: PARTITIONS}) == racks
+    assert cache.lookups == 1
+    # a topic the cluster does not know is planned without racks, and not asked at every plan
+    missing = unique_name("missing")
+    assert cache.get(admin, {solo: PARTITIONS, missing: 3}) == {solo: racks[solo]}
+    assert cache.get(admin, {solo: PARTITIONS, missing: 3}) == {solo: racks[solo]}
+    assert cache.lookups == 2
 
     conf = {"bootstrap.servers": lc.bootstrap, "group.id": unique_name("g"),
             "groupkit.control.topic": unique_name("ctl"), "auto.offset.reset": "earliest",

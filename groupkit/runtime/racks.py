@@ -25,6 +25,9 @@ _log = get_logger("groupkit.runtime.racks")
 RACKS_MAX_AGE_S = 300.0
 #: how long a lookup may take before the plan is made without racks (seconds)
 LOOKUP_TIMEOUT_S = 5.0
+#: how long a topic whose lookup failed is planned without racks before it is asked again: the
+#: lookup runs on the leader's control thread, which must not wait on it at every plan
+RETRY_AFTER_S = 30.0
 
 #: per topic, per partition index, the racks of its replicas (brokers without a rack left out)
 TopicRacks = dict[str, list[list[str]]]
@@ -37,6 +40,10 @@ class RackCache:
         self._clock = clock
         #: topic -> (partition count, when asked, racks by partition)
         self._known: dict[str, tuple[int, float, list[list[str]]]] = {}
+        #: topic -> when its lookup failed
+        self._failed: dict[str, float] = {}
+        #: lookups made (each one round trip for all the topics it asks)
+        self.lookups = 0
 
     def get(self, admin: AdminClient, counts: Mapping[str, int]) -> TopicRacks:
         """The racks of ``counts``' topics, asking ``admin`` only for those not known."""
@@ -46,11 +53,19 @@ class RackCache:
             for t, n in counts.items()
             if n > 0
             and ((k := self._known.get(t)) is None or k[0] != n or now - k[1] >= RACKS_MAX_AGE_S)
+            and now - self._failed.get(t, -RETRY_AFTER_S) >= RETRY_AFTER_S
         )
         if stale:
-            self._known.update(
-                {t: (len(r), now, r) for t, r in describe_racks(admin, stale).items()}
-            )
+            self.lookups += 1
+            found = describe_racks(admin, stale)
+            for t in stale:
+                r = found.get(t)
+                if r is None or len(r) != counts[t]:  # not answered, or a count in flux
+                    self._failed[t] = now
+                    self._known.pop(t, None)
+                else:
+                    self._failed.pop(t, None)
+                    self._known[t] = (len(r), now, r)
         return {t: self._known[t][2] for t in counts if t in self._known}
 
 
