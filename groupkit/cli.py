@@ -86,6 +86,7 @@ def _parse_racks(doc: dict[str, Any]) -> dict[str, list[list[str]]]:
 
 def _cmd_assign(args: argparse.Namespace) -> int:
     from groupkit.assignors import get_assignor
+    from groupkit.assignors.base import reads_racks
 
     assignor = get_assignor(args.assignor)
     try:
@@ -95,7 +96,7 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     counts, subs, lags = _parse_assign_input(doc)
     racks = _parse_racks(doc)
     try:
-        if racks and assignor.uses_racks:
+        if racks and reads_racks(assignor):
             result = assignor.assign(counts, subs, lags or None, racks=racks)
         else:
             result = assignor.assign(counts, subs, lags or None)

@@ -24,8 +24,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from groupkit.assignors import Assignor, MemberSubscription, TopicPartition, get_assignor
-from groupkit.assignors.base import validate_racks
+from groupkit.assignors import (
+    Assignor,
+    MemberSubscription,
+    StickyAssignor,
+    TopicPartition,
+    get_assignor,
+)
+from groupkit.assignors.base import reads_racks, validate_racks
 from groupkit.assignors.invariants import assert_valid, member_loads, rack_local
 from groupkit.cli import main
 from groupkit.errors import ConfigError
@@ -223,19 +229,37 @@ def test_assignors_written_before_racks_still_work() -> None:
     racks = kafka_racks(TOPICS, 1, "abc")
     members = consumers(UNIFORM, "abc")
     old = OldStyle()
-    assert not old.uses_racks
+    assert not reads_racks(old)
     assert old.assign(TOPICS, members, racks=racks) == old.assign(TOPICS, members)
 
     class Overriding:
-        """One that overrides ``assign`` itself, with today's three arguments."""
+        """One that overrides ``assign`` itself, with today's three arguments (and claims to
+        read racks): the runtime must call it as ever."""
 
-        uses_racks = False
+        uses_racks = True
 
         def assign(self, partitions_per_topic: Any, members: Any, lags: Any = None) -> Any:
             return {"consumer0": []}
 
-    # the runtime binds racks only to assignors that read them, so this one is called as ever
-    assert not getattr(Overriding(), "uses_racks", False)
+    assert not reads_racks(Overriding())
+
+    class MySticky(StickyAssignor):
+        """A subclass of a rack-aware assignor that overrides ``_assign`` only."""
+
+        def _assign(
+            self,
+            partitions_per_topic: dict[str, int],
+            members: dict[str, M],
+            lags: dict[TopicPartition, int],
+        ) -> dict[str, list[TopicPartition]]:
+            return OldStyle()._assign(partitions_per_topic, members, lags)
+
+    mine = MySticky()
+    assert not reads_racks(mine)
+    assert mine.assign(TOPICS, members, racks=racks) == old.assign(TOPICS, members)
+    for name in RACK_AWARE:
+        assert reads_racks(get_assignor(name))
+    assert not reads_racks(get_assignor("roundrobin"))
 
 
 def test_runtime_binds_racks_to_rack_aware_assignors() -> None:

@@ -20,6 +20,7 @@ calls instead when the racks can matter (some member has a rack, some partition 
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -59,7 +60,11 @@ class Assignor(ABC):
         counts = validate_input(partitions_per_topic, members, lags)
         ordered = dict(sorted(members.items()))
         replica_racks = validate_racks(racks, counts) if racks else {}
-        if any(any(r) for r in replica_racks.values()) and any(s.rack for s in ordered.values()):
+        if (
+            any(any(r) for r in replica_racks.values())
+            and any(s.rack for s in ordered.values())
+            and _racks_current(type(self))
+        ):
             result = self._assign_racks(counts, ordered, dict(lags or {}), replica_racks)
         else:
             result = self._assign(counts, ordered, dict(lags or {}))
@@ -115,6 +120,33 @@ def validate_input(
     if missing:
         _log.warning("assignor.topics_skipped", topics=missing, reason="no partitions")
     return counts
+
+
+def _owner(cls: type, name: str) -> type:
+    return next(c for c in cls.__mro__ if name in c.__dict__)
+
+
+def _racks_current(cls: type) -> bool:
+    """Whether ``cls._assign_racks`` belongs with its ``_assign``: a user's subclass of a
+    rack-aware assignor that overrides ``_assign`` alone must be asked through ``_assign``."""
+    return issubclass(_owner(cls, "_assign_racks"), _owner(cls, "_assign"))
+
+
+def reads_racks(assignor: object) -> bool:
+    """Whether ``assignor`` is to be given the replicas' racks: it sets ``uses_racks``, its
+    ``_assign_racks`` is not overridden by an ``_assign`` below it, and an ``assign`` of its
+    own takes ``racks``. So a user's assignor written without racks is called as ever."""
+    if not getattr(assignor, "uses_racks", False):
+        return False
+    cls = type(assignor)
+    if isinstance(assignor, Assignor) and not _racks_current(cls):
+        return False
+    if isinstance(assignor, Assignor) and _owner(cls, "assign") is Assignor:
+        return True
+    try:
+        return "racks" in inspect.signature(assignor.assign).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def validate_racks(racks: Racks, counts: Mapping[str, int]) -> ReplicaRacks:

@@ -50,6 +50,7 @@ from typing import NamedTuple
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
+from groupkit.assignors.base import reads_racks
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
@@ -804,7 +805,9 @@ class Coordinator:
     def _replica_racks(self, request: AssignRequest) -> TopicRacks | None:
         """The replica racks of the request's topics, if its assignor reads them and some
         member has a rack (looked up once, then cached: runtime/racks.py)."""
-        if not self.plans.assignor.uses_racks or not any(m.rack for m in request.members.values()):
+        if not reads_racks(self.plans.assignor) or not any(
+            m.rack for m in request.members.values()
+        ):
             return None
         return self._racks.get(self.admin, request.partitions_per_topic)
 

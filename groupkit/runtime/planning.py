@@ -46,7 +46,7 @@ from groupkit.assignors import (
     StickyAssignor,
     TopicPartition,
 )
-from groupkit.assignors.base import Racks
+from groupkit.assignors.base import Racks, reads_racks
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
 from groupkit.protocol.vocab import AssignorFailure
 from groupkit.types import Assignment
@@ -129,7 +129,7 @@ class PlanRunner:
             self._job = self._fallback(request, detail, now_ms)
         else:
             assignor = self.assignor
-            if racks and assignor.uses_racks:
+            if racks and reads_racks(assignor):
                 assignor = WithRacks(assignor, racks)
             self._job = _Job(lambda: run_assignor(assignor, request), request, now_ms,
                              self.name, budgeted=True, inline=self.inline(request))  # fmt: skip
