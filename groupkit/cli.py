@@ -69,8 +69,24 @@ def _parse_assign_input(
     return counts, subs, lags
 
 
+def _parse_racks(doc: dict[str, Any]) -> dict[str, list[list[str]]]:
+    """``"racks": {"t0": [["a", "b"], ["b", "c"]]}``: each partition's replica racks, in order."""
+    raw = doc.get("racks", {})
+    if not isinstance(raw, dict):
+        raise InputError("'racks' must be an object mapping topic to replica racks by partition")
+    racks: dict[str, list[list[str]]] = {}
+    for topic, per_partition in raw.items():
+        if not isinstance(per_partition, list) or not all(
+            isinstance(rs, list) and all(isinstance(r, str) for r in rs) for rs in per_partition
+        ):
+            raise InputError(f"racks of {topic!r} must be a list of lists of rack names")
+        racks[str(topic)] = per_partition
+    return racks
+
+
 def _cmd_assign(args: argparse.Namespace) -> int:
     from groupkit.assignors import get_assignor
+    from groupkit.assignors.base import reads_racks
 
     assignor = get_assignor(args.assignor)
     try:
@@ -78,8 +94,12 @@ def _cmd_assign(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON on stdin: {e}") from None
     counts, subs, lags = _parse_assign_input(doc)
+    racks = _parse_racks(doc)
     try:
-        result = assignor.assign(counts, subs, lags or None)
+        if racks and reads_racks(assignor):
+            result = assignor.assign(counts, subs, lags or None, racks=racks)
+        else:
+            result = assignor.assign(counts, subs, lags or None)
     except ValueError as e:
         raise InputError(str(e)) from None
     out = {"assignment": {m: [[tp.topic, tp.partition] for tp in tps] for m, tps in result.items()}}

@@ -236,10 +236,13 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBackend]:
 #: Broker settings of the test cluster: a kill -9'd node is fenced (and its partitions led
 #: elsewhere) after 4 s instead of the default 9 s, so a fault test's sessions can be short.
 #: The heartbeat interval is also each broker heartbeat's request timeout: 400 ms proved too
-#: short for a broker on a loaded machine (it never got unfenced).
+#: short for a broker on a loaded machine (it never got unfenced). The replica selector lets a
+#: consumer with ``client.rack`` fetch from a replica in its rack (KIP-392,
+#: tests/test_cluster_racks.py); consumers without one still fetch from leaders.
 CLUSTER_PROPERTIES = {
     "broker.session.timeout.ms": "4000",
     "broker.heartbeat.interval.ms": "1000",
+    "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
 }
 
 

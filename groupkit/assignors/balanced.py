@@ -14,6 +14,10 @@ Goals, in order:
 5. **Capacity.** With ``MemberSubscription.capacity`` (records/s) a member's load is
    ``lag / capacity``, its time to drain, and that is what gets balanced. Members without a
    capacity, in a group where some have one, count as the mean of the given capacities.
+6. **Racks** (KIP-881). With members' racks and the partitions' replica racks, the plan is
+   then made more rack-local by the exchanges of ``_racks.improve_locality``, each only where
+   no member's load ends more than ``tolerance`` above the plan's largest: counts are as
+   without racks, and the largest member lag within the slack stickiness has too.
 
 How:
 
@@ -72,7 +76,8 @@ import numpy as np
 import numpy.typing as npt
 
 from groupkit.assignors._balance import balance_counts
-from groupkit.assignors.base import Assignor
+from groupkit.assignors._racks import Move, improve_locality
+from groupkit.assignors.base import Assignor, ReplicaRacks
 from groupkit.assignors.sticky import gc_paused, prepare, sticky_plan
 from groupkit.errors import ConfigError
 from groupkit.types import MemberSubscription, TopicPartition
@@ -100,6 +105,7 @@ class BalancedAssignor(Assignor):
 
     name = "balanced"
     uses_lag = True
+    uses_racks = True
 
     def __init__(self, tolerance: float = 0.05) -> None:
         if not 0 <= tolerance < 1:
@@ -114,6 +120,44 @@ class BalancedAssignor(Assignor):
     ) -> Mapping[str, list[TopicPartition]]:
         with gc_paused(sum(partitions_per_topic.values())):
             return self._plan(partitions_per_topic, members, lags)
+
+    def _assign_racks(
+        self,
+        partitions_per_topic: dict[str, int],
+        members: dict[str, MemberSubscription],
+        lags: dict[TopicPartition, int],
+        racks: ReplicaRacks,
+    ) -> Mapping[str, list[TopicPartition]]:
+        with gc_paused(sum(partitions_per_topic.values())):
+            plan = self._plan(partitions_per_topic, members, lags)
+            ids = list(members)
+            held = [list(plan.get(m, ())) for m in ids]
+            cap = _capacities([members[m].capacity for m in ids])
+            load = [sum(lags.get(tp, 0) for tp in h) / c for h, c in zip(held, cap, strict=True)]
+            # Racks may spend the slack stickiness has: the largest load stays within
+            # ``tolerance`` of the plan's.
+            ceiling = max(load, default=0.0) * (1 + self.tolerance)
+
+            def after(moves: Sequence[Move]) -> dict[int, float]:
+                new: dict[int, float] = {}
+                for tp, src, dst in moves:
+                    w = lags.get(tp, 0)
+                    new[src] = new.get(src, load[src]) - w / cap[src]
+                    new[dst] = new.get(dst, load[dst]) + w / cap[dst]
+                return new
+
+            def accept(moves: Sequence[Move]) -> bool:
+                return max(after(moves).values()) <= ceiling
+
+            def moved(moves: Sequence[Move]) -> None:
+                for i, v in after(moves).items():
+                    load[i] = v
+
+            owned = [members[m].owned for m in ids]
+            topics = [frozenset(members[m].topics).intersection(partitions_per_topic) for m in ids]
+            held = improve_locality(held, [members[m].rack for m in ids], topics, racks, owned,
+                                    accept, moved, lambda tp: lags.get(tp, 0))  # fmt: skip
+            return dict(zip(ids, held, strict=True))
 
     def _plan(
         self,

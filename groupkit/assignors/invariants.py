@@ -237,3 +237,21 @@ def lag_lower_bound(lags: Iterable[int], n_members: int) -> float:
     if not values or n_members <= 0:
         return 0.0
     return max(sum(values) / n_members, float(max(values)))
+
+
+def rack_local(
+    assignment: Assignmentish,
+    members: Mapping[str, MemberSubscription],
+    racks: Mapping[str, Sequence[Iterable[str]]],
+) -> int:
+    """How many assigned partitions have a replica in their member's rack (KIP-881)."""
+    sets = {t: [frozenset(rs) for rs in per] for t, per in racks.items()}
+    n = 0
+    for mid, tps in assignment.items():
+        rack = members[mid].rack
+        if not rack:
+            continue
+        for t, p in tps:
+            per = sets.get(t, [])
+            n += p < len(per) and rack in per[p]
+    return n

@@ -24,6 +24,13 @@ Two paths:
   except the ones it must return: kept partitions are the caller's own objects, new ones are
   built in bulk from slices.
 - **General path** (``_balance``) for unequal subscriptions.
+
+**Racks** (KIP-881), when members have a ``client.rack`` and the partitions' replica racks are
+known: the plan above, then ``_racks.improve_locality``, which gives members partitions with a
+replica in their rack by exchanges that leave the partition counts as they were (with equal
+subscriptions, up to the most local placement those counts allow). So balance comes first,
+then the rack, then stickiness, as in Kafka's sticky assignors: an owned partition moves for
+its rack only when that makes more partitions local.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from typing import NamedTuple
 
 from groupkit.assignors._balance import balance_counts
 from groupkit.assignors._ownership import Ownership, resolve_owned
-from groupkit.assignors.base import Assignor
+from groupkit.assignors._racks import improve_locality
+from groupkit.assignors.base import Assignor, ReplicaRacks
 from groupkit.types import MemberSubscription, TopicPartition
 
 # Builds a TopicPartition from a (topic, partition) tuple without the Python-level __new__ of
@@ -185,6 +193,7 @@ class StickyAssignor(Assignor):
     """KIP-54: the most balanced assignment that moves the fewest owned partitions."""
 
     name = "sticky"
+    uses_racks = True
 
     def _assign(
         self,
@@ -196,3 +205,18 @@ class StickyAssignor(Assignor):
             prepared = prepare(partitions_per_topic, members)
             plan = sticky_plan(partitions_per_topic, prepared)
             return dict(zip(prepared.member_ids, plan, strict=True))
+
+    def _assign_racks(
+        self,
+        partitions_per_topic: dict[str, int],
+        members: dict[str, MemberSubscription],
+        lags: dict[TopicPartition, int],
+        racks: ReplicaRacks,
+    ) -> Mapping[str, list[TopicPartition]]:
+        with gc_paused(sum(partitions_per_topic.values())):
+            prepared = prepare(partitions_per_topic, members)
+            plan = sticky_plan(partitions_per_topic, prepared)
+            ids = prepared.member_ids
+            plan = improve_locality(plan, [members[m].rack for m in ids], prepared.topics_of,
+                                    racks, prepared.ownership.owned)  # fmt: skip
+            return dict(zip(ids, plan, strict=True))

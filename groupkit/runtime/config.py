@@ -12,6 +12,12 @@ module splits it into:
    consumer) must receive, so a secured cluster works for all of them;
 3. the data consumer's own settings (everything else).
 
+``client.rack`` keeps its Kafka meaning too: the member's rack, which rack-aware assignors
+match to the racks of each partition's replicas (KIP-881), and where the data consumer fetches
+from a replica in that rack when the brokers' ``replica.selector.class`` allows it (KIP-392).
+``groupkit.client.rack`` is the same setting under groupkit's own name. Only the data consumer
+gets ``client.rack``: a control reader fetching from a follower would see records later.
+
 ``group.instance.id`` keeps its Kafka meaning (KIP-345): the member is *static*, its member id
 is the instance id, and a new process with it takes the seat back, with its partitions and no
 rebalance, if it starts within ``session.timeout.ms`` (docs/protocol.md, "Static seats").
@@ -321,10 +327,11 @@ class GroupConfig:
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
 
+        rack = _rack(conf.get("client.rack"), gk["groupkit.client.rack"])
         connection = {
             k: v
             for k, v in conf.items()
-            if k in _CONNECTION_KEYS or k.startswith(_CONNECTION_PREFIXES)
+            if (k in _CONNECTION_KEYS or k.startswith(_CONNECTION_PREFIXES)) and k != "client.rack"
         }
         data = {
             k: v for k, v in conf.items() if not k.startswith("groupkit.") and k not in _GROUP_KEYS
@@ -341,6 +348,8 @@ class GroupConfig:
         data["session.timeout.ms"] = min(session, _DATA_CONSUMER_MAX_SESSION_MS)
         data.setdefault("enable.auto.offset.store", True)
         data["auto.offset.reset"] = reset
+        if rack is not None:
+            data["client.rack"] = rack
         return cls(
             group_id=group_id,
             assignor=gk["groupkit.assignor"],
@@ -362,7 +371,7 @@ class GroupConfig:
             telemetry_topic=gk["groupkit.telemetry.topic"],
             telemetry_interval_ms=gk["groupkit.telemetry.interval.ms"],
             signing_key=gk["groupkit.signing.key"],
-            rack=gk["groupkit.client.rack"],
+            rack=rack,
             capacity=gk["groupkit.capacity"],
             max_clock_skew_ms=skew,
             assignor_timeout_ms=assignor_timeout,
@@ -390,3 +399,14 @@ class GroupConfig:
         if role is not None:
             conf["client.id"] = f"{self.connection.get('client.id', 'groupkit')}.{role}"
         return with_client_log(conf)
+
+
+def _rack(standard: Any, alias: str | None) -> str | None:
+    """The member's rack from ``client.rack``, or its alias ``groupkit.client.rack``."""
+    rack = None if standard is None or standard == "" else str(standard)
+    if rack is not None and alias and alias != rack:
+        raise ConfigError(
+            f"client.rack ({rack!r}) and groupkit.client.rack ({alias!r}) name different "
+            "racks; set client.rack alone"
+        )
+    return rack or alias or None

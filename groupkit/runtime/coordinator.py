@@ -50,10 +50,11 @@ from typing import NamedTuple
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
+from groupkit.assignors.base import reads_racks
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
-from groupkit.protocol.assign import PlanOutcome
+from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Node, RebalanceSummary
 from groupkit.protocol.records import (
@@ -77,6 +78,7 @@ from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
+from groupkit.runtime.racks import RackCache, TopicRacks
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -199,6 +201,8 @@ class Coordinator:
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
+        #: the leader's cache of the partitions' replica racks
+        self._racks = RackCache()
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
@@ -745,7 +749,7 @@ class Coordinator:
             with self.lock:
                 lead = self.node.plan(now, counts, lags)
         if lead is not None and lead.request is not None:
-            self.plans.start(lead.request, now)
+            self.plans.start(lead.request, now, self._replica_racks(lead.request))
             # a quick assignor's plan is written in this turn; a slow one in a later turn
             self.plans.wait(0.05)
             if not self._take_plan(self.plans.poll(monotonic_ms())):
@@ -797,6 +801,15 @@ class Coordinator:
                   revoked=summary.revoked, duration_ms=round(summary.duration_s * 1000, 1),
                   outcome=summary.outcome)  # fmt: skip
         self.observers.rebalance_done(summary)
+
+    def _replica_racks(self, request: AssignRequest) -> TopicRacks | None:
+        """The replica racks of the request's topics, if its assignor reads them and some
+        member has a rack (looked up once, then cached: runtime/racks.py)."""
+        if not reads_racks(self.plans.assignor) or not any(
+            m.rack for m in request.members.values()
+        ):
+            return None
+        return self._racks.get(self.admin, request.partitions_per_topic)
 
     def _partition_counts(self) -> dict[str, int]:
         """Partition counts of every topic a live member subscribes to, refreshed each second.

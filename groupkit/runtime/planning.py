@@ -23,12 +23,16 @@ Budget (``groupkit.assignor.timeout.ms``): a plan not made in time is answered b
 late one runs on, and is abandoned: its answer is never used. While it still runs, any new
 plan is answered by the fallback at once (``timeout``: the assignor is still busy), so a
 stuck assignor never piles up threads.
+
+Racks: the runtime looks up the replicas' racks (runtime/racks.py) and hands them to
+:meth:`PlanRunner.start`; an assignor that reads them (``uses_racks``) is run with them bound
+(:class:`WithRacks`), so the plan's request and its checks stay what they are without racks.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from groupkit.assignors import (
     Assignor,
@@ -36,12 +40,16 @@ from groupkit.assignors import (
     CooperativeStickyAssignor,
     FairAssignor,
     LagAssignor,
+    MemberSubscription,
     RangeAssignor,
     RoundRobinAssignor,
     StickyAssignor,
+    TopicPartition,
 )
+from groupkit.assignors.base import Racks, reads_racks
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
 from groupkit.protocol.vocab import AssignorFailure
+from groupkit.types import Assignment
 
 
 class _Job:
@@ -104,8 +112,14 @@ class PlanRunner:
         """A plan is awaited."""
         return self._job is not None
 
-    def start(self, request: AssignRequest, now_ms: int) -> None:
-        """Start making ``request``'s plan (the previous one's outcome must have been taken)."""
+    def start(
+        self,
+        request: AssignRequest,
+        now_ms: int,
+        racks: Racks | None = None,
+    ) -> None:
+        """Start making ``request``'s plan (the previous one's outcome must have been taken);
+        ``racks``: the partitions' replica racks, for an assignor that reads them."""
         late = self._late
         if late is not None and late.done.is_set():
             self._late = late = None
@@ -115,6 +129,8 @@ class PlanRunner:
             self._job = self._fallback(request, detail, now_ms)
         else:
             assignor = self.assignor
+            if racks and reads_racks(assignor):
+                assignor = WithRacks(assignor, racks)
             self._job = _Job(lambda: run_assignor(assignor, request), request, now_ms,
                              self.name, budgeted=True, inline=self.inline(request))  # fmt: skip
 
@@ -151,3 +167,32 @@ class PlanRunner:
         job = self._job
         if job is not None:
             job.done.wait(seconds)
+
+
+class WithRacks(Assignor):
+    """``inner``, given the replica racks at every ``assign`` (the protocol layer's request
+    carries no racks: they are the runtime's lookup, like the partition counts)."""
+
+    def __init__(self, inner: Assignor, racks: Racks) -> None:
+        self.inner = inner
+        self.racks = racks
+        self.name = inner.name
+        self.uses_lag = inner.uses_lag
+        self.uses_racks = True
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        members: Mapping[str, MemberSubscription],
+        lags: Mapping[TopicPartition, int] | None = None,
+        racks: Racks | None = None,
+    ) -> Assignment:
+        return self.inner.assign(partitions_per_topic, members, lags, racks=racks or self.racks)
+
+    def _assign(
+        self,
+        partitions_per_topic: dict[str, int],
+        members: dict[str, MemberSubscription],
+        lags: dict[TopicPartition, int],
+    ) -> Mapping[str, list[TopicPartition]]:
+        return self.assign(partitions_per_topic, members, lags)
