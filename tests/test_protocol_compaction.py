@@ -223,7 +223,7 @@ class CompactedSchedule(FullReaderRules):
                 assert was is None or sim.clock >= was, (k, was, sim.clock)
                 self.deadlines.pop(k, None)
             else:
-                now = sim.clock - age + sim.session_timeout_ms
+                now = sim.clock - age + m.fence_after_ms
                 assert was is None or now >= was, (k, was, now)
                 self.deadlines[k] = now
 

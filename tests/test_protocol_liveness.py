@@ -91,17 +91,22 @@ def test_the_member_fences_at_its_basis_send_plus_lease_less_the_allowance() -> 
     assert c.confirmed(3, ts=14_030) == Confirmed.RESTARTED and c.run_start == 3
 
 
-def test_a_report_that_may_or_may_not_have_landed_keeps_the_member_lapsed() -> None:
+def test_a_report_that_may_or_may_not_have_landed_stops_the_deadline_where_it_is() -> None:
+    """The heartbeat binds as one on its way does (it may have landed late and restarted the
+    run), for good: the member runs to that bound, and then starts a new run."""
     c = HeartbeatClock(lease_ms=3000, skew_ms=500)
     c.heartbeat(1, 0)
     c.confirmed(1, 100)
     c.heartbeat(2, 1000)
     c.failed(2, maybe_landed=True)
-    assert c.lapsed(1001)
-    assert c.heartbeat(3, 2000) is None  # lapsed: no prev_ts
+    assert not c.lapsed(1001) and c.deadline() == 2500  # 0 + 3000 - 500: no further
+    assert c.heartbeat(3, 2000) == 100
+    assert c.confirmed(3, 2100) == Confirmed.UNKNOWN and c.deadline() == 2500
+    assert c.lapsed(2500)
+    assert c.heartbeat(4, 2600) is None  # lapsed: no prev_ts
     assert c.restarting
-    assert c.confirmed(3, 2100) == Confirmed.RESTARTED
-    assert not c.lapsed(2001) and c.deadline() == 4500
+    assert c.confirmed(4, 2700) == Confirmed.RESTARTED
+    assert not c.lapsed(2601) and c.deadline() == 5100
 
 
 def test_the_judge_ends_a_process_then_a_session_an_allowance_after_them() -> None:
@@ -137,7 +142,8 @@ def test_a_judge_that_starts_mid_log_ends_nobody_for_a_session() -> None:
 def test_after_a_report_that_may_have_landed_the_member_cannot_tell_its_run() -> None:
     """Heartbeat 2 may have landed late and restarted the run: heartbeat 3, sent with the same
     prev_ts, then continues the judge's new run, not the member's. The member cannot tell, so
-    it neither counts 3 as continuing nor runs on until a heartbeat without prev_ts lands."""
+    it does not count 3 as continuing: it runs no further than 2's bound, then starts a new
+    run."""
     c = HeartbeatClock(lease_ms=3000, skew_ms=500)
     c.heartbeat(1, 0)
     c.confirmed(1, 100)
@@ -145,6 +151,6 @@ def test_after_a_report_that_may_have_landed_the_member_cannot_tell_its_run() ->
     assert c.heartbeat(3, 1500) == 100
     c.failed(2, maybe_landed=True)
     assert c.confirmed(3, 1600) == Confirmed.UNKNOWN
-    assert c.lapsed(1600) and c.run_start == 1
-    assert c.heartbeat(4, 2000) is None
-    assert c.confirmed(4, 2100) == Confirmed.RESTARTED and not c.lapsed(2001)
+    assert c.deadline() == 2500 and c.run_start == 1  # no further than before 2 was sent
+    assert c.lapsed(2500) and c.heartbeat(4, 2600) is None
+    assert c.confirmed(4, 2700) == Confirmed.RESTARTED and not c.lapsed(2601)

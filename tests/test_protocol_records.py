@@ -424,7 +424,7 @@ MEMBER_RECORD_FIELDS = (
     "since_generation", "committed", "instance_id", "seat", "seat_ts", "reset_at",
     "reset_done", "leaving", "admitted_in",
     # version 2's, last: the memo holds version-1 records only, which have none
-    "since",
+    "run",
 )  # fmt: skip
 
 

@@ -2,7 +2,9 @@
 heartbeats on a liveness log only judges read, verdicts and the lease in the main log.
 
 The schedules of ``test_protocol_hypothesis`` (both rebalance protocols, every assignor, slow
-readers, pauses, crashes, leaves, forged and stale records, deferred revocations), plus what
+readers, pauses, crashes, leaves, forged and stale records, deferred revocations), against
+readers of the compacted main log, newcomers that catch up from a snapshot, and static members,
+plus what
 version 2 adds: lost and late delivery reports, the two logs' brokers' clocks moving apart
 (leadership moving to a broker whose clock is off, within the members' skew allowance), and
 the leader killed together with its successors. The same invariants hold after every step:
@@ -18,22 +20,20 @@ import os
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from groupkit.testing.sim import GroupSim
-from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings, schedule_start
+from tests.test_protocol_bounded_replay import BoundedSchedule
+from tests.test_protocol_compaction import CompactedSchedule
+from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
+from tests.test_protocol_static import StaticRules
 
 EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_V2_EXAMPLES", "300"))
 SKEW = 150
 
 
-class VerdictSchedule(GroupSchedule):
-    @schedule_start([None, None, 0, 100, 700])
-    def start(self, protocol: str, assignor: str, t0: int, t1: int, release: int | None) -> None:
-        self.sim = GroupSim(
-            {"t0": t0, "t1": t1}, protocol=protocol, assignor=assignor,
-            release_delay_ms=release, version=2, max_clock_skew_ms=SKEW,
-            **self.sim_options(),
-        )  # fmt: skip
-        self.sim.lags = {}
+class LivenessRules(GroupSchedule):
+    """What version 2 adds to a schedule: its members and logs, and its faults."""
+
+    def sim_options(self) -> dict[str, int]:
+        return {**super().sim_options(), "version": 2, "max_clock_skew_ms": SKEW}
 
     @rule(loss=st.sampled_from([0.0, 0.0, 0.1, 0.5]), delay=st.sampled_from([0, 100, 500]))
     def reports(self, loss: float, delay: int) -> None:
@@ -42,10 +42,10 @@ class VerdictSchedule(GroupSchedule):
         self.sim.report_loss = loss
         self.sim.report_delay_ms = delay
 
-    @rule(main=st.integers(-SKEW // 2, SKEW // 2), live=st.integers(-SKEW // 2, SKEW // 2))
+    @rule(main=st.integers(0, SKEW), live=st.integers(0, SKEW))
     def move_leadership(self, main: int, live: int) -> None:
         """Either log's partition moves to a broker whose clock is off, by no more than the
-        allowance apart (its stamps may jump back)."""
+        allowance apart (its stamps may jump back; never below zero, as a broker's are not)."""
         self.sim.log.skew = main
         self.sim.liveness.skew = live
 
@@ -53,8 +53,8 @@ class VerdictSchedule(GroupSchedule):
     @rule()
     def kill_the_judges(self) -> None:
         """The leader and both of its successors die at once: a follower must judge."""
-        st_ = self.sim.view()
-        live = sorted(st_.live_members().values(), key=lambda m: (m.joined_at, m.member_id))
+        view = self.sim.view()
+        live = sorted(view.live_members().values(), key=lambda m: (m.joined_at, m.member_id))
         for m in live[:3]:
             sm = self.sim.members.get(m.member_id)
             if sm is not None and not sm.crashed:
@@ -64,9 +64,31 @@ class VerdictSchedule(GroupSchedule):
         # the faults stop for the quiet period: a failed report that may have landed keeps
         # its member lapsed until its next heartbeat starts a new run (rule L1.5), so at one
         # report in two a member rejoins about every other heartbeat
-        self.sim.report_loss = 0.0
+        if hasattr(self, "sim"):
+            self.sim.report_loss = 0.0
         super().teardown()
+
+
+class VerdictSchedule(LivenessRules, GroupSchedule):
+    """The schedules of ``test_protocol_hypothesis`` on version 2."""
+
+
+class VerdictCompactedSchedule(LivenessRules, CompactedSchedule):
+    """Against readers of the compacted main log: they agree with the full replay."""
+
+
+class VerdictBoundedSchedule(LivenessRules, BoundedSchedule):
+    """Newcomers that catch up from a snapshot agree with the full replay."""
+
+
+class VerdictStaticSchedule(StaticRules, LivenessRules, GroupSchedule):
+    """Static members, restarts and two processes with one instance id."""
 
 
 VerdictSchedule.TestCase.settings = schedule_settings(EXAMPLES)
 TestVerdictSchedule = VerdictSchedule.TestCase
+for schedule in (VerdictCompactedSchedule, VerdictBoundedSchedule, VerdictStaticSchedule):
+    schedule.TestCase.settings = schedule_settings(max(EXAMPLES // 3, 25))
+TestVerdictCompactedSchedule = VerdictCompactedSchedule.TestCase
+TestVerdictBoundedSchedule = VerdictBoundedSchedule.TestCase
+TestVerdictStaticSchedule = VerdictStaticSchedule.TestCase

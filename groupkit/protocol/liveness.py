@@ -90,9 +90,11 @@ class HeartbeatClock:
     The member fences itself at ``s + lease − skew``, where ``s`` is the send time of its newest
     confirmed heartbeat that continued, or earlier: while a heartbeat written with an older
     ``prev_ts`` is on its way (it may land too late and restart the run, and the member cannot
-    know before its report comes), ``s`` is that older heartbeat's; and while one without
-    ``prev_ts`` is on its way, or one whose report said it may or may not have landed, the member
-    stays lapsed. That deadline never moves back within a run.
+    know before its report comes), ``s`` is that older heartbeat's; while one without
+    ``prev_ts`` is on its way, the member stays lapsed. A heartbeat whose report failed although
+    it may have landed binds as one on its way does, for good: no later report moves the
+    deadline on, so the member lapses at it and starts a new run. That deadline never moves
+    back within a run.
     """
 
     def __init__(self, lease_ms: int, skew_ms: int) -> None:
@@ -111,8 +113,10 @@ class HeartbeatClock:
     def deadline(self) -> int | None:
         """Monotonic ms after which the member must not process (``None``: lapsed, or nothing
         confirmed yet)."""
-        if self._basis is None or self._unknown:
+        if self._basis is None:
             return None
+        # (a heartbeat whose report failed stays in _sent: it binds as if still on its way,
+        # and no later report can move the basis on: confirmed())
         basis = self._basis[1]
         for s in self._sent.values():
             if s.basis_sent is None:
@@ -172,8 +176,8 @@ class HeartbeatClock:
 
     def failed(self, seq: int, maybe_landed: bool) -> None:
         """Heartbeat ``seq``'s report is an error. ``maybe_landed``: it may still have been
-        appended (a timeout): its stamp is unknown, so the member stays lapsed until a later
-        heartbeat restarts its run."""
+        appended (a timeout): its stamp is unknown, so the deadline goes no further than its
+        bound, and the member starts a new run once it has passed."""
         s = self._sent.pop(seq, None)
         if s is not None and maybe_landed:
             self._unknown.add(seq)

@@ -484,8 +484,14 @@ class Member:
                 self._fire(MemberEvent.FENCED)
                 self._dirty = True
         self._run_broken = False
-        if self.version == 2 and mine and me is not None and me.ended and me.run == self._run:
-            self.clock.restart()  # a verdict ended our run: start another, join again in it
+        if self.version == 2 and (
+            (mine and me is not None and me.ended and me.run == self._run)
+            or (me is None and self._joined_at is not None)
+        ):
+            # A verdict ended our run (or the leader's tombstone followed it, which is all a
+            # reader of the compacted log sees): start another run, and join again in it.
+            self.clock.restart()
+            self._joined_at = None
         if self.version == 1 and mine and me is not None and me.joined_at != self._joined_at:
             self._joined_at = me.joined_at
 

@@ -445,7 +445,7 @@ class Node:
             counts = partition_counts() if callable(partition_counts) else partition_counts
             lead = self.plan(now_ms, counts, lags)
         snapshot = self.snapshot_due(now_ms) if leader else None
-        tombstones = self.tombstones_due(now_ms) if leader and self.judge is None else ()
+        tombstones = self.tombstones_due(now_ms) if leader else ()
         done = lead.rebalance_done if lead is not None else None
         if not leader and self._rebalance is not None:
             done = self._finish(now_ms, RebalanceOutcome.ABANDONED)
@@ -493,6 +493,13 @@ class Node:
         before its session ended; if it writes again, its record starts a new membership
         whether the tombstone lands before or after it (``prev_ts`` too old; state.py). Every
         reader replays the tombstone alike.
+
+        Protocol version 2: members a verdict ended, at once. Their member record is then no
+        longer the newest of its key, so a reader of the compacted log does not take the
+        membership for live where the full replay had it over (a second judge's copy of the
+        verdict, further on, would be the only one compaction keeps). The verdict stays (its key
+        is not tombstoned), so a record of the ended run that lands later still claims nothing
+        (docs/protocol-v2.md, L3.2).
         """
         st = self.state
         if self.left or not self.is_leader(now_ms):
@@ -515,7 +522,9 @@ class Node:
         next_log: int | None = None  # the log time the next member's tombstone is due at
         next_now: int | None = None  # our clock's time a tombstone we wrote is due again at
         for mid, m in st.members.items():
-            if m.last_seen > cutoff or mid == self.member_id:
+            if st.version == 2 and (not m.ended or mid == self.member_id):
+                continue  # version 2: a membership lasts until a verdict ends it, not by time
+            if st.version == 1 and (m.last_seen > cutoff or mid == self.member_id):
                 if mid != self.member_id and (next_log is None or m.last_seen + forget < next_log):
                     next_log = m.last_seen + forget
                 continue

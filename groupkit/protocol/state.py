@@ -539,6 +539,7 @@ class GroupState(GroupData):
             instance_id=v.instance_id,
             process_since=ts,
         )  # fmt: skip
+        m.run = v.run or 0
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
