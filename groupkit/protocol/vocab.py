@@ -142,6 +142,8 @@ class DecisionReason(StrEnum):
     PARTITIONS_LOST = "partitions_lost"
     PARTITION_COUNT_CHANGED = "partition_count_changed"
     PROTOCOL_CHANGED = "protocol_changed"
+    LOAD = "load"
+    """The group is stable, and moving a few partitions follows the load (placement.py)."""
 
 
 @unique
@@ -225,3 +227,41 @@ class RebalanceOutcome(StrEnum):
     SUPERSEDED = "superseded"
     #: the leader lost the lead mid-rebalance
     ABANDONED = "abandoned"
+
+
+# ------------------------------------------------------------------ load re-plans
+# (protocol/placement.py: the leader's decision to move partitions because of the load)
+
+__all__ += ["ReplanReason", "ReplanSkip"]
+
+
+@unique
+class ReplanReason(StrEnum):
+    """Why the leader moved partitions for the load (``placement.Replan.reason``): written in
+    the assignment record's ``replan``, shown by ``groupkit describe``, and the ``reason``
+    label values of ``groupkit_load_replans_total``."""
+
+    OVERLOAD = "overload"
+    """A member receives more records than it processes: its lag grows without end. The plan
+    lowers the largest member's utilization (arrivals / processing rate)."""
+    DRAIN = "drain"
+    """Every member keeps up, but one would take long to drain its lag. The plan lowers the
+    largest member's predicted time to drain."""
+
+
+@unique
+class ReplanSkip(StrEnum):
+    """Why the leader did not move partitions for the load (``placement.LoadDecision.skip``)."""
+
+    OFF = "off"
+    """``groupkit.load.rebalance.interval.ms`` is 0, or the protocol is eager."""
+    IN_FLIGHT = "in_flight"
+    """A rebalance is under way: a re-plan waits until the group is stable."""
+    TOO_SOON = "too_soon"
+    """The last re-plan was less than the interval ago (log time)."""
+    NO_LOAD = "no_load"
+    """Nothing measured yet (or nothing assigned)."""
+    NO_PRESSURE = "no_pressure"
+    """Every member keeps up and drains its lag within ``min_drain_ms``."""
+    SMALL_GAIN = "small_gain"
+    """No few moves improve the forecast by ``min_gain``."""
