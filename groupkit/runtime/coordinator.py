@@ -55,7 +55,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
-from groupkit.protocol.node import Node, RebalanceSummary
+from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import (
     HmacSigner,
     MemberKey,
@@ -75,6 +75,7 @@ from groupkit.runtime.control_log import ControlClients, ControlReader, ControlW
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.load import LoadFollower, log_replan
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
 from groupkit.types import TopicPartition
@@ -199,6 +200,7 @@ class Coordinator:
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
+        self.load = LoadFollower.of(cfg, admin, self.member_id)  # runtime/load.py; None: off
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
@@ -413,6 +415,8 @@ class Coordinator:
             self._lead(now)
         elif step.rebalance_done is not None:  # abandoned: we lost the lead mid-rebalance
             self._rebalance_done(step.rebalance_done)
+        if self.load is not None:
+            self._follow_load(now, step.leader)
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
         self._watch_reader()
@@ -752,8 +756,12 @@ class Coordinator:
                 return
             with self.lock:
                 lead = self.node.plan(now, counts)
+        self._write_lead(lead)
+
+    def _write_lead(self, lead: Lead | None) -> int | None:
+        """Write the node's answer if it is a record; the generation written, if any."""
         if lead is None:
-            return
+            return None
         if lead.rebalance_done is not None:  # superseded by the one this record starts, or done
             self._rebalance_done(lead.rebalance_done)
         decision, record = lead.decision, lead.decision.record
@@ -766,6 +774,28 @@ class Coordinator:
             self.observers.generation_written(
                 self.state, record.generation, record.phase, decision.reason
             )
+            return record.generation
+        return None
+
+    def _follow_load(self, now: int, leader: bool) -> None:
+        """The leader's re-plans for the load (runtime/load.py), read and decided on its worker
+        thread; the node writes one only while the group is stable at the generation it saw."""
+        lf = self.load
+        assert lf is not None
+        got = lf.take()
+        if not leader:
+            return lf.stop_leading()
+        if got is not None and (r := got[1].replan) is not None:
+            with self.lock:
+                lead = self.node.replan(now, self._partition_counts(), r, got[0])
+            if (generation := self._write_lead(lead)) is not None:
+                log_replan(self.cfg.group_id, self.member_id, r, generation)
+                self.observers.load_replanned(r.reason, r.gain, len(r.moves))
+        if lf.due(now):
+            counts = self._partition_counts()
+            with self.lock:
+                d = self.planner.plan(self.state, counts, defer=True)
+                lf.start(self.state, now, d, self.node.ready(now))
 
     def _take_plan(self, outcome: PlanOutcome | None) -> bool:
         """Hand a made plan to the node (it uses it at its next plan if the membership it was
