@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from groupkit.assignors import RangeAssignor
 from groupkit.errors import ConfigError
 from groupkit.protocol.placement import (
     LoadPolicy,
@@ -211,3 +212,53 @@ def test_steady_balanced_load_never_moves(
     loads = {tp(p): PartitionLoad(lag, rate, rate) for p in range(n_members * per_member)}
     d = decide(subs, loads, 10**9)
     assert d.replan is None
+
+
+# ---------------------------------------------------------------- the group's assignor
+
+
+class _Answers(RangeAssignor):
+    """A user's assignor that answers re-plans with what it is given."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def replan(self, members: Any, loads: Any) -> Any:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer(members) if callable(self.answer) else self.answer
+
+
+HOT = {tp(0): PartitionLoad(20_000, 400, 250), tp(1): PartitionLoad(20_000, 300, 250),
+       tp(2): PartitionLoad(0, 20, 20), tp(3): PartitionLoad(0, 10, 10)}  # fmt: skip
+
+
+def test_an_assignor_that_answers_none_leaves_it_to_the_rule() -> None:
+    ms = members({"a": [0, 1], "b": [2, 3]})
+    assert RangeAssignor().replan(ms, HOT) is None  # the default
+    mine = decide(ms, HOT, 0, assignor=_Answers(None))
+    assert mine == decide(ms, HOT, 0)
+
+
+def test_an_assignor_says_no_change_or_moves_within_the_cap() -> None:
+    ms = members({"a": [0, 1], "b": [2, 3]})
+    same = decide(ms, HOT, 0, assignor=_Answers(lambda m: {i: s.owned for i, s in m.items()}))
+    assert same.replan is None and same.skip == ReplanSkip.NO_CHANGE
+    swap = {"a": [("t", 0), ("t", 2)], "b": [("t", 1), ("t", 3)]}
+    d = decide(ms, HOT, 0, assignor=_Answers(swap))
+    assert d.replan is not None and d.replan.reason == ReplanReason.ASSIGNOR
+    assert {(mv.partition, mv.source, mv.target) for mv in d.replan.moves} == {
+        (tp(1), "a", "b"), (tp(2), "b", "a"),
+    }  # fmt: skip
+    assert 0 <= d.replan.gain <= 1
+    # more moves than the cap, a partition twice or missing, or raising: ignored
+    for bad in (
+        {"a": [], "b": [("t", p) for p in range(4)]}
+        | {"a": [("t", 3)], "b": [("t", 0), ("t", 1), ("t", 2)]},
+        {"a": [("t", 0), ("t", 1)], "b": [("t", 1), ("t", 3)]},
+        {"a": [("t", 0)], "b": [("t", 2), ("t", 3)]},
+        {"a": [("t", 0), ("t", 1)], "b": [("t", 2), ("t", 3)], "z": []},
+        RuntimeError("boom"),
+    ):
+        d = decide(ms, HOT, 0, policy=LoadPolicy(max_moves=2), assignor=_Answers(bad))
+        assert d.replan is None and d.skip == ReplanSkip.INVALID, bad

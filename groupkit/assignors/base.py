@@ -7,7 +7,8 @@ dict or set order, gives the same output. Everything it needs comes in as argume
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from groupkit.errors import ConfigError, UnknownAssignorError
 from groupkit.log import get_logger
@@ -37,6 +38,29 @@ class Assignor(ABC):
         result = self._assign(counts, dict(sorted(members.items())), dict(lags or {}))
         out: Assignment = {m: sorted(result.get(m, ())) for m in sorted(members)}
         return out
+
+    def replan(
+        self,
+        members: Mapping[str, MemberSubscription],
+        loads: Mapping[TopicPartition, PartitionLoad],
+    ) -> Mapping[str, Iterable[tuple[str, int]]] | None:
+        """Take part in the leader's re-plans for the load (``groupkit.load.rebalance.
+        interval.ms``).
+
+        Called on the leader's load worker (never on its heartbeat path), only while the group
+        is stable and the interval has passed since the last re-plan. It receives:
+
+        - ``members``: each member's topics, the partitions it owns now (``owned``, of the
+          current generation) and its declared ``capacity`` (records/s, or ``None``);
+        - ``loads``: what the leader measured of each partition (:class:`PartitionLoad`).
+
+        It answers ``None`` (this default) to leave the decision to groupkit's own rule
+        (``groupkit.protocol.placement.decide``); every member's ``owned`` to say "no change";
+        or the assignment to move to, every partition of ``owned`` once, each to a member
+        subscribed to its topic. That is written as a cooperative generation if it moves at
+        most the policy's cap (2 partitions), and otherwise ignored and logged.
+        """
+        return None
 
     @abstractmethod
     def _assign(
@@ -111,3 +135,15 @@ def get_assignor(name: str) -> Assignor:
 def assignor_names() -> list[str]:
     """The registered assignor names, sorted."""
     return sorted(_REGISTRY)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLoad:
+    """What the leader measures of one partition, for re-plans for the load (runtime/load.py)."""
+
+    #: records not yet committed by the group
+    lag: int
+    #: records appended per second
+    produce_rate: float
+    #: records committed per second by its owner; ``None``: not measured (yet)
+    consume_rate: float | None = None

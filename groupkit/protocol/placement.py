@@ -54,9 +54,21 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from groupkit.assignors.base import Assignor, PartitionLoad
 from groupkit.errors import ConfigError
 from groupkit.protocol.vocab import ReplanReason, ReplanSkip
 from groupkit.types import MemberSubscription, TopicPartition
+
+__all__ = [
+    "Forecast",
+    "LoadDecision",
+    "LoadPolicy",
+    "Move",
+    "PartitionLoad",
+    "Replan",
+    "decide",
+    "member_rates",
+]
 
 #: a busy member measured at (nearly) nothing still counts as this slow, not infinitely
 MIN_RATE = 1e-3
@@ -93,18 +105,6 @@ class LoadPolicy:
             raise ConfigError("min_gain must be in (0, 1) and enough in (0, 1]")
         if self.max_moves < 1 or self.receivers < 1:
             raise ConfigError("max_moves and receivers must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLoad:
-    """What is measured of one partition."""
-
-    #: records not yet committed by the group
-    lag: int
-    #: records appended per second
-    produce_rate: float
-    #: records committed per second by its owner; ``None``: not measured
-    consume_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,12 +299,15 @@ def decide(
     last_replan_ms: int | None = None,
     in_flight: bool = False,
     policy: LoadPolicy = LoadPolicy(),
+    assignor: Assignor | None = None,
 ) -> LoadDecision:
     """Whether to move partitions for the load now, and which (module docstring).
 
     ``members``: each member's topics, the partitions it owns now (``owned``) and its declared
     ``capacity``; ``loads``: what is measured of each partition; ``now_ms`` and
-    ``last_replan_ms``: log times.
+    ``last_replan_ms``: log times. ``assignor``: the group's, asked first
+    (``Assignor.replan``) once the group is under pressure; its answer, if not ``None``, is
+    the plan (within the cap), the forecast only says its gain.
     """
     if policy.interval_ms <= 0:
         return LoadDecision(skip=ReplanSkip.OFF)
@@ -324,6 +327,13 @@ def decide(
     else:
         return LoadDecision(skip=ReplanSkip.NO_PRESSURE, forecast=before)
     topics = {m: frozenset(s.topics) for m, s in members.items()}
+    if assignor is not None:
+        try:
+            answer = assignor.replan(members, loads)
+        except Exception:
+            return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
+        if answer is not None:
+            return _assignors(plan, owned, topics, answer, reason, before, policy)
     steps = _greedy(plan, topics, reason, policy)
     gains = [_gain(before, f, reason) for _, f in steps]
     full = max(gains, default=-math.inf)
@@ -333,4 +343,42 @@ def decide(
     n = next(i + 1 for i, g in enumerate(gains) if g >= need)
     moves = tuple(mv for mv, _ in steps[:n])
     return LoadDecision(Replan(reason, moves, gains[n - 1], before, steps[n - 1][1]),
+                        forecast=before)  # fmt: skip
+
+
+def _assignors(
+    plan: _Plan,
+    owned: Mapping[str, frozenset[TopicPartition]],
+    topics: Mapping[str, frozenset[str]],
+    answer: Mapping[str, Iterable[tuple[str, int]]],
+    reason: ReplanReason,
+    before: Forecast,
+    policy: LoadPolicy,
+) -> LoadDecision:
+    """The group's assignor's answer as a decision: its moves, if it is a valid assignment of
+    what is owned now that moves at most ``max_moves`` partitions; else why not."""
+    owner = {tp: m for m, ps in owned.items() for tp in ps}
+    seen: set[TopicPartition] = set()
+    moves: list[Move] = []
+    for m in sorted(answer):
+        if m not in owned:
+            return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
+        for t, p in sorted(answer[m]):
+            tp = TopicPartition(t, p)
+            if tp in seen or tp not in owner or t not in topics[m]:
+                return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
+            seen.add(tp)
+            if owner[tp] != m:
+                moves.append(Move(tp, owner[tp], m))
+    if seen != set(owner):
+        return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
+    if not moves:
+        return LoadDecision(skip=ReplanSkip.NO_CHANGE, forecast=before)
+    if len(moves) > policy.max_moves:
+        return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
+    for mv in moves:
+        plan.move(mv.partition, mv.source, mv.target)
+    after = plan.forecast()
+    gain = min(1.0, max(0.0, _gain(before, after, reason)))
+    return LoadDecision(Replan(ReplanReason.ASSIGNOR, tuple(moves), gain, before, after),
                         forecast=before)  # fmt: skip

@@ -247,6 +247,9 @@ class ReplanReason(StrEnum):
     DRAIN = "drain"
     """Every member keeps up, but one would take long to drain its lag. The plan lowers the
     largest member's predicted time to drain."""
+    ASSIGNOR = "assignor"
+    """The group's assignor asked for it (``Assignor.replan``); the gain is groupkit's forecast
+    of its plan."""
 
 
 @unique
@@ -265,3 +268,8 @@ class ReplanSkip(StrEnum):
     """Every member keeps up and drains its lag within ``min_drain_ms``."""
     SMALL_GAIN = "small_gain"
     """No few moves improve the forecast by ``min_gain``."""
+    NO_CHANGE = "no_change"
+    """The group's assignor answered the current assignment (``Assignor.replan``)."""
+    INVALID = "invalid"
+    """The group's assignor raised, or answered an assignment that is not one of what is owned
+    now, or that moves more partitions than the cap."""

@@ -200,7 +200,7 @@ class Coordinator:
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
-        self.load = LoadFollower.of(cfg, admin, self.member_id)  # runtime/load.py; None: off
+        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner.assignor)  # or None
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()

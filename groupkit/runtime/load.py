@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
+from groupkit.assignors import Assignor
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
@@ -138,6 +139,7 @@ class LoadFollower:
         policy: LoadPolicy,
         name: str = "groupkit-load",
         read: Callable[..., GroupOffsets] = read_offsets,
+        assignor: Assignor | None = None,
     ) -> None:
         self.admin = admin
         self.group_id = group_id
@@ -145,6 +147,7 @@ class LoadFollower:
         self.policy = policy
         self.name = name
         self._read = read
+        self.assignor = assignor
         self.meter = LoadMeter(policy.interval_ms)
         self._thread: threading.Thread | None = None
         self._result: tuple[int, LoadDecision] | None = None
@@ -154,12 +157,16 @@ class LoadFollower:
         self.last: LoadDecision | None = None
 
     @classmethod
-    def of(cls, cfg: GroupConfig, admin: AdminClient, member_id: str) -> LoadFollower | None:
-        """The follower ``cfg`` asks for (``groupkit.load.rebalance.interval.ms``), or ``None``."""
+    def of(
+        cls, cfg: GroupConfig, admin: AdminClient, member_id: str, assignor: Assignor | None = None
+    ) -> LoadFollower | None:
+        """The follower ``cfg`` asks for (``groupkit.load.rebalance.interval.ms``), or ``None``;
+        ``assignor``: the group's, asked first (``Assignor.replan``)."""
         if cfg.load_interval_ms <= 0:
             return None
-        return cls(admin, cfg.group_id, cfg.lag_reset, LoadPolicy(interval_ms=cfg.load_interval_ms),
-                   name=f"groupkit-load-{member_id}")  # fmt: skip
+        policy = LoadPolicy(interval_ms=cfg.load_interval_ms)
+        return cls(admin, cfg.group_id, cfg.lag_reset, policy, name=f"groupkit-load-{member_id}",
+                   assignor=assignor)  # fmt: skip
 
     def due(self, now_ms: int) -> bool:
         """A sample is due (and no sample is being made)."""
@@ -207,7 +214,7 @@ class LoadFollower:
         self.meter.add(offsets, job.owners, now_ms)
         if job.decide:
             d = decide(job.members, self.meter.loads(), job.log_time, job.last_replan,
-                       policy=self.policy)  # fmt: skip
+                       policy=self.policy, assignor=self.assignor)  # fmt: skip
             self._result = (job.generation, d)
 
     def take(self) -> tuple[int, LoadDecision] | None:
