@@ -7,12 +7,11 @@ dict or set order, gives the same output. Everything it needs comes in as argume
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
 from groupkit.errors import ConfigError, UnknownAssignorError
 from groupkit.log import get_logger
-from groupkit.types import Assignment, MemberSubscription, TopicPartition
+from groupkit.types import Assignment, MemberSubscription, PartitionLoad, TopicPartition
 
 _log = get_logger("groupkit.assignors")
 
@@ -43,7 +42,7 @@ class Assignor(ABC):
         self,
         members: Mapping[str, MemberSubscription],
         loads: Mapping[TopicPartition, PartitionLoad],
-    ) -> Mapping[str, Iterable[tuple[str, int]]] | None:
+    ) -> Assignment | None:
         """Take part in the leader's re-plans for the load (``groupkit.load.rebalance.
         interval.ms``).
 
@@ -135,15 +134,3 @@ def get_assignor(name: str) -> Assignor:
 def assignor_names() -> list[str]:
     """The registered assignor names, sorted."""
     return sorted(_REGISTRY)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLoad:
-    """What the leader measures of one partition, for re-plans for the load (runtime/load.py)."""
-
-    #: records not yet committed by the group
-    lag: int
-    #: records appended per second
-    produce_rate: float
-    #: records committed per second by its owner; ``None``: not measured (yet)
-    consume_rate: float | None = None

@@ -54,10 +54,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from groupkit.assignors.base import Assignor, PartitionLoad
+from groupkit.assignors.base import Assignor
 from groupkit.errors import ConfigError
 from groupkit.protocol.vocab import ReplanReason, ReplanSkip
-from groupkit.types import MemberSubscription, TopicPartition
+from groupkit.types import MemberSubscription, PartitionLoad, TopicPartition
 
 __all__ = [
     "Forecast",

@@ -200,7 +200,6 @@ class Coordinator:
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
-        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner.assignor)  # or None
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
@@ -213,6 +212,7 @@ class Coordinator:
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
+        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner.assignor)  # or None
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
         #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
