@@ -75,7 +75,7 @@ from groupkit.runtime.control_log import ControlClients, ControlReader, ControlW
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
-from groupkit.runtime.load import LoadFollower, log_replan
+from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
 from groupkit.types import TopicPartition
@@ -415,8 +415,7 @@ class Coordinator:
             self._lead(now)
         elif step.rebalance_done is not None:  # abandoned: we lost the lead mid-rebalance
             self._rebalance_done(step.rebalance_done)
-        if self.load is not None:
-            self._follow_load(now, step.leader)
+        self._follow_load(now, step.leader)
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
         self._watch_reader()
@@ -780,16 +779,15 @@ class Coordinator:
     def _follow_load(self, now: int, leader: bool) -> None:
         """The leader's re-plans for the load (runtime/load.py), read and decided on its worker
         thread; the node writes one only while the group is stable at the generation it saw."""
-        lf = self.load
-        assert lf is not None
+        if (lf := self.load) is None:
+            return
         got = lf.take()
         if not leader:
             return lf.stop_leading()
         if got is not None and (r := got[1].replan) is not None:
             with self.lock:
                 lead = self.node.replan(now, self._partition_counts(), r, got[0])
-            if (generation := self._write_lead(lead)) is not None:
-                log_replan(self.cfg.group_id, self.member_id, r, generation)
+            if self._write_lead(lead) is not None:  # logged as a generation for the load
                 self.observers.load_replanned(r.reason, r.gain, len(r.moves))
         if lf.due(now):
             counts = self._partition_counts()

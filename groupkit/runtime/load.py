@@ -216,6 +216,8 @@ class LoadFollower:
             d = decide(job.members, self.meter.loads(), job.log_time, job.last_replan,
                        policy=self.policy, assignor=self.assignor)  # fmt: skip
             self._result = (job.generation, d)
+            if d.replan is not None:  # the control thread writes it if the group is still stable
+                log_replan(self.group_id, d.replan, job.generation + 1)
 
     def take(self) -> tuple[int, LoadDecision] | None:
         """The decision made (with the generation it saw), once the worker is done."""
@@ -235,9 +237,10 @@ class LoadFollower:
             self._sampled_at = self._decided_at = None
 
 
-def log_replan(group: str, leader: str, r: Replan, generation: int) -> None:
-    """The one log line of a re-plan for the load, with its reason and predicted gain."""
-    _log.info("load.replan", group=group, leader=leader, reason=r.reason, gain=round(r.gain, 3),
+def log_replan(group: str, r: Replan, generation: int) -> None:
+    """The one log line of a re-plan for the load, with its reason and predicted gain (the
+    generation that writes it is logged as any, ``rebalance.generation`` with reason ``load``)."""
+    _log.info("load.replan", group=group, reason=r.reason, gain=round(r.gain, 3),
               moved=len(r.moves), generation=generation,
               partitions=[f"{mv.partition}:{mv.source}->{mv.target}" for mv in r.moves],
               utilization_before=round(r.before.utilization, 3),
