@@ -11,8 +11,6 @@ import pytest
 
 from groupkit.errors import ConfigError
 from groupkit.protocol.placement import LoadPolicy
-from groupkit.protocol.planner import Decision
-from groupkit.protocol.vocab import DecisionAction, DecisionReason
 from groupkit.runtime.config import LOAD_INTERVAL_BALANCED_MS, GroupConfig
 from groupkit.runtime.lag import GroupOffsets
 from groupkit.runtime.load import LoadFollower, LoadMeter, sample_every_ms
@@ -106,12 +104,11 @@ def test_the_follower_samples_then_decides_on_its_worker() -> None:
         return offsets({**t0, **end}, com)
 
     lf = LoadFollower(None, "g", "latest", LoadPolicy(interval_ms=1000), read=read)  # type: ignore[arg-type]
-    stable = Decision(DecisionAction.NONE, DecisionReason.STABLE)
     now = 0
     got = None
     for _ in range(6):
         assert lf.due(now)
-        lf.start(st, now, stable, ready=True)
+        lf.start(st, now, sim.partitions, ready=True)
         deadline = time.monotonic() + 5
         while (got := lf.take()) is None and lf._thread is not None:
             assert time.monotonic() < deadline
@@ -134,8 +131,9 @@ def test_no_decision_while_not_stable() -> None:
     sim = _stable_group()
     lf = LoadFollower(None, "g", "latest", LoadPolicy(interval_ms=1000),  # type: ignore[arg-type]
                       read=lambda *a: offsets({A: 0}, {}))  # fmt: skip
-    lf.start(sim.view(), 0, Decision(DecisionAction.WAIT, DecisionReason.AWAITING_REVOCATION),
-             ready=True)  # fmt: skip
+    # the planner finds the group stable, but the node is not ready (a write of its own)
+    lf.planner = sim.planner
+    lf.start(sim.view(), 0, sim.partitions, ready=False)
     assert lf._thread is not None
     lf._thread.join(5)
     assert lf.take() is None  # sampled, not decided

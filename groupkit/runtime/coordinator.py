@@ -212,7 +212,7 @@ class Coordinator:
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
-        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner.assignor)  # or None
+        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner)  # or None: off
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
         #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
@@ -652,6 +652,8 @@ class Coordinator:
         with self.lock:
             self._stopped(frozenset(self._stopping))
         self.stop()
+        if self.load is not None:  # its worker's clients go before the control clients
+            self.load.join(timeout)
         self.control.close(timeout)
 
     def released(
@@ -792,8 +794,7 @@ class Coordinator:
         if lf.due(now):
             counts = self._partition_counts()
             with self.lock:
-                d = self.planner.plan(self.state, counts, defer=True)
-                lf.start(self.state, now, d, self.node.ready(now))
+                lf.start(self.state, now, counts, self.node.ready(now))
 
     def _take_plan(self, outcome: PlanOutcome | None) -> bool:
         """Hand a made plan to the node (it uses it at its next plan if the membership it was

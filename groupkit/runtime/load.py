@@ -32,12 +32,11 @@ from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
 
-from groupkit.assignors import Assignor
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.placement import LoadDecision, LoadPolicy, PartitionLoad, Replan, decide
-from groupkit.protocol.planner import Decision
+from groupkit.protocol.planner import Planner
 from groupkit.protocol.vocab import DecisionReason
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.lag import GroupOffsets, read_offsets
@@ -139,7 +138,7 @@ class LoadFollower:
         policy: LoadPolicy,
         name: str = "groupkit-load",
         read: Callable[..., GroupOffsets] = read_offsets,
-        assignor: Assignor | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.admin = admin
         self.group_id = group_id
@@ -147,7 +146,7 @@ class LoadFollower:
         self.policy = policy
         self.name = name
         self._read = read
-        self.assignor = assignor
+        self.planner = planner
         self.meter = LoadMeter(policy.interval_ms)
         self._thread: threading.Thread | None = None
         self._result: tuple[int, LoadDecision] | None = None
@@ -158,15 +157,16 @@ class LoadFollower:
 
     @classmethod
     def of(
-        cls, cfg: GroupConfig, admin: AdminClient, member_id: str, assignor: Assignor | None = None
+        cls, cfg: GroupConfig, admin: AdminClient, member_id: str, planner: Planner | None = None
     ) -> LoadFollower | None:
         """The follower ``cfg`` asks for (``groupkit.load.rebalance.interval.ms``), or ``None``;
-        ``assignor``: the group's, asked first (``Assignor.replan``)."""
+        ``planner``: the leader's, which says whether the group is stable, and whose assignor
+        is asked first (``Assignor.replan``)."""
         if cfg.load_interval_ms <= 0:
             return None
         policy = LoadPolicy(interval_ms=cfg.load_interval_ms)
         return cls(admin, cfg.group_id, cfg.lag_reset, policy, name=f"groupkit-load-{member_id}",
-                   assignor=assignor)  # fmt: skip
+                   planner=planner)  # fmt: skip
 
     def due(self, now_ms: int) -> bool:
         """A sample is due (and no sample is being made)."""
@@ -175,11 +175,15 @@ class LoadFollower:
         every = sample_every_ms(self.policy.interval_ms)
         return self._sampled_at is None or now_ms - self._sampled_at >= every
 
-    def start(self, state: GroupState, now_ms: int, plan: Decision, ready: bool) -> None:
-        """Sample now on the worker; and decide too if the group is stable (the planner's
-        ``plan`` says so and the node is ``ready`` to lead: no plan or write of its own under
-        way) and the interval has passed since the last decision. Call when :meth:`due`."""
-        stable = ready and plan.reason == DecisionReason.STABLE
+    def start(self, state: GroupState, now_ms: int, counts: Mapping[str, int], ready: bool) -> None:
+        """Sample now on the worker; and decide too if the group is stable (the planner finds
+        it so with these partition ``counts``, and the node is ``ready`` to lead: no plan or
+        write of its own under way) and the interval has passed since the last decision.
+        Call when :meth:`due`, under the caller's lock on ``state``."""
+        stable = ready and (
+            self.planner is None
+            or self.planner.plan(state, counts, defer=True).reason == DecisionReason.STABLE
+        )
         a = state.assignment
         if a is None:
             return
@@ -214,7 +218,8 @@ class LoadFollower:
         self.meter.add(offsets, job.owners, now_ms)
         if job.decide:
             d = decide(job.members, self.meter.loads(), job.log_time, job.last_replan,
-                       policy=self.policy, assignor=self.assignor)  # fmt: skip
+                       policy=self.policy,
+                       assignor=self.planner.assignor if self.planner else None)  # fmt: skip
             self._result = (job.generation, d)
             if d.replan is not None:  # the control thread writes it if the group is still stable
                 log_replan(self.group_id, d.replan, job.generation + 1)
@@ -229,6 +234,12 @@ class LoadFollower:
         if out is not None:
             self.last = out[1]
         return out
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a sample under way (its clients closed)."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
 
     def stop_leading(self) -> None:
         """No longer the leader: the samples of another leader's time say nothing."""
