@@ -50,8 +50,8 @@ def random_replan(sim: GroupSim, data: st.DataObject) -> Replan | None:
         moves.append(Move(TopicPartition(*tp), src, dst))
     if not moves:
         return None
-    f = Forecast(2.0, float("inf"))
-    return Replan(ReplanReason.OVERLOAD, tuple(moves), 0.5, f, Forecast(1.0, float("inf")))
+    f = Forecast(2.0, 60.0)
+    return Replan(ReplanReason.OVERLOAD, tuple(moves), 0.5, f, Forecast(1.0, 60.0))
 
 
 class ReplanSchedule(GroupSchedule):

@@ -125,6 +125,8 @@ def run_worker(args: argparse.Namespace) -> int:
         "groupkit.assignor": args.assignor,
         "groupkit.rebalance.protocol": args.protocol,
     }
+    if args.load_interval_ms is not None:
+        conf["groupkit.load.rebalance.interval.ms"] = args.load_interval_ms
     observer = PrometheusObserver(registry, kafka_exporter_names=args.kafka_exporter_names)
     consumer = GroupConsumer(conf, observers=[observer])
     consumer.subscribe([args.topic])
@@ -232,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--max-rate", type=float, default=float(os.environ.get("DEMO_MAX_RATE", 80)),
                    help="records per second this member processes (0: unlimited)")  # fmt: skip
     w.add_argument("--session-timeout-ms", type=int, default=6000)
+    w.add_argument("--load-interval-ms", type=int, default=None,
+                   help="groupkit.load.rebalance.interval.ms (default: the library's)")  # fmt: skip
     w.add_argument("--kafka-exporter-names", action="store_true",
                    help="also export the lag under kafka_exporter's metric names")  # fmt: skip
     w.set_defaults(func=run_worker)

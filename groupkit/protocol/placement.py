@@ -24,25 +24,28 @@ The model, per member ``m`` of a plan:
   declared capacity (or the measured rate, if higher); without either, the mean of the
   members whose rate is known, or its measured rate if higher. And a member that is not busy
   keeps up, as it shows: it counts as at most 90 % utilized (``KEEPING_UP``).
-- Its utilization ``rho_m = A_m / mu_m`` and its predicted time to drain
-  ``T_m = B_m / (mu_m - A_m)`` (infinite when ``rho_m >= 1``: its lag only grows).
+- Its utilization ``rho_m = A_m / mu_m``, and its predicted *delay* at the horizon ``H``
+  (``horizon_ms``, a minute): the backlog it is predicted to hold then,
+  ``max(0, B_m + (A_m - mu_m) * H)``, in seconds of its work (divided by ``mu_m``): how long
+  a record arriving then waits. A member that drains its lag within ``H`` has none; one that
+  falls behind has more the more it falls behind; a partition's backlog moves with it.
 
-The forecast of a plan (:class:`Forecast`) is its largest ``rho`` and largest ``T``. The
+The forecast of a plan (:class:`Forecast`) is its largest ``rho`` and its largest delay. The
 decision, in order (the hysteresis that keeps the group from oscillating):
 
 1. Off when the interval is 0; never while a rebalance is in flight (the caller says so: a
    generation not yet complete and acknowledged, a plan or write of the leader's own under
    way); never within ``interval_ms`` of the last re-plan (log time).
-2. The regime: ``overload`` when some member has ``rho >= 1`` (the goal: the largest ``rho``);
-   else ``drain`` when the largest ``T`` is at least ``min_drain_ms`` (the goal: the largest
-   ``T``, and no member may be overloaded by a move); else no pressure, no move.
+2. No pressure, no move: the largest delay is below ``min_delay_ms`` (5 s). Else the reason
+   is ``overload`` when some member has ``rho >= 1`` (its lag only grows), else ``drain``
+   (it drains, but not within the horizon); the goal is the largest delay either way.
 3. Greedy moves, at most ``max_moves`` (the cap, 2 by default): each step moves one partition
    of the worst member to one of the ``receivers`` least loaded members subscribed to its
-   topic, the move that lowers the sorted vector of the members' goal values (largest first)
-   the most; it stops when no move lowers it.
-4. ``gain = 1 - goal(after) / goal(before)``. Below ``min_gain`` (20 %): no move. Else the
-   shortest prefix of the moves whose gain is at least ``enough`` (80 %) of the full gain and
-   at least ``min_gain``: as few partitions as give most of the gain.
+   topic, the move that lowers the sorted vector of the members' delays (largest first) the
+   most; it stops when no move lowers it.
+4. ``gain = 1 - delay(after) / delay(before)`` of the largest delays. Below ``min_gain``
+   (20 %): no move. Else the shortest prefix of the moves whose gain is at least ``enough``
+   (80 %) of the full gain and at least ``min_gain``: as few partitions as give most of it.
 
 Deterministic: the same input in any dict order gives the same answer (members and partitions
 are visited sorted, ties broken by id). Pure: values in, values out.
@@ -89,8 +92,10 @@ class LoadPolicy:
     max_moves: int = 2
     #: a re-plan moves the fewest partitions that give this share of its full gain
     enough: float = 0.8
-    #: below this predicted time to drain of the slowest member (and nobody overloaded): no move
-    min_drain_ms: int = 10_000
+    #: how far ahead the forecast looks
+    horizon_ms: int = 60_000
+    #: below this predicted delay of the worst member at the horizon: no move
+    min_delay_ms: int = 5_000
     #: a member whose backlog holds this many seconds of its arrivals ...
     busy_s: float = 1.0
     #: ... and at least this many records works flat out: commits show its true rate
@@ -109,15 +114,13 @@ class LoadPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Forecast:
-    """What a plan is predicted to do: its worst member's utilization and time to drain."""
+    """What a plan is predicted to do: its worst member's utilization and delay."""
 
     #: the largest ``arrivals / rate`` of a member (>= 1: its lag only grows)
     utilization: float
-    #: the largest predicted time to drain of a member, in seconds (``inf`` when overloaded)
-    drain_s: float
-
-    def goal(self, reason: ReplanReason) -> float:
-        return self.utilization if reason == ReplanReason.OVERLOAD else self.drain_s
+    #: the largest predicted delay of a member at the horizon, in seconds: the backlog it is
+    #: predicted to hold then, in seconds of its work
+    delay_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +136,7 @@ class Replan:
 
     reason: ReplanReason
     moves: tuple[Move, ...]
-    #: ``1 - goal(after) / goal(before)``, at least the policy's ``min_gain``
+    #: ``1 - delay(after) / delay(before)`` of the worst members, at least the policy's ``min_gain``
     gain: float
     before: Forecast
     after: Forecast
@@ -209,8 +212,10 @@ class _Plan:
         owned: Mapping[str, Iterable[TopicPartition]],
         loads: Mapping[TopicPartition, PartitionLoad],
         rates: Mapping[str, float],
+        horizon_s: float,
     ) -> None:
         self.loads = loads
+        self.horizon_s = horizon_s
         self.rate = dict(rates)
         self.parts = {m: set(ps) for m, ps in owned.items()}
         self.arrivals = {m: sum(self.arrivals_of(tp) for tp in ps) for m, ps in self.parts.items()}
@@ -224,19 +229,15 @@ class _Plan:
         pl = self.loads.get(tp)
         return float(pl.lag) if pl is not None else 0.0
 
-    def value(self, m: str, reason: ReplanReason, da: float = 0.0, db: float = 0.0) -> float:
-        """Member ``m``'s goal value, with ``da`` more arrivals and ``db`` more backlog."""
+    def value(self, m: str, da: float = 0.0, db: float = 0.0) -> float:
+        """Member ``m``'s predicted delay (s), with ``da`` more arrivals and ``db`` more backlog."""
         a, b, mu = self.arrivals[m] + da, self.backlog[m] + db, self.rate[m]
-        if reason == ReplanReason.OVERLOAD:
-            return a / mu
-        if a >= mu:
-            return math.inf
-        return b / (mu - a)
+        return max(0.0, b + (a - mu) * self.horizon_s) / mu
 
     def forecast(self) -> Forecast:
         util = max((self.arrivals[m] / self.rate[m] for m in self.parts), default=0.0)
-        drain = max((self.value(m, ReplanReason.DRAIN) for m in self.parts), default=0.0)
-        return Forecast(util, drain)
+        delay = max((self.value(m) for m in self.parts), default=0.0)
+        return Forecast(util, delay)
 
     def move(self, tp: TopicPartition, source: str, target: str) -> None:
         self.parts[source].discard(tp)
@@ -249,16 +250,13 @@ class _Plan:
 
 
 def _greedy(
-    plan: _Plan,
-    topics: Mapping[str, frozenset[str]],
-    reason: ReplanReason,
-    policy: LoadPolicy,
+    plan: _Plan, topics: Mapping[str, frozenset[str]], policy: LoadPolicy
 ) -> list[tuple[Move, Forecast]]:
     """Up to ``max_moves`` moves, each the best single move from the worst member."""
     out: list[tuple[Move, Forecast]] = []
     ids = sorted(plan.parts)
     for _ in range(policy.max_moves):
-        values = {m: plan.value(m, reason) for m in ids}
+        values = {m: plan.value(m) for m in ids}
         current = sorted(values.values(), reverse=True)
         worst = max(ids, key=lambda m: (values[m], m))
         # the receivers: the least loaded members, whoever takes a partition of the worst
@@ -272,7 +270,7 @@ def _greedy(
             for m in takers:
                 rest = [v for k, v in values.items() if k not in (worst, m)]
                 vec = sorted(
-                    [*rest, plan.value(worst, reason, -a, -b), plan.value(m, reason, a, b)],
+                    [*rest, plan.value(worst, -a, -b), plan.value(m, a, b)],
                     reverse=True,
                 )
                 if vec < current and (best is None or (vec, tp, m) < best):
@@ -285,11 +283,8 @@ def _greedy(
     return out
 
 
-def _gain(before: Forecast, after: Forecast, reason: ReplanReason) -> float:
-    if reason == ReplanReason.DRAIN and after.utilization >= 1:
-        return -math.inf  # a move must not make a member fall behind for good
-    b, a = before.goal(reason), after.goal(reason)
-    return 1 - a / b if b > 0 else 0.0
+def _gain(before: Forecast, after: Forecast) -> float:
+    return 1 - after.delay_s / before.delay_s if before.delay_s > 0 else 0.0
 
 
 def decide(
@@ -318,14 +313,11 @@ def decide(
     owned = {m: frozenset(s.owned) for m, s in members.items()}
     if len(members) < 2 or not any(tp in loads for ps in owned.values() for tp in ps):
         return LoadDecision(skip=ReplanSkip.NO_LOAD)
-    plan = _Plan(owned, loads, member_rates(members, loads, policy))
+    plan = _Plan(owned, loads, member_rates(members, loads, policy), policy.horizon_ms / 1000)
     before = plan.forecast()
-    if before.utilization >= 1:
-        reason = ReplanReason.OVERLOAD
-    elif before.drain_s * 1000 >= policy.min_drain_ms:
-        reason = ReplanReason.DRAIN
-    else:
+    if before.delay_s * 1000 < policy.min_delay_ms:
         return LoadDecision(skip=ReplanSkip.NO_PRESSURE, forecast=before)
+    reason = ReplanReason.OVERLOAD if before.utilization >= 1 else ReplanReason.DRAIN
     topics = {m: frozenset(s.topics) for m, s in members.items()}
     if assignor is not None:
         try:
@@ -333,9 +325,9 @@ def decide(
         except Exception:
             return LoadDecision(skip=ReplanSkip.INVALID, forecast=before)
         if answer is not None:
-            return _assignors(plan, owned, topics, answer, reason, before, policy)
-    steps = _greedy(plan, topics, reason, policy)
-    gains = [_gain(before, f, reason) for _, f in steps]
+            return _assignors(plan, owned, topics, answer, before, policy)
+    steps = _greedy(plan, topics, policy)
+    gains = [_gain(before, f) for _, f in steps]
     full = max(gains, default=-math.inf)
     if full < policy.min_gain:
         return LoadDecision(skip=ReplanSkip.SMALL_GAIN, forecast=before)
@@ -351,7 +343,6 @@ def _assignors(
     owned: Mapping[str, frozenset[TopicPartition]],
     topics: Mapping[str, frozenset[str]],
     answer: Mapping[str, Iterable[tuple[str, int]]],
-    reason: ReplanReason,
     before: Forecast,
     policy: LoadPolicy,
 ) -> LoadDecision:
@@ -379,6 +370,6 @@ def _assignors(
     for mv in moves:
         plan.move(mv.partition, mv.source, mv.target)
     after = plan.forecast()
-    gain = min(1.0, max(0.0, _gain(before, after, reason)))
+    gain = min(1.0, max(0.0, _gain(before, after)))
     return LoadDecision(Replan(ReplanReason.ASSIGNOR, tuple(moves), gain, before, after),
                         forecast=before)  # fmt: skip

@@ -256,5 +256,5 @@ def log_replan(group: str, r: Replan, generation: int) -> None:
               partitions=[f"{mv.partition}:{mv.source}->{mv.target}" for mv in r.moves],
               utilization_before=round(r.before.utilization, 3),
               utilization_after=round(r.after.utilization, 3),
-              drain_s_before=round(r.before.drain_s, 1),
-              drain_s_after=round(r.after.drain_s, 1))  # fmt: skip
+              delay_s_before=round(r.before.delay_s, 1),
+              delay_s_after=round(r.after.delay_s, 1))  # fmt: skip
