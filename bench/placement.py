@@ -10,7 +10,9 @@ load of ``--load`` (60 %) of the group's capacity. Scenarios, each ``--duration`
   ``--burst`` (3000) records into the partition of the member with the most load (time to
   drain: until the group's lag is back under twice what it was before the burst);
 - ``moving``: one hot partition takes half the load, the others share the rest; the hot spot
-  moves to another member's partition every ``--move-every`` (60) s.
+  moves to another member's partition every ``--move-every`` (60) s;
+- ``steady`` (not in the default run: ``--scenarios steady --duration 300``): every partition
+  the same load; load-following must make no move.
 
 Contenders, all four at once in each scenario on the same broker (each its own topic, group
 and producer, the same load): ``balanced`` with load rebalancing (every ``--interval-ms``,
@@ -25,6 +27,7 @@ drain after the burst.
 
     python bench/placement.py            # two scenarios x 180 s, four contenders at once
     python bench/placement.py --quick    # a short smoke run
+    python bench/placement.py --scenarios steady --duration 300 --contenders "balanced + load"
 """
 
 from __future__ import annotations
@@ -125,6 +128,8 @@ def rates(scenario: str, args: argparse.Namespace, hot: int) -> list[float]:
     n = args.partitions
     if scenario == "zipf":
         w = [1 / (p + 1) for p in range(n)]
+    elif scenario == "steady":
+        w = [1.0] * n
     else:
         w = [float(n - 1) if p == hot else 1.0 for p in range(n)]
     s = sum(w)
@@ -385,6 +390,10 @@ def report(results: dict[str, dict[str, dict[str, Any]]], args: argparse.Namespa
                 )  # fmt: skip
             per_interval = args.duration / (args.interval_ms / 1000)
             targets["moving: at most one re-plan per interval"] = lf["replans"] <= per_interval
+        if scenario == "steady" and lf is not None:
+            targets[f"steady: no move in {args.duration:g} s"] = (
+                lf["replans"] == 0 and lf["moved_per_min"] == 0
+            )
     notes = [
         f"{args.members} members each processing at most {args.max_rate:g} records/s (paced), "
         f"{args.partitions} partitions, load {args.load:.0%} of the group's capacity; "
