@@ -22,8 +22,8 @@ The model, per member ``m`` of a plan:
   batches and works flat out). So: busy, ``mu_m`` is what it is measured to do, whatever it
   declared (a member slower than its capacity is planned by what it does); not busy, its
   declared capacity (or the measured rate, if higher); without either, the mean of the
-  members whose rate is known, or its measured rate if higher. And a member that is not busy
-  keeps up, as it shows: it counts as at most 90 % utilized (``KEEPING_UP``).
+  members whose rate is known, or its measured rate if higher. And a member without such a
+  backlog keeps up, as it shows: it counts as at most 90 % utilized (``KEEPING_UP``).
 - Its utilization ``rho_m = A_m / mu_m``, and its predicted *delay* at the horizon ``H``
   (``horizon_ms``, a minute): the backlog it is predicted to hold then,
   ``max(0, B_m + (A_m - mu_m) * H)``, in seconds of its work (divided by ``mu_m``): how long
@@ -171,7 +171,8 @@ def member_rates(
     known: dict[str, float] = {}
     measured: dict[str, float] = {}
     arrivals: dict[str, float] = {}
-    busy: set[str] = set()
+    behind: set[str] = set()  # its backlog says it works flat out (or would, if measured)
+    busy: set[str] = set()  # behind, and measured: what it does is its rate
     for m, sub in sorted(members.items()):
         own = [loads[tp] for tp in sub.owned if tp in loads]
         arrival = sum(pl.produce_rate for pl in own)
@@ -181,11 +182,9 @@ def member_rates(
         if got is not None:
             measured[m] = got
         arrivals[m] = arrival
-        if (
-            backlog >= policy.busy_records
-            and backlog >= arrival * policy.busy_s
-            and got is not None
-        ):
+        if backlog >= policy.busy_records and backlog >= arrival * policy.busy_s:
+            behind.add(m)
+        if m in behind and got is not None:
             busy.add(m)
             known[m] = max(got, MIN_RATE)  # what it does, whatever it declared
         elif sub.capacity is not None:
@@ -193,14 +192,11 @@ def member_rates(
     ref = sum(known.values()) / len(known) if known else 0.0
     out: dict[str, float] = {}
     for m in sorted(members):
-        if m in busy:
-            out[m] = known[m]
-        elif m in known:
-            out[m] = max(known[m], arrivals[m] / KEEPING_UP)
-        else:
-            # Nothing says how fast it could go: as fast as the others on average, and at
-            # least as fast as it was seen to go.
-            out[m] = max(ref, measured.get(m, 0.0), arrivals[m] / KEEPING_UP, MIN_RATE)
+        # Nothing says how fast it could go: as fast as the others on average, and at least
+        # as fast as it was seen to go.
+        rate = known[m] if m in known else max(ref, measured.get(m, 0.0), MIN_RATE)
+        # A member with no backlog to speak of keeps up, whatever its numbers say.
+        out[m] = rate if m in behind else max(rate, arrivals[m] / KEEPING_UP)
     return out
 
 
