@@ -397,7 +397,7 @@ def report(results: dict[str, dict[str, dict[str, Any]]], args: argparse.Namespa
     notes = [
         f"{args.members} members each processing at most {args.max_rate:g} records/s (paced), "
         f"{args.partitions} partitions, load {args.load:.0%} of the group's capacity; "
-        f"{args.duration:g} s a scenario, the four contenders at once on one broker. "
+        f"{args.duration:g} s a scenario, its contenders at once on one broker. "
         f"zipf: partition p weighs 1/(p+1), a burst of {args.burst} records into the busiest "
         f"member's partition at a third of the run. moving: one partition takes half the load, "
         f"the hot spot moves to another member's partition every {args.move_every:g} s.",
