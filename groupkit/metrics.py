@@ -85,7 +85,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.node import RebalanceSummary
 from groupkit.protocol.records import Partitions
-from groupkit.protocol.vocab import AssignorFailure, RebalanceOutcome, RejectReason
+from groupkit.protocol.vocab import AssignorFailure, RebalanceOutcome, RejectReason, ReplanReason
 from groupkit.runtime.hooks import GroupObserver
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
@@ -479,6 +479,8 @@ class PrometheusObserver(GroupObserver):
             i.rejected.labels(g, member, reason)
         for reason in AssignorFailure:
             i.assignor_failures.labels(g, member, self.assignor, reason)
+        for why in ReplanReason:
+            i.load_replans.labels(g, member, why)
         for topic in self.probe.topics:
             i.consumed.labels(g, member, topic)
 
