@@ -243,10 +243,10 @@ class ReplanReason(StrEnum):
 
     OVERLOAD = "overload"
     """A member receives more records than it processes: its lag grows without end. The plan
-    lowers the largest member's utilization (arrivals / processing rate)."""
+    lowers the largest member's predicted delay (placement.py)."""
     DRAIN = "drain"
-    """Every member keeps up, but one would take long to drain its lag. The plan lowers the
-    largest member's predicted time to drain."""
+    """Every member keeps up, but one would not drain its lag within the horizon. The plan
+    lowers the largest member's predicted delay."""
     ASSIGNOR = "assignor"
     """The group's assignor asked for it (``Assignor.replan``); the gain is groupkit's forecast
     of its plan."""
@@ -265,7 +265,7 @@ class ReplanSkip(StrEnum):
     NO_LOAD = "no_load"
     """Nothing measured yet (or nothing assigned)."""
     NO_PRESSURE = "no_pressure"
-    """Every member keeps up and drains its lag within ``min_drain_ms``."""
+    """No member's predicted delay reaches ``min_delay_ms``."""
     SMALL_GAIN = "small_gain"
     """No few moves improve the forecast by ``min_gain``."""
     NO_CHANGE = "no_change"
