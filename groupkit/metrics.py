@@ -89,7 +89,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState
 from groupkit.protocol.node import RebalanceSummary
 from groupkit.protocol.records import Partitions
-from groupkit.protocol.vocab import AssignorFailure, RebalanceOutcome, RejectReason
+from groupkit.protocol.vocab import AssignorFailure, RebalanceOutcome, RejectReason, ReplanReason
 from groupkit.runtime.hooks import GroupObserver
 from groupkit.runtime.probe import MemberProbe
 from groupkit.types import TopicPartition
@@ -212,6 +212,8 @@ METRICS: Mapping[str, MetricSpec] = {
         MetricSpec("groupkit_assignor_failures_total", "counter", (*_M, "assignor", "reason"),
                    "Plans of the group's assignor replaced by the built-in fallback (leader), "
                    "by reason: raised, invalid, timeout."),
+        MetricSpec("groupkit_load_replans_total", "counter", (*_M, "reason"),
+                   "Re-plans for the load the leader wrote, by reason: overload, drain."),
         MetricSpec("groupkit_records_consumed_total", "counter", (*_M, "topic"),
                    "Records handed to the app by poll/consume.",
                    "Java consumer records-consumed-total"),
@@ -291,6 +293,7 @@ class _Instruments:
         self.rejected = counter("groupkit_control_records_rejected_total")
         self.consumed = counter("groupkit_records_consumed_total")
         self.assignor_failures = counter("groupkit_assignor_failures_total")
+        self.load_replans = counter("groupkit_load_replans_total")
         self.collector = GroupkitCollector()
         registry.register(self.collector)
         self._registry = registry
@@ -491,6 +494,8 @@ class PrometheusObserver(GroupObserver):
             i.rejected.labels(g, member, reason)
         for reason in AssignorFailure:
             i.assignor_failures.labels(g, member, self.assignor, reason)
+        for why in ReplanReason:
+            i.load_replans.labels(g, member, why)
         for topic in self.probe.topics:
             i.consumed.labels(g, member, topic)
 
@@ -537,6 +542,9 @@ class PrometheusObserver(GroupObserver):
 
     def assignor_failed(self, assignor: str, reason: AssignorFailure, detail: str) -> None:
         self._i.assignor_failures.labels(self.group, self._member(), assignor, reason).inc()
+
+    def load_replanned(self, reason: str, gain: float, moved: int) -> None:
+        self._i.load_replans.labels(self.group, self._member(), reason).inc()
 
     def handoff(
         self,

@@ -53,5 +53,18 @@ class MemberSubscription:
         object.__setattr__(self, "capacity", capacity)
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionLoad:
+    """What the leader measures of one partition, for re-plans for the load (runtime/load.py;
+    ``Assignor.replan``)."""
+
+    #: records not yet committed by the group
+    lag: int
+    #: records appended per second
+    produce_rate: float
+    #: records committed per second by its owner; ``None``: not measured (yet)
+    consume_rate: float | None = None
+
+
 Assignment = dict[str, list[TopicPartition]]
 """``{member_id: sorted partitions}``, every member present."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from groupkit.cli import build_parser
-from groupkit.dev.demo import MemberView, render
+from groupkit.dev.demo import DEMO_LOAD_INTERVAL_MS, MemberView, load_interval_ms, render
 from groupkit.dev.demo_worker import zipf_weights
 
 
@@ -46,3 +46,14 @@ def test_demo_command_line_defaults() -> None:
         ["demo", "--members", "5", "--assignor", "balanced", "--protocol", "eager"]
     )
     assert (args.members, args.assignor, args.protocol) == (5, "balanced", "eager")
+
+
+def test_the_demo_follows_the_load_unless_told_otherwise() -> None:
+    args = build_parser().parse_args(["demo"])
+    assert args.assignor == "balanced" and load_interval_ms(args) == DEMO_LOAD_INTERVAL_MS
+    contrast = build_parser().parse_args(["demo", "--assignor", "cooperative-sticky"])
+    assert load_interval_ms(contrast) == 0
+    eager = build_parser().parse_args(["demo", "--protocol", "eager"])
+    assert load_interval_ms(eager) == 0
+    given = build_parser().parse_args(["demo", "--load-interval-ms", "5000"])
+    assert load_interval_ms(given) == 5000

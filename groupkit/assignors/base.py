@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from groupkit.errors import ConfigError, UnknownAssignorError
 from groupkit.log import get_logger
-from groupkit.types import Assignment, MemberSubscription, TopicPartition
+from groupkit.types import Assignment, MemberSubscription, PartitionLoad, TopicPartition
 
 _log = get_logger("groupkit.assignors")
 
@@ -70,6 +70,29 @@ class Assignor(ABC):
             result = self._assign(counts, ordered, dict(lags or {}))
         out: Assignment = {m: sorted(result.get(m, ())) for m in sorted(members)}
         return out
+
+    def replan(
+        self,
+        members: Mapping[str, MemberSubscription],
+        loads: Mapping[TopicPartition, PartitionLoad],
+    ) -> Assignment | None:
+        """Take part in the leader's re-plans for the load (``groupkit.load.rebalance.
+        interval.ms``).
+
+        Called on the leader's load worker (never on its heartbeat path), only while the group
+        is stable and the interval has passed since the last re-plan. It receives:
+
+        - ``members``: each member's topics, the partitions it owns now (``owned``, of the
+          current generation) and its declared ``capacity`` (records/s, or ``None``);
+        - ``loads``: what the leader measured of each partition (:class:`PartitionLoad`).
+
+        It answers ``None`` (this default) to leave the decision to groupkit's own rule
+        (``groupkit.protocol.placement.decide``); every member's ``owned`` to say "no change";
+        or the assignment to move to, every partition of ``owned`` once, each to a member
+        subscribed to its topic. That is written as a cooperative generation if it moves at
+        most the policy's cap (2 partitions), and otherwise ignored and logged.
+        """
+        return None
 
     @abstractmethod
     def _assign(

@@ -12,7 +12,9 @@ What it does, in order:
    ``--max-rate`` records a second, so the owners of hot partitions fall behind.
 4. Every ``--refresh`` seconds scrapes every member's ``/metrics`` and draws a table: members,
    leader, generation, partitions with their lag, consumption rate, and the last rebalances
-   (from the leader's ``rebalance`` log lines). Every ``--churn-interval`` seconds it adds a
+   (from the leader's ``rebalance`` log lines), and each re-plan for the load in the events
+   (``balanced``, the default, follows the load every 10 s; ``--assignor cooperative-sticky``
+   shows the contrast). Every ``--churn-interval`` seconds it adds a
    member, or removes the oldest one (usually the leader), so rebalances keep happening.
 5. Writes ``status.json`` and a Prometheus config (``prometheus/prometheus.yml`` with a
    ``file_sd`` target list kept up to date as members come and go) into ``--state-dir``.
@@ -42,6 +44,17 @@ from typing import Any
 from groupkit.dev.demo_worker import EVENT_PRODUCER_DONE, EVENT_READY
 
 DEFAULT_METRICS_PORT = 9301
+#: how often the demo's leader asks whether to follow the load (shorter than the library's
+#: default, so a re-plan shows within the first minute)
+DEMO_LOAD_INTERVAL_MS = 10_000
+
+
+def load_interval_ms(args: argparse.Namespace) -> int:
+    """The members' ``groupkit.load.rebalance.interval.ms`` (``--load-interval-ms``)."""
+    if args.load_interval_ms is not None:
+        return int(args.load_interval_ms)
+    on = args.assignor == "balanced" and args.protocol == "cooperative"
+    return DEMO_LOAD_INTERVAL_MS if on else 0
 
 
 @dataclass
@@ -302,6 +315,7 @@ class Demo:
             "--assignor", a.assignor, "--protocol", a.protocol, "--max-rate", str(a.max_rate),
             "--session-timeout-ms", str(a.session_timeout_ms),
             "--lag-status-interval-ms", str(a.lag_status_interval_ms),
+            "--load-interval-ms", str(load_interval_ms(a)),
             *(["--kafka-exporter-names"] if a.kafka_exporter_names else []),
         ])  # fmt: skip
         child.port = port
@@ -436,9 +450,11 @@ class Demo:
         if self.next_churn is not None:
             churn = f"   next churn in {max(0, self.next_churn - time.monotonic()):.0f}s"
         load = f"{a.rate:.0f} rec/s, Zipf skew {a.skew:.1f} (partition 0 hottest)"
+        every = load_interval_ms(a)
+        follow = f"follows the load every {every / 1000:g} s" if every else "load-following off"
         header = [
             f"groupkit demo  topic {self.topic} ({a.partitions} partitions)  group {self.group}  "
-            f"protocol {a.protocol}  assignor {a.assignor}",
+            f"protocol {a.protocol}  assignor {a.assignor} ({follow})",
             f"producer {load if producing else 'stopped'}"
             f"; members process <= {a.max_rate:.0f} rec/s each   "
             f"elapsed {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}{churn}   Ctrl-C stops",
@@ -463,6 +479,8 @@ class Demo:
                             f"rebalance gen {ev.get('generation')} {ev.get('reason')} moved "
                             f"{ev.get('moved')} {ev.get('duration_ms')} ms {ev.get('outcome')}"
                         )
+                elif kind == "load.replan":
+                    self._event(self._replan_line(ev))
                 elif kind == EVENT_PRODUCER_DONE:
                     self._event(f"producer stopped after {ev.get('sent')} records")
                 elif ev.get("level") in ("error", "critical"):
@@ -480,6 +498,19 @@ class Demo:
                     self._event(f"{child.name} exited with code {code} (see {child.log})")
         if changed:
             self._write_status()
+
+    def _replan_line(self, ev: dict[str, Any]) -> str:
+        """A leader's re-plan for the load, members by their demo names."""
+        names = {w.member_id: w.name for w in self.workers if w.member_id}
+        moves = []
+        for m in ev.get("partitions") or []:
+            part, _, route = str(m).partition(":")
+            src, _, dst = route.partition("->")
+            moves.append(f"{part.rsplit('-', 1)[-1]} {names.get(src, src)}->{names.get(dst, dst)}")
+        gain = ev.get("gain")
+        gain_s = f"{gain:.0%}" if isinstance(gain, int | float) else "?"
+        return (f"re-plan for the load ({ev.get('reason')}): partition {', '.join(moves)}; "
+                f"predicted gain {gain_s}")  # fmt: skip
 
     def _churn(self, now: float) -> None:
         a = self.args
@@ -554,7 +585,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partitions", type=int, default=12)
     p.add_argument("--topic", default=None, help="default: groupkit-demo-<random>")
     p.add_argument("--group", default=None, help="default: the topic's name")
-    p.add_argument("--assignor", default="cooperative-sticky")
+    p.add_argument("--assignor", default="balanced",
+                   help="balanced (default) follows the load; cooperative-sticky shows the "
+                        "contrast")  # fmt: skip
+    p.add_argument(
+        "--load-interval-ms",
+        type=int,
+        default=None,
+        help="groupkit.load.rebalance.interval.ms of the members (default: "
+        f"{DEMO_LOAD_INTERVAL_MS} with balanced under the cooperative protocol, else 0: off)",
+    )
     p.add_argument("--protocol", default="cooperative", choices=["cooperative", "eager"])
     p.add_argument("--rate", type=float, default=200.0, help="records/s the producer writes")
     p.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of partition load")

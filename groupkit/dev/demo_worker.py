@@ -128,6 +128,8 @@ def run_worker(args: argparse.Namespace) -> int:
         "groupkit.rebalance.protocol": args.protocol,
         "groupkit.lag.status.interval.ms": args.lag_status_interval_ms,
     }
+    if args.load_interval_ms is not None:
+        conf["groupkit.load.rebalance.interval.ms"] = args.load_interval_ms
     observer = PrometheusObserver(registry, kafka_exporter_names=args.kafka_exporter_names)
     consumer = GroupConsumer(conf, observers=[observer])
     consumer.subscribe([args.topic])
@@ -242,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(os.environ.get("DEMO_LAG_STATUS_INTERVAL_MS", 2000)),
         help="groupkit.lag.status.interval.ms: Burrow status samples (0: off)",
     )
+    w.add_argument("--load-interval-ms", type=int, default=None,
+                   help="groupkit.load.rebalance.interval.ms (default: the library's)")  # fmt: skip
     w.add_argument("--kafka-exporter-names", action="store_true",
                    help="also export the lag under kafka_exporter's metric names")  # fmt: skip
     w.set_defaults(func=run_worker)

@@ -73,10 +73,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rebalance",
-        choices=["membership", "every"],
+        choices=["membership", "every", "load"],
         default="membership",
         help="when each assignor rebalances: on membership changes, as groupkit "
-        "does (default), or at every snapshot",
+        "does (default), or at every snapshot, or on membership changes and by the leader's "
+        "load re-plans in between (load)",
     )
     p.add_argument("--out", default="replay-out", help="folder for Parquet, report and charts")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")

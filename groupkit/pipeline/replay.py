@@ -15,7 +15,11 @@ How one group is replayed:
    it last time, with that generation, so sticky assignors are sticky against their own past,
    never against what the real group did. ``rebalance="every"`` rebalances at every snapshot
    instead: an upper bound for lag-aware assignors, as if the group rebalanced on every
-   lag reading.
+   lag reading. ``rebalance="load"`` rebalances as ``membership`` does, and between those
+   asks the leader's load re-plan (``groupkit.protocol.placement.decide``, the function the
+   leader runs, with its default policy) at every snapshot whether to move a few partitions:
+   the produce rates from the end offsets of consecutive snapshots, each member's rate from
+   step 4 as its capacity.
 3. The snapshot's per-partition lags are the demand every assignor is judged against (the
    lag the group really had at that moment; how lag would have evolved under another
    assignment is not simulated). Per snapshot and assignor it records each member's lag, the
@@ -47,11 +51,14 @@ from groupkit.assignors.invariants import (
     previous_owners,
 )
 from groupkit.errors import MalformedTelemetry
+from groupkit.protocol.placement import LoadPolicy, decide
 from groupkit.runtime.telemetry import LagSnapshot, decode
-from groupkit.types import MemberSubscription, TopicPartition
+from groupkit.types import MemberSubscription, PartitionLoad, TopicPartition
 
 ACTUAL = "actual"
-REBALANCE_MODES = ("membership", "every")
+REBALANCE_MODES = ("membership", "every", "load")
+#: the load re-plans of the ``load`` mode: the leader's own defaults
+LOAD_POLICY = LoadPolicy()
 
 #: Columns of the replay's result, with their Spark SQL types (also the Parquet schema).
 RESULT_SCHEMA: tuple[tuple[str, str], ...] = (
@@ -84,6 +91,40 @@ class _Track:
     assignment: dict[str, list[TopicPartition]]
     generation: int
     key: tuple[object, ...]
+    #: ``ts_ms`` of its last load re-plan (mode ``load``)
+    replanned_at: int | None = None
+
+
+def _loads(prev: LagSnapshot, s: LagSnapshot) -> dict[TopicPartition, PartitionLoad]:
+    """Each partition's lag and produce rate between two snapshots (the commit rates are the
+    real owners', not a counterfactual's: left out, members are planned by their rates)."""
+    dt = (s.ts_ms - prev.ts_ms) / 1000
+    out: dict[TopicPartition, PartitionLoad] = {}
+    for t, o in s.topics.items():
+        before = prev.topics.get(t)
+        for p, lag in enumerate(o.lag):
+            rate = 0.0
+            if before is not None and p < len(before.end) and dt > 0:
+                rate = max(0.0, (o.end[p] - before.end[p]) / dt)
+            out[TopicPartition(t, p)] = PartitionLoad(lag, rate)
+    return out
+
+
+def _replan(
+    tr: _Track, prev: LagSnapshot, s: LagSnapshot, rates: Mapping[str, float]
+) -> tuple[dict[str, list[TopicPartition]], int] | None:
+    """The leader's load re-plan of ``tr``'s assignment at ``s``: (assignment, moved), or
+    ``None``."""
+    members = {
+        m: MemberSubscription(i.topics, tr.assignment.get(m, ()), tr.generation,
+                              capacity=rates.get(m) or i.capacity)
+        for m, i in s.members.items()
+    }  # fmt: skip
+    d = decide(members, _loads(prev, s), s.ts_ms, tr.replanned_at, policy=LOAD_POLICY)
+    if d.replan is None:
+        return None
+    new = d.replan.apply({m: tr.assignment.get(m, ()) for m in s.members})
+    return {m: sorted(ps) for m, ps in new.items()}, len(d.replan.moves)
 
 
 def _membership_key(s: LagSnapshot) -> tuple[object, ...]:
@@ -185,7 +226,13 @@ def replay_group(
         key = _membership_key(s)
         for name, impl in impls.items():
             tr = tracks.get(name)
-            if tr is not None and rebalance == "membership" and tr.key == key:
+            if tr is not None and rebalance != "every" and tr.key == key:
+                got = _replan(tr, ordered[index - 1], s, rates) if rebalance == "load" else None
+                if got is not None:  # a cooperative generation: only the moved are revoked
+                    tracks[name] = _Track(got[0], tr.generation + 1, key, s.ts_ms)
+                    rows.append(_row(group, index, s, name, got[0], lags, rates, True, got[1],
+                                     got[1]))  # fmt: skip
+                    continue
                 rows.append(_row(group, index, s, name, tr.assignment, lags, rates, False, 0, 0))
                 continue
             generation = tr.generation + 1 if tr is not None else 1
@@ -202,7 +249,7 @@ def replay_group(
             new = impl.assign(counts, subs, lags if impl.uses_lag else None)
             moved = len(moved_partitions(counts, subs, new))
             owners = previous_owners(counts, subs)
-            tracks[name] = _Track(new, generation, key)
+            tracks[name] = _Track(new, generation, key, tr.replanned_at if tr else None)
             rows.append(_row(group, index, s, name, new, lags, rates, True, moved, len(owners)))
         if include_actual:
             owners_now = s.owners()

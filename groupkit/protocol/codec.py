@@ -41,6 +41,7 @@ from groupkit.protocol.schema import (
     HeartbeatRecord,
     LeaseKey,
     LeaseRecord,
+    LoadReplan,
     MemberKey,
     MemberRecord,
     MemberRef,
@@ -304,6 +305,10 @@ def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
     if v.fallback is not None:  # optional: absent means the group's own assignor planned it
         f = v.fallback
         doc["fallback"] = {"reason": f.reason, "detail": f.detail, "assignor": f.assignor}
+    if v.replan is not None:  # optional, information only: the newest re-plan for the load
+        r = v.replan
+        doc["replan"] = {"reason": r.reason, "gain": round(r.gain, 4), "moved": r.moved,
+                         "gen": r.generation, "at": r.at}  # fmt: skip
     if v.origin is not None:  # optional: a re-assertion's only
         doc["origin"] = list(v.origin)
     return doc
@@ -746,6 +751,7 @@ def _assignment_from(
         partition_counts=tuple(sorted(counts.items())),
         members=members,
         fallback=_fallback(doc) if "fallback" in doc else None,
+        replan=_replan(doc) if "replan" in doc else None,
         origin=_origin(doc) if "origin" in doc else None,
     )
 
@@ -755,6 +761,15 @@ def _origin(doc: Mapping[str, Any]) -> tuple[int, int]:
     if len(o) != 2 or not all(is_int(x) and x >= 0 for x in o):
         raise RecordRejected(RejectReason.BAD_VALUE, "origin: [offset, log time] expected")
     return o[0], o[1]
+
+
+def _replan(doc: Mapping[str, Any]) -> LoadReplan:
+    r = _get(doc, "replan", dict)
+    gain = _get(r, "gain", (int, float))
+    if isinstance(gain, bool) or not 0 <= gain <= 1:
+        raise RecordRejected(RejectReason.BAD_VALUE, "replan gain: a number in [0, 1] expected")
+    return LoadReplan(_str(r, "reason"), float(gain), _nat(r, "moved"), _nat(r, "gen"),
+                      _nat(r, "at"))  # fmt: skip
 
 
 def _fallback(doc: Mapping[str, Any]) -> AssignorFallback:

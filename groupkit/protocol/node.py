@@ -53,6 +53,7 @@ import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.judge import Judge
 from groupkit.protocol.member import Actions, Member
+from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone
 from groupkit.protocol.snapshot import to_snapshot
@@ -399,6 +400,23 @@ class Node:
         ):
             return Lead(d, rebalance_done=self._finish(now_ms, RebalanceOutcome.COMPLETED))
         return Lead(d)
+
+    def replan(
+        self, now_ms: int, partition_counts: Mapping[str, int], replan: Replan, generation: int
+    ) -> Lead | None:
+        """Write ``replan`` (``placement.decide``'s answer, made while the group was stable at
+        ``generation``) as a generation of its own, if this node is :meth:`ready`, the group is
+        still at that generation and stable (``Planner.load_plan``). The answer is a ``write``
+        like :meth:`plan`'s, or ``None``: nothing to do."""
+        if not self.ready(now_ms) or self.state.generation != generation:
+            return None
+        d = self.planner.load_plan(self.state, partition_counts, replan)
+        if d.action != DecisionAction.WRITE or d.reason != DecisionReason.LOAD:
+            return None
+        key, value = d.encode(self.member.signer)
+        self.awaiting = SENT
+        self._idle = None
+        return Lead(d, key, value, self._track(now_ms, d))
 
     def _unchanged(self, partition_counts: Mapping[str, int]) -> Decision | None:
         """The planner's last answer, if it writes nothing and must still be its answer.

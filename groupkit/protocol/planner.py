@@ -66,6 +66,7 @@ from groupkit.assignors import (
 )
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, basis_of, run_assignor
 from groupkit.protocol.group import MemberState
+from groupkit.protocol.placement import Replan
 from groupkit.protocol.records import (
     EMPTY,
     PROTOCOLS,
@@ -73,6 +74,7 @@ from groupkit.protocol.records import (
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
+    LoadReplan,
     MemberRef,
     Partitions,
     Signer,
@@ -367,6 +369,40 @@ class Planner:
             return Decision(DecisionAction.WAIT, DecisionReason.AWAITING_ACKNOWLEDGEMENT)
         return Decision(DecisionAction.NONE, DecisionReason.STABLE)
 
+    def load_plan(
+        self, state: GroupState, partition_counts: Mapping[str, int], replan: Replan
+    ) -> Decision:
+        """A cooperative generation that makes ``replan``'s moves (protocol/placement.py), if
+        the group is stable (:meth:`plan` answers ``stable``) and every move still starts at
+        the partition's owner in the current generation and ends at a member of it subscribed
+        to its topic; else ``none`` (with :meth:`plan`'s reason when the group is not stable:
+        what it needs is planned by :meth:`plan`, not here).
+
+        The target is the current generation with the moves made, filtered like any plan
+        (:func:`adjust_cooperative`): a moved partition is revoked from its owner and pending
+        for its new one, granted by the follow-up once let go; nothing else is paused. Eager
+        groups never re-plan for the load: their every generation revokes everything."""
+        d = self.plan(state, partition_counts, defer=True)
+        if not (d.action == DecisionAction.NONE and d.reason == DecisionReason.STABLE):
+            return Decision(DecisionAction.NONE, d.reason)
+        cur = state.assignment
+        if self.protocol != RebalanceProtocol.COOPERATIVE or cur is None or not replan.moves:
+            return d
+        target = {m: set(c.assigned) for m, c in cur.members.items()}
+        for mv in replan.moves:
+            dest = cur.members.get(mv.target)
+            if mv.partition not in target.get(mv.source, ()) or dest is None:
+                return d
+            if mv.partition.topic not in dest.topics:
+                return d
+            target[mv.source].discard(mv.partition)
+            target[mv.target].add(mv.partition)
+        adj = adjust_cooperative(target, _holders(state), _reserved(state))
+        info = LoadReplan(replan.reason, min(1.0, max(0.0, replan.gain)), len(replan.moves),
+                          state.generation + 1, state.log_time)  # fmt: skip
+        return self._emit(state, cur.members, adj, dict(cur.partition_counts),
+                          DecisionReason.LOAD, cur.fallback, info)  # fmt: skip
+
     # ------------------------------------------------------------------ records
 
     def _assign(
@@ -424,6 +460,7 @@ class Planner:
         counts: Mapping[str, int],
         reason: DecisionReason,
         fallback: AssignorFallback | None = None,
+        replan: LoadReplan | None = None,
     ) -> Decision:
         members = {
             i: CoveredMember(
@@ -441,7 +478,7 @@ class Planner:
         phase = Phase.COMPLETE if adj.complete else Phase.PARTIAL
         if phase == Phase.COMPLETE and self._admits(fallback):
             members = name_heirs(admit_newcomer(members, counts, state.leader))
-        return self._record(state, phase, members, counts, reason, fallback)
+        return self._record(state, phase, members, counts, reason, fallback, replan)
 
     def _admits(self, fallback: AssignorFallback | None) -> bool:
         """Whether this planner's complete generations name what a newcomer would get
@@ -464,8 +501,12 @@ class Planner:
         counts: Mapping[str, int],
         reason: DecisionReason,
         fallback: AssignorFallback | None = None,
+        replan: LoadReplan | None = None,
     ) -> Decision:
         assert state.leader is not None
+        cur = state.assignment
+        if replan is None and cur is not None:
+            replan = cur.replan  # information that outlives its generation: describe shows it
         lead = state.members[state.leader]
         key, rec = assignment_record(
             state.group,
@@ -479,6 +520,7 @@ class Planner:
             partition_counts=counts,
             members=members,
             fallback=fallback,
+            replan=replan,
         )
         return Decision(DecisionAction.WRITE, reason, rec, key)
 

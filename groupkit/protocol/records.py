@@ -58,6 +58,13 @@ a reader accepts any). Follow-up generations of that plan carry it on, so every 
 own assignor planned it; records that predate the field decode without one. It is inside the
 signed payload like every field.
 
+``replan`` (optional, in assignment records, ``{"reason", "gain", "moved", "gen", "at"}``): the
+newest generation the leader planned to follow the load (protocol/placement.py): why
+(``overload`` or ``drain``), its predicted gain, how many partitions it moved, the generation
+that started it and the log time it was planned at. Information only: the replay checks the
+generation as any other and reads nothing of it; later generations carry it on, so that
+``groupkit describe`` shows the newest re-plan and the next leader keeps the interval.
+
 ``instance`` (optional, str): the ``group.instance.id`` of a static member (KIP-345), which is
 its member id; ``seat`` (optional, str, only with ``instance``): the incarnation the group knows
 its seat by, echoed from its replay; ``seat_ts`` (optional, int, only in a static member's join,
@@ -134,6 +141,7 @@ from groupkit.protocol.schema import (
     HeartbeatRecord,
     LeaseKey,
     LeaseRecord,
+    LoadReplan,
     MemberKey,
     MemberRecord,
     MemberRef,
@@ -196,6 +204,7 @@ __all__ = [
     "HmacSigner",
     "LeaseKey",
     "LeaseRecord",
+    "LoadReplan",
     "MemberKey",
     "MemberRecord",
     "MemberRef",

@@ -220,6 +220,25 @@ MAX_FALLBACK_DETAIL = 300
 
 
 @dataclass(frozen=True, slots=True)
+class LoadReplan:
+    """The newest generation the leader planned to follow the load (protocol/placement.py).
+
+    Information only, for ``groupkit describe`` and the next leader's interval: the replay
+    reads nothing else of it, and a generation is safe or not whatever it says."""
+
+    #: a ``ReplanReason``; a reader accepts any string
+    reason: str
+    #: the predicted gain, ``1 - after / before`` of the goal (in [0, 1])
+    gain: float
+    #: partitions the re-plan moved
+    moved: int
+    #: the generation that started it
+    generation: int
+    #: the log time it was planned at
+    at: int
+
+
+@dataclass(frozen=True, slots=True)
 class AssignmentRecord:
     """One generation of the group. Build with :func:`assignment_record`."""
 
@@ -234,6 +253,8 @@ class AssignmentRecord:
     members: Mapping[str, CoveredMember]
     #: set when the built-in fallback planned it (the group's assignor failed); ``None``: not
     fallback: AssignorFallback | None = None
+    #: the newest re-plan for the load, carried on by the generations that follow it
+    replan: LoadReplan | None = None
     #: A re-assertion's (docs/protocol.md, "Generations": re-assertion): ``(offset, log time)`` of
     #: the record that first wrote this generation. A reader that never saw that record (compacted
     #: away) takes the generation's time and place from it. Not part of the generation: a
@@ -589,9 +610,10 @@ def assignment_record(
     partition_counts: Mapping[str, int],
     members: Mapping[str, CoveredMember],
     fallback: AssignorFallback | None = None,
+    replan: LoadReplan | None = None,
 ) -> tuple[AssignmentKey, AssignmentRecord]:
     """The key and value of the assignment record of one generation (``fallback``: see
-    :class:`AssignorFallback`)."""
+    :class:`AssignorFallback`; ``replan``: :class:`LoadReplan`)."""
     _check_id("group", group)
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -614,6 +636,7 @@ def assignment_record(
             fallback.detail[:MAX_FALLBACK_DETAIL],
             _nonempty("fallback assignor", fallback.assignor),
         ),
+        replan=replan,
     )
 
 

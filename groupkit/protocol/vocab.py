@@ -142,6 +142,8 @@ class DecisionReason(StrEnum):
     PARTITIONS_LOST = "partitions_lost"
     PARTITION_COUNT_CHANGED = "partition_count_changed"
     PROTOCOL_CHANGED = "protocol_changed"
+    LOAD = "load"
+    """The group is stable, and moving a few partitions follows the load (placement.py)."""
 
 
 @unique
@@ -231,3 +233,49 @@ class RebalanceOutcome(StrEnum):
     SUPERSEDED = "superseded"
     #: the leader lost the lead mid-rebalance
     ABANDONED = "abandoned"
+
+
+# ------------------------------------------------------------------ load re-plans
+# (protocol/placement.py: the leader's decision to move partitions because of the load)
+
+__all__ += ["ReplanReason", "ReplanSkip"]
+
+
+@unique
+class ReplanReason(StrEnum):
+    """Why the leader moved partitions for the load (``placement.Replan.reason``): written in
+    the assignment record's ``replan``, shown by ``groupkit describe``, and the ``reason``
+    label values of ``groupkit_load_replans_total``."""
+
+    OVERLOAD = "overload"
+    """A member receives more records than it processes: its lag grows without end. The plan
+    lowers the largest member's predicted delay (placement.py)."""
+    DRAIN = "drain"
+    """Every member keeps up, but one would not drain its lag within the horizon. The plan
+    lowers the largest member's predicted delay."""
+    ASSIGNOR = "assignor"
+    """The group's assignor asked for it (``Assignor.replan``); the gain is groupkit's forecast
+    of its plan."""
+
+
+@unique
+class ReplanSkip(StrEnum):
+    """Why the leader did not move partitions for the load (``placement.LoadDecision.skip``)."""
+
+    OFF = "off"
+    """``groupkit.load.rebalance.interval.ms`` is 0, or the protocol is eager."""
+    IN_FLIGHT = "in_flight"
+    """A rebalance is under way: a re-plan waits until the group is stable."""
+    TOO_SOON = "too_soon"
+    """The last re-plan was less than the interval ago (log time)."""
+    NO_LOAD = "no_load"
+    """Nothing measured yet (or nothing assigned)."""
+    NO_PRESSURE = "no_pressure"
+    """No member's predicted delay reaches ``min_delay_ms``."""
+    SMALL_GAIN = "small_gain"
+    """No few moves improve the forecast by ``min_gain``."""
+    NO_CHANGE = "no_change"
+    """The group's assignor answered the current assignment (``Assignor.replan``)."""
+    INVALID = "invalid"
+    """The group's assignor raised, or answered an assignment that is not one of what is owned
+    now, or that moves more partitions than the cap."""

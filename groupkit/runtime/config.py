@@ -90,7 +90,17 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # pace. A sample is two small requests (one ListOffsets, one OffsetFetch through a consumer
     # the member keeps: lag.CommittedReader), about a millisecond of CPU. 0: off.
     "groupkit.lag.status.interval.ms": (10_000, "int"),
+    # How often the leader asks whether the load warrants moving a few partitions, and the
+    # least time between two such re-plans (runtime/load.py, protocol/placement.py). 0: off.
+    # Default: LOAD_INTERVAL_BALANCED_MS for `balanced` under the cooperative protocol, else
+    # off (the classic assignors place by counts; an eager group never re-plans for load).
+    "groupkit.load.rebalance.interval.ms": (None, "int"),
 }
+
+#: ``groupkit.load.rebalance.interval.ms`` for ``balanced`` unless set: half a minute, so a
+#: hot spot is followed within a minute, while a re-plan (a partition paused for about a
+#: hundred milliseconds) stays rare beside the load it moves.
+LOAD_INTERVAL_BALANCED_MS = 30_000
 
 #: The keep-alive interval where ``groupkit.offsets.keepalive.interval.ms`` is not set and the
 #: broker's retention cannot be read, and the most it is set to from the retention: a day, a
@@ -228,6 +238,8 @@ class GroupConfig:
     offsets_keepalive_from_retention: bool = False
     #: how often the owned partitions' offsets are sampled for their status (0: off)
     lag_status_interval_ms: int = 10_000
+    #: how often the leader asks whether to re-plan for the load (0: off)
+    load_interval_ms: int = 0
     #: ``group.instance.id``: a static member (KIP-345), or ``None``
     instance_id: str | None = None
     #: whether ``close()`` leaves the group (``groupkit.leave.group.on.close``)
@@ -310,6 +322,23 @@ class GroupConfig:
             raise ConfigError(
                 f"groupkit.lag.status.interval.ms must be >= 0 (0: off), got {lag_status_interval}"
             )
+        load_interval = gk["groupkit.load.rebalance.interval.ms"]
+        if load_interval is None:
+            load_interval = (
+                LOAD_INTERVAL_BALANCED_MS
+                if gk["groupkit.assignor"] == "balanced"
+                and protocol == RebalanceProtocol.COOPERATIVE
+                else 0
+            )
+        elif load_interval < 0:
+            raise ConfigError(
+                f"groupkit.load.rebalance.interval.ms must be >= 0 (0: off), got {load_interval}"
+            )
+        elif load_interval > 0 and protocol != RebalanceProtocol.COOPERATIVE:
+            raise ConfigError(
+                "groupkit.load.rebalance.interval.ms needs the cooperative protocol: an eager "
+                "generation revokes every partition, a re-plan for the load only a few"
+            )
         instance_id = conf.get("group.instance.id")
         if instance_id is not None and (not isinstance(instance_id, str) or not instance_id):
             raise ConfigError(f"group.instance.id must be a non-empty string, got {instance_id!r}")
@@ -378,6 +407,7 @@ class GroupConfig:
             offsets_keepalive_ms=keepalive,
             offsets_keepalive_from_retention=keepalive_from_retention,
             lag_status_interval_ms=lag_status_interval,
+            load_interval_ms=load_interval,
             instance_id=instance_id,
             leave_on_close=leave_on_close,
             topic_propagation_ms=propagation,

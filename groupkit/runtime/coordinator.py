@@ -56,7 +56,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.member import Actions
-from groupkit.protocol.node import Node, RebalanceSummary
+from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import (
     HmacSigner,
     MemberKey,
@@ -76,6 +76,7 @@ from groupkit.runtime.control_log import ControlClients, ControlReader, ControlW
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
 from groupkit.runtime.racks import RackCache, TopicRacks
@@ -215,6 +216,7 @@ class Coordinator:
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
+        self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner)  # or None: off
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
         #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
@@ -417,6 +419,7 @@ class Coordinator:
             self._lead(now)
         elif step.rebalance_done is not None:  # abandoned: we lost the lead mid-rebalance
             self._rebalance_done(step.rebalance_done)
+        self._follow_load(now, step.leader)
         self.observers.turn(self.state, self.member_id, now)
         self.writer.service(0)
         self._watch_reader()
@@ -653,6 +656,8 @@ class Coordinator:
         with self.lock:
             self._stopped(frozenset(self._stopping))
         self.stop()
+        if self.load is not None:  # its worker's clients go before the control clients
+            self.load.join(timeout)
         self.control.close(timeout)
 
     def released(
@@ -756,8 +761,12 @@ class Coordinator:
                 return
             with self.lock:
                 lead = self.node.plan(now, counts)
+        self._write_lead(lead)
+
+    def _write_lead(self, lead: Lead | None) -> int | None:
+        """Write the node's answer if it is a record; the generation written, if any."""
         if lead is None:
-            return
+            return None
         if lead.rebalance_done is not None:  # superseded by the one this record starts, or done
             self._rebalance_done(lead.rebalance_done)
         decision, record = lead.decision, lead.decision.record
@@ -770,6 +779,26 @@ class Coordinator:
             self.observers.generation_written(
                 self.state, record.generation, record.phase, decision.reason
             )
+            return record.generation
+        return None
+
+    def _follow_load(self, now: int, leader: bool) -> None:
+        """The leader's re-plans for the load (runtime/load.py), read and decided on its worker
+        thread; the node writes one only while the group is stable at the generation it saw."""
+        if (lf := self.load) is None:
+            return
+        got = lf.take()
+        if not leader:
+            return lf.stop_leading()
+        if got is not None and (r := got[1].replan) is not None:
+            with self.lock:
+                lead = self.node.replan(now, self._partition_counts(), r, got[0])
+            if self._write_lead(lead) is not None:  # logged as a generation for the load
+                self.observers.load_replanned(r.reason, r.gain, len(r.moves))
+        if lf.due(now):
+            counts = self._partition_counts()
+            with self.lock:
+                lf.start(self.state, now, counts, self.node.ready(now))
 
     def _take_plan(self, outcome: PlanOutcome | None) -> bool:
         """Hand a made plan to the node (it uses it at its next plan if the membership it was

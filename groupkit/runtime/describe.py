@@ -233,6 +233,19 @@ def describe_group(
                 "assignor": a.fallback.assignor,
             }
         ),
+        # the newest re-plan for the load (protocol/placement.py), carried by every later
+        # generation: why, its predicted gain, what it moved, when (log time)
+        "replan": (
+            None
+            if a is None or a.replan is None
+            else {
+                "reason": a.replan.reason,
+                "gain": a.replan.gain,
+                "moved": a.replan.moved,
+                "generation": a.replan.generation,
+                "at_ms": a.replan.at,
+            }
+        ),
         # an operator's offset reset not yet carried out by the group (runtime/reset.py)
         "reset": _pending_reset(state),
         "members": members,
@@ -377,6 +390,14 @@ def render(desc: dict[str, Any], as_json: bool = False, view: str = "partitions"
         lines.append(
             f"fallback: planned by {fb['assignor']}, {desc['assignor']} failed "
             f"({fb['reason']}): {fb['detail']}"
+        )
+    rp = desc.get("replan")
+    if rp:
+        ago = (desc["log_time_ms"] - rp["at_ms"]) / 1000
+        lines.append(
+            f"last re-plan for the load: generation {rp['generation']}, {ago:.0f} s ago, "
+            f"{rp['reason']}, {rp['moved']} partition(s) moved, predicted gain "
+            f"{rp['gain']:.0%}"
         )
     rs = desc.get("reset")
     if rs:

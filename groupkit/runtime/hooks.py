@@ -58,6 +58,10 @@ class GroupObserver:
         """The leader's assignor failed (``raised``, ``invalid``, ``timeout``); the fallback
         planned instead. Once per generation and reason (protocol/assign.py)."""
 
+    def load_replanned(self, reason: str, gain: float, moved: int) -> None:
+        """The leader wrote a re-plan for the load (protocol/placement.py): its reason
+        (``overload`` or ``drain``), predicted gain and partitions moved."""
+
     def handoff(
         self,
         member_id: str,
@@ -119,6 +123,9 @@ class Observers(GroupObserver):
 
     def assignor_failed(self, assignor: str, reason: AssignorFailure, detail: str) -> None:
         self._each("assignor_failed", assignor, reason, detail)
+
+    def load_replanned(self, reason: str, gain: float, moved: int) -> None:
+        self._each("load_replanned", reason, gain, moved)
 
     def handoff(
         self,

@@ -74,6 +74,7 @@ import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
 from groupkit.protocol.member import Actions, Member, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
+from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Planner
 from groupkit.protocol.records import HeartbeatRecord, Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
@@ -427,6 +428,22 @@ class GroupSim:
 
     def set_partitions(self, topic: str, count: int) -> None:
         self.partitions[topic] = count
+
+    def replan(self, replan: Replan) -> bool:
+        """Have the leader write ``replan`` (a re-plan for the load, protocol/placement.py) now,
+        as the runtime's leader does between its turns (``Node.replan``): only if it is ready
+        and the group stable at the generation it sees. Whether it wrote one."""
+        for sm in self.running():
+            if not sm.node.is_leader(self.clock):
+                continue
+            lead = sm.node.replan(self.clock, self.partitions, replan, sm.state.generation)
+            if lead is None or lead.key is None:
+                return False
+            if lead.rebalance_done is not None:
+                self.rebalances.append(lead.rebalance_done)
+            self._produce(lead.key, lead.value, sm.member_id, sm.node)
+            return True
+        return False
 
     def inject(self, key: bytes | None, value: bytes | None) -> int:
         """Append raw bytes to the log, as a foreign or broken writer would."""
