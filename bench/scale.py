@@ -58,7 +58,8 @@ from groupkit.protocol.node import Node, NodeStep
 from groupkit.protocol.records import KIND_ASSIGNMENT, KIND_MEMBER, KIND_SNAPSHOT
 from groupkit.protocol.state import GroupState
 from groupkit.runtime.control_topic import partition_for_group
-from groupkit.testing.sim import GroupSim, LogRecord
+from groupkit.testing.logs import LogRecord
+from groupkit.testing.sim import GroupSim
 
 HERE = Path(__file__).resolve().parent
 TICK_MS = 100  # GroupSim's default tick: how often every simulated member steps

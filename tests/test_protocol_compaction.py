@@ -58,7 +58,8 @@ from groupkit.protocol.records import (
     member_record,
 )
 from groupkit.protocol.state import GroupState
-from groupkit.testing.sim import GroupSim, LogRecord
+from groupkit.testing.logs import LogRecord
+from groupkit.testing.sim import GroupSim
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 
 EXAMPLES = int(os.environ.get("GROUPKIT_COMPACTION_EXAMPLES", "150"))

@@ -53,7 +53,8 @@ from groupkit.protocol.records import (
 )
 from groupkit.protocol.snapshot import from_snapshot, newest_snapshot, restore, to_snapshot
 from groupkit.protocol.state import GroupState
-from groupkit.testing.sim import GroupSim, LogRecord
+from groupkit.testing.logs import LogRecord
+from groupkit.testing.sim import GroupSim
 from tests.test_protocol_compaction import FullReader, agreed
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import zlib
 from collections.abc import Mapping
 from typing import Any
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol.keys import decode_key, encode_key, forget_key
 from groupkit.protocol.memo import BoundedMemo
 from groupkit.protocol.ranges import (
     MAX_PARTITIONS,
@@ -33,7 +33,6 @@ from groupkit.protocol.schema import (
     PHASES,
     PROTOCOLS,
     VERDICT_KINDS,
-    AssignmentKey,
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
@@ -62,19 +61,10 @@ from groupkit.protocol.signing import Signer
 from groupkit.protocol.vocab import RejectReason
 from groupkit.types import TopicPartition
 
-KEY_VERSION = 1
 SCHEMA_VERSION = 1
 #: the value version of protocol version 2's records (docs/protocol-v2.md): its member records
 #: and the kinds it adds. Assignment, reset and snapshot records are the same in both.
 SCHEMA_VERSION_2 = 2
-KIND_MEMBER = ord("M")
-KIND_ASSIGNMENT = ord("A")
-KIND_SNAPSHOT = ord("S")
-KIND_RESET = ord("R")
-KIND_VERDICT = ord("V")
-KIND_LEASE = ord("L")
-KIND_HEARTBEAT = ord("H")
-
 FLAG_ZLIB = 0x01
 FLAG_SIGNED = 0x02
 #: payloads larger than this are zlib-compressed
@@ -82,26 +72,6 @@ COMPRESS_ABOVE = 512
 
 
 # --------------------------------------------------------------------------- encoding
-
-
-def encode_key(key: RecordKey) -> bytes:
-    g = key.group.encode()
-    if len(g) > 0xFFFF:
-        raise ValueError("group id too long")
-    if isinstance(key, MemberKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_MEMBER, len(g)) + g + key.member_id.encode()
-    if isinstance(key, SnapshotKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_SNAPSHOT, len(g)) + g
-    if isinstance(key, ResetKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_RESET, len(g)) + g
-    if isinstance(key, VerdictKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_VERDICT, len(g)) + g + key.member_id.encode()
-    if isinstance(key, HeartbeatKey):
-        head = struct.pack(">BBH", KEY_VERSION, KIND_HEARTBEAT, len(g))
-        return head + g + key.member_id.encode()
-    if isinstance(key, LeaseKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_LEASE, len(g)) + g
-    return struct.pack(">BBH", KEY_VERSION, KIND_ASSIGNMENT, len(g)) + g
 
 
 def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = None) -> bytes | None:
@@ -343,91 +313,10 @@ _NULL_PREV = re.compile(rb'"prev_ts":null(?=[,}])')
 #: newest record that decoded whole. One member's heartbeats replace its entry, so the memo
 #: holds a group's members, not their history, and a group larger than the memo still hits.
 _member_memo: BoundedMemo[MemberKey, tuple[bytes, MemberRecord]] = BoundedMemo(1 << 16, 128 << 20)
-#: Parsed keys by their bytes
-_key_memo: BoundedMemo[bytes, RecordKey] = BoundedMemo(1 << 16, 32 << 20)
 #: What an entry of ``_member_memo`` is estimated to hold besides its memo key, per partition
 #: in its record
 _PARTITION_WEIGHT = 100
 _ENTRY_WEIGHT = 1024
-
-
-_group_prefixes: BoundedMemo[str, bytes] = BoundedMemo(4096, 4 << 20)
-
-
-def other_group_key(raw: bytes | None, group: str) -> bool:
-    """Whether ``raw`` is a key of another group than ``group``, from its bytes alone.
-
-    Every key of a group holds the same bytes after its version and kind: the group's
-    length-prefixed name. A key of a known version whose bytes there differ names another
-    group (had it decoded, its group would differ: the length or the UTF-8 differ), so a
-    reader skips it without decoding, verifying or even looking at its value: a partition
-    shared with other groups costs a reader a prefix comparison per record of theirs.
-    Anything else (a key of this group, or too short or of a version to tell) is for
-    :func:`decode` to accept or reject.
-    """
-    prefix = _group_prefixes.get(group)
-    if prefix is None:
-        g = group.encode()
-        prefix = struct.pack(">H", len(g)) + g
-        _group_prefixes.put(group, prefix, len(prefix))
-    return (
-        type(raw) is bytes
-        and len(raw) >= 4
-        and raw[0] == KEY_VERSION
-        and not raw.startswith(prefix, 2)
-    )
-
-
-def decode_key(raw: bytes | None) -> RecordKey:
-    """Parse a key; raises only :class:`RecordRejected`."""
-    if type(raw) is bytes:
-        known = _key_memo.get(raw)
-        if known is not None:
-            return known
-        key = _decode_key(raw)
-        _key_memo.put(raw, key, len(raw) + _ENTRY_WEIGHT // 4)
-        return key
-    return _decode_key(raw)
-
-
-def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
-    if not isinstance(raw, bytes | bytearray) or len(raw) < 4:
-        raise RecordRejected(RejectReason.BAD_BYTES, "key too short")
-    version, kind, glen = struct.unpack_from(">BBH", raw)
-    if version != KEY_VERSION:
-        raise RecordRejected(RejectReason.UNKNOWN_VERSION, f"key version {version}")
-    if len(raw) < 4 + glen or glen == 0:
-        raise RecordRejected(RejectReason.BAD_BYTES, "key truncated")
-    try:
-        group = bytes(raw[4 : 4 + glen]).decode()
-        rest = bytes(raw[4 + glen :]).decode()
-    except UnicodeDecodeError:
-        raise RecordRejected(RejectReason.BAD_BYTES, "key is not utf-8") from None
-    if kind == KIND_MEMBER:
-        if not rest:
-            raise RecordRejected(RejectReason.MISSING_FIELD, "member key without member id")
-        return MemberKey(group, rest)
-    if kind == KIND_ASSIGNMENT:
-        if rest:
-            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in assignment key")
-        return AssignmentKey(group)
-    if kind == KIND_SNAPSHOT:
-        if rest:
-            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in snapshot key")
-        return SnapshotKey(group)
-    if kind == KIND_RESET:
-        if rest:
-            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in reset key")
-        return ResetKey(group)
-    if kind in (KIND_VERDICT, KIND_HEARTBEAT):
-        if not rest:
-            raise RecordRejected(RejectReason.MISSING_FIELD, "member key without member id")
-        return VerdictKey(group, rest) if kind == KIND_VERDICT else HeartbeatKey(group, rest)
-    if kind == KIND_LEASE:
-        if rest:
-            raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in lease key")
-        return LeaseKey(group)
-    raise RecordRejected(RejectReason.UNKNOWN_KIND, f"key kind {kind}")
 
 
 def decode_value(key: RecordKey, raw: bytes | None, verifier: Signer | None = None) -> RecordValue:
@@ -457,7 +346,7 @@ def decode(
         # a member's tombstone: its entries are of no more use (a return decodes anew)
         _member_memo.pop(key)
         if type(raw_key) is bytes:
-            _key_memo.pop(raw_key)
+            forget_key(raw_key)
     return key, decode_value(key, raw_value, verifier)
 
 

@@ -23,9 +23,10 @@ A group's whole history is two kinds of record on one partition of the compacted
 Records are built only through the named factories (:func:`member_record`,
 :func:`assignment_record`, :func:`member_tombstone`) and turned into bytes by :func:`encode`.
 
-Two modules hold them, and this one re-exports both (import from here): the schema,
-:mod:`~groupkit.protocol.schema` (keys, values, factories), and the codec,
-:mod:`~groupkit.protocol.codec` (versions, bounds, signing, the decode memo).
+Three modules hold them, and this one re-exports them (import from here): the schema,
+:mod:`~groupkit.protocol.schema` (keys, values, factories), the keys' bytes,
+:mod:`~groupkit.protocol.keys`, and the values' codec, :mod:`~groupkit.protocol.codec`
+(versions, bounds, signing, the decode memo).
 
 Wire format::
 
@@ -92,6 +93,24 @@ from groupkit.protocol.codec import (
     COMPRESS_ABOVE,
     FLAG_SIGNED,
     FLAG_ZLIB,
+    MAX_CONTAINERS,
+    MAX_PAYLOAD,
+    MAX_SNAPSHOT_PARTITIONS,
+    MAX_SNAPSHOT_PAYLOAD,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_2,
+    decode,
+    decode_value,
+    encode,
+    encode_value,
+)
+from groupkit.protocol.codec import (  # the decoder's private parts that tests reach into
+    _assignment_doc as _assignment_doc,
+)
+from groupkit.protocol.codec import (
+    _member_memo as _member_memo,
+)
+from groupkit.protocol.keys import (
     KEY_VERSION,
     KIND_ASSIGNMENT,
     KIND_HEARTBEAT,
@@ -100,25 +119,9 @@ from groupkit.protocol.codec import (
     KIND_RESET,
     KIND_SNAPSHOT,
     KIND_VERDICT,
-    MAX_CONTAINERS,
-    MAX_PAYLOAD,
-    MAX_SNAPSHOT_PARTITIONS,
-    MAX_SNAPSHOT_PAYLOAD,
-    SCHEMA_VERSION,
-    SCHEMA_VERSION_2,
-    decode,
     decode_key,
-    decode_value,
-    encode,
     encode_key,
-    encode_value,
     other_group_key,
-)
-from groupkit.protocol.codec import (  # the decoder's private parts that tests reach into
-    _assignment_doc as _assignment_doc,
-)
-from groupkit.protocol.codec import (
-    _member_memo as _member_memo,
 )
 from groupkit.protocol.ranges import (
     MAX_PARTITIONS,

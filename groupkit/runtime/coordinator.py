@@ -50,25 +50,14 @@ from typing import NamedTuple
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
-from groupkit.assignors.base import reads_racks
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
-from groupkit.protocol.assign import AssignRequest, PlanOutcome
+from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
-from groupkit.protocol.records import (
-    HmacSigner,
-    MemberKey,
-    Partitions,
-    Signer,
-)
-from groupkit.protocol.vocab import (
-    AssignorFailure,
-    DecisionAction,
-    MemberPhase,
-    ReplayKind,
-)
+from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
+from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
 from groupkit.runtime.background import Background
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
@@ -79,7 +68,7 @@ from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
-from groupkit.runtime.racks import RackCache, TopicRacks
+from groupkit.runtime.racks import RackCache
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -202,8 +191,7 @@ class Coordinator:
         self.node = Node(self.member, self.state, self.planner, defer_plans=True)
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
-        #: the leader's cache of the partitions' replica racks
-        self._racks = RackCache()
+        self._racks = RackCache()  # the leader's cache of the partitions' replica racks
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
@@ -754,7 +742,8 @@ class Coordinator:
             with self.lock:
                 lead = self.node.plan(now, counts, lags)
         if lead is not None and lead.request is not None:
-            self.plans.start(lead.request, now, self._replica_racks(lead.request))
+            racks = self._racks.for_request(self.admin, self.plans.assignor, lead.request)
+            self.plans.start(lead.request, now, racks)
             # a quick assignor's plan is written in this turn; a slow one in a later turn
             self.plans.wait(0.05)
             if not self._take_plan(self.plans.poll(monotonic_ms())):
@@ -830,15 +819,6 @@ class Coordinator:
                   revoked=summary.revoked, duration_ms=round(summary.duration_s * 1000, 1),
                   outcome=summary.outcome)  # fmt: skip
         self.observers.rebalance_done(summary)
-
-    def _replica_racks(self, request: AssignRequest) -> TopicRacks | None:
-        """The replica racks of the request's topics, if its assignor reads them and some
-        member has a rack (looked up once, then cached: runtime/racks.py)."""
-        if not reads_racks(self.plans.assignor) or not any(
-            m.rack for m in request.members.values()
-        ):
-            return None
-        return self._racks.get(self.admin, request.partitions_per_topic)
 
     def _partition_counts(self) -> dict[str, int]:
         """Partition counts of every topic a live member subscribes to, refreshed each second.

@@ -17,7 +17,9 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 
+from groupkit.assignors.base import reads_racks
 from groupkit.log import get_logger
+from groupkit.protocol.assign import AssignRequest
 
 _log = get_logger("groupkit.runtime.racks")
 
@@ -44,6 +46,15 @@ class RackCache:
         self._failed: dict[str, float] = {}
         #: lookups made (each one round trip for all the topics it asks)
         self.lookups = 0
+
+    def for_request(
+        self, admin: AdminClient, assignor: object, request: AssignRequest
+    ) -> TopicRacks | None:
+        """The replica racks of a plan's topics, if its assignor reads them and some member
+        has a rack; ``None`` otherwise (no lookup)."""
+        if not reads_racks(assignor) or not any(m.rack for m in request.members.values()):
+            return None
+        return self.get(admin, request.partitions_per_topic)
 
     def get(self, admin: AdminClient, counts: Mapping[str, int]) -> TopicRacks:
         """The racks of ``counts``' topics, asking ``admin`` only for those not known."""
