@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
@@ -85,10 +86,12 @@ class VerdictStaticSchedule(StaticRules, LivenessRules, GroupSchedule):
     """Static members, restarts and two processes with one instance id."""
 
 
-VerdictSchedule.TestCase.settings = schedule_settings(EXAMPLES)
+VerdictSchedule.TestCase.settings = settings(schedule_settings(EXAMPLES), print_blob=True)
 TestVerdictSchedule = VerdictSchedule.TestCase
 for schedule in (VerdictCompactedSchedule, VerdictBoundedSchedule, VerdictStaticSchedule):
-    schedule.TestCase.settings = schedule_settings(max(EXAMPLES // 3, 25))
+    schedule.TestCase.settings = settings(
+        schedule_settings(max(EXAMPLES // 3, 25)), print_blob=True
+    )
 TestVerdictCompactedSchedule = VerdictCompactedSchedule.TestCase
 TestVerdictBoundedSchedule = VerdictBoundedSchedule.TestCase
 TestVerdictStaticSchedule = VerdictStaticSchedule.TestCase

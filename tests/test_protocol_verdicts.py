@@ -281,9 +281,12 @@ def test_a_reader_of_the_compacted_log_agrees_with_the_full_reader(
             me[mid] = (inc, seq, run)
             log.member(mid, seq, run, inc=inc, start=start)
         elif what in ("verdict", "late verdict"):
-            # a judge ends the member's current run, or (late) an older one
+            # a judge ends the member's current run, or (late) an older one; never one older
+            # than a verdict on that process it has read (judge._relevant)
             ended = run if what == "verdict" else max(1, run - 1)
-            log.append(verdict_record("g", mid, process=inc, run=ended, writer=("a", "i")))
+            known = full.verdicts.get(mid)
+            if known is None or known.process != inc or known.run <= ended:
+                log.append(verdict_record("g", mid, process=inc, run=ended, writer=("a", "i")))
         elif what == "lease":
             lease += 1
             log.append(lease_record("g", leader=("a", "i"), lease_seq=lease))

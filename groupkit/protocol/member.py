@@ -323,8 +323,10 @@ class Member:
         self._last_beat: int | None = None
         #: version 2: a heartbeat reported a run we did not start: ours ended
         self._run_broken = False
-        #: version 2: member records written by this process (its first may take a seat over)
+        #: version 2: member records written by this process (its first may take a seat over),
+        #: and the newest generation one of them said we had seen
         self._records = 0
+        self._seen_written = 0
         #: version 2: (run, our clock) of the newest record that started a membership: until
         #: we read it back, another would only start one again where it lands
         self._start_sent: tuple[int, int] | None = None
@@ -574,8 +576,13 @@ class Member:
 
         writes: list[Write] = []
         if self.version == 2:
-            # heartbeats go to the liveness log; member records only when something changed
+            # heartbeats go to the liveness log; member records only when something changed,
+            # or the group has a generation we have seen and not said so: the log reserves
+            # older grants for us until our record says we have seen past them
+            # (ownership.may_hold), so a member that stays silent would pin the history
             writes.extend(self._beat(now_ms))
+            if group.generation > self._seen_written:
+                self._dirty = True
         due = self.version == 1 and (
             self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
         )
@@ -784,6 +791,7 @@ class Member:
         assert self._run is not None
         self._seq += 1
         self._records += 1
+        self._seen_written = group.generation
         if self._joined_at is None:
             self._start_sent = (self._run, now_ms)
         self._dirty = False

@@ -305,6 +305,12 @@ class GroupState(GroupData):
                 raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"seq {v.seq} <= {old.seq}")
             if self._covered(mid, v.incarnation, v.run):
                 return self._apply_ended(offset, k, v, ts, old if live and not same else None)
+            if self.holds:
+                # The process says it runs, in this run: what it holds now is what it claims,
+                # and a hold on it from this run or an earlier one (a tombstone that raced its
+                # record) guards nothing more
+                holder = f"{mid}/{v.incarnation}"
+                self.holds = [h for h in self.holds if h.holder != holder or h.run > v.run]
             cont = (
                 old is not None and same and live and v.run == old.run and v.joined_at is not None
             )

@@ -852,6 +852,10 @@ class GroupSim:
             f"phase={st.assignment.phase if st.assignment else None} "
             f"rejections={dict(st.rejections)}"
         )
+        if st.holds or st.verdicts:
+            holds = [(h.holder, sorted(map(str, h.partitions)), h.run) for h in st.holds]
+            verdicts = {m: (v.process, v.run, v.kind) for m, v in st.verdicts.items()}
+            lines.append(f"holds={holds} verdicts={verdicts}")
         lines.append(
             f"plan={self.planner.plan(st, self.partitions, self.lags_for(self.partitions))}"
         )
@@ -865,6 +869,15 @@ class GroupSim:
                 if m is not None
                 else "log: -"
             )
+            mem = sm.member
+            if mem.version == 2:
+                log += (f" run={m.run if m else None} ended={m.ended if m else None} | own run="
+                        f"{mem._run} deadline={mem.clock.deadline()} topics={mem.topics} "
+                        f"assigned={sorted(map(str, st.assignment.assigned(sm.member_id)))}"
+                        if st.assignment else "")  # fmt: skip
+            if sm.actions:  # (keep_actions) its last losses
+                losses = [(a.events, sorted(map(str, a.lost))) for a in sm.actions if a.lost]
+                log += f" losses={losses[-3:]}"
             lines.append(
                 f"  {sm.member_id} {sm.member.state} inc={sm.member.incarnation} "
                 f"crashed={sm.crashed} paused_until={sm.paused_until} "
