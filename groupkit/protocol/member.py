@@ -314,6 +314,10 @@ class Member:
         self._reset_done: set[TopicPartition] = set()
         #: a reset handed to the runtime and not reported done yet (``defer_revocations``)
         self._resetting: int | None = None
+        #: what the generation we acknowledged gives us (our target then), and what of it a
+        #: revocation that was under way stopped after all (:meth:`revoked`): taken back
+        self._granted: Partitions = EMPTY
+        self._retake: Partitions = EMPTY
         self.version = version
         #: version 2: our liveness as our heartbeats' delivery reports tell it (liveness.py)
         self.clock = HeartbeatClock(session_timeout_ms, max_clock_skew_ms)
@@ -356,6 +360,10 @@ class Member:
         if gone:
             self.owned -= gone
             self._dirty = True
+            # A generation we acknowledged while their revocation was under way granted them
+            # to us again: the next poll takes them back, before any record of ours lets them
+            # go, so the log reserves them for us throughout (its claims never drop them).
+            self._retake |= gone & self._granted
             if committed:
                 self._committed.update((p, o) for p, o in committed.items() if p in gone)
 
@@ -555,7 +563,7 @@ class Member:
             # may be taken in any healthy poll: the log reserves it for us until our record
             # says we have seen a newer generation (ownership.reserved), and this replay has
             # not seen one.
-            added = added & handed if healthy else EMPTY
+            added = added & (handed | self._retake) if healthy else EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
             owned = (self.owned - revoked) | added | kept
@@ -568,6 +576,8 @@ class Member:
         if fresh and healthy and not blocked:  # acked with taking its grants, never apart
             self.acked = group.generation
             self._dirty = True
+        self._granted = target if covered and self.acked == group.generation else EMPTY
+        self._retake = (self._retake - added) & self._granted
 
         resets = self._reset_step(group, healthy, added)
         at = self.reset_at if self._resetting is None else self._resetting
