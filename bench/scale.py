@@ -747,8 +747,9 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "",
         "Versions: "
         + ", ".join(f"{k} {v}" for k, v in vers.items() if k != "commit")
-        + f". Load (1 min) after the sim {load_sim['load1']}, during the real windows {loads}; "
-        f"{seconds:.0f} s.",
+        + f". Load (1 min) after the sim {load_sim['load1']}"
+        + (f", during the real windows {loads}" if real else "")
+        + f"; {seconds:.0f} s.",
     ]
     sizes = sorted({r["members"] for r in sim})
     by = {(r["version"], r["members"]): r for r in sim}
