@@ -25,6 +25,7 @@ Pure: times are passed in; ``now_ms`` is the node's monotonic clock, ``ts`` a br
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from groupkit.errors import RecordRejected
@@ -89,6 +90,8 @@ class Judge:
         self._lease_seen: tuple[object, int] | None = None
         #: heartbeats that did not decode or verify (rule L2.4)
         self.rejected = 0
+        #: ((state, its changes), the leader and its successors) as last found (:meth:`_first`)
+        self._ranked: tuple[tuple[int, int], frozenset[str]] | None = None
 
     # ------------------------------------------------------------------ who judges
 
@@ -100,11 +103,22 @@ class Judge:
         me = state.members.get(self.member_id)
         if me is None or me.ended or me.proc != self.incarnation:
             return False
-        live = sorted(state.live_members().values(), key=lambda m: (m.joined_at, m.member_id))
-        rank = next(i for i, m in enumerate(live) if m.member_id == self.member_id)
-        if rank <= self.successors:
+        if self.member_id in self._first(state):
             return True
         return now_ms - self._lease_seen[1] >= self.session_ms + self.lease_interval_ms
+
+    def _first(self, state: GroupData) -> frozenset[str]:
+        """The leader and its successors: the first live members by ``(joined_at, id)``. Every
+        member asks at every step, so it is kept until the memberships change
+        (``GroupData.changes``): a sort of the group per member and step made a follower's cost
+        grow with the group's."""
+        key = (id(state), state.changes)
+        if self._ranked is None or self._ranked[0] != key:
+            live = [m for m in state.members.values() if not m.ended]
+            top = heapq.nsmallest(self.successors + 1, live,
+                                  key=lambda m: (m.joined_at, m.member_id))  # fmt: skip
+            self._ranked = (key, frozenset(m.member_id for m in top))
+        return self._ranked[1]
 
     def start(self, state: GroupData) -> int:
         """Start judging: the liveness-log offset to read from."""

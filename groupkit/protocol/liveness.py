@@ -242,6 +242,9 @@ class LivenessJudge:
     stale: int = 0
     #: heartbeats that continued a run by their stamps after the run's process had ended
     late_continuations: int = 0
+    #: no run ends before this liveness time (a lower bound: a run that continues only moves
+    #: its end later), so a heartbeat before it needs no look at every run (:meth:`_expire`)
+    _next_end: int | None = None
 
     def replay(self, offset: int, ts: int, hb: Heartbeat) -> list[Verdict]:
         """Feed one heartbeat in log order; the verdicts it and the clock's advance bring."""
@@ -261,6 +264,9 @@ class LivenessJudge:
             if not run.process_ended:
                 run.seq, run.last_seen = hb.seq, self.time
                 run.lease_ms, run.skew_ms = hb.lease_ms, hb.skew_ms
+                end = self._end_of(run)  # (later, unless its lease or allowance shrank)
+                if self._next_end is not None and end < self._next_end:
+                    self._next_end = end
                 return out
             # After an end, the allowance makes every later heartbeat late by its own stamps,
             # as long as the brokers' skew is within the writer's allowance: this counts the
@@ -269,7 +275,10 @@ class LivenessJudge:
         if run is not None:
             out.append(Verdict(hb.member, hb.inc, run.start, VerdictKind.RESTARTED, offset))
         known = run is not None or not continues(hb, ts)
-        self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms, False, known)
+        new = self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms, False, known)
+        end = self._end_of(new)
+        if self._next_end is not None and end < self._next_end:
+            self._next_end = end
         return out
 
     def advance(self, offset: int, ts: int) -> list[Verdict]:
@@ -284,12 +293,26 @@ class LivenessJudge:
         now = self.time
         if now is None or (self._blind_until is not None and now < self._blind_until):
             return []
+        if self._next_end is not None and now < self._next_end:
+            return []
         out: list[Verdict] = []
+        next_end: int | None = None
         for key, run in list(self.runs.items()):
             if now >= run.last_seen + self.session_ms + run.skew_ms:
                 out.append(Verdict(key[0], key[1], run.start, VerdictKind.EXPIRED, offset))
                 del self.runs[key]
-            elif not run.process_ended and now >= run.last_seen + run.lease_ms + run.skew_ms:
+                continue
+            if not run.process_ended and now >= run.last_seen + run.lease_ms + run.skew_ms:
                 run.process_ended = True
                 out.append(Verdict(key[0], key[1], run.start, VerdictKind.PROCESS_ENDED, offset))
+            end = self._end_of(run)
+            next_end = end if next_end is None else min(next_end, end)
+        self._next_end = next_end
         return out
+
+    def _end_of(self, run: Run) -> int:
+        """The liveness time at which ``run``'s next end (its process's, else its session's)
+        falls, unless it continues."""
+        if run.process_ended:
+            return run.last_seen + self.session_ms + run.skew_ms
+        return run.last_seen + min(run.lease_ms, self.session_ms) + run.skew_ms
