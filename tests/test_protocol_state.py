@@ -7,7 +7,7 @@ import pytest
 
 from groupkit.assignors import Assignor
 from groupkit.protocol import ownership
-from groupkit.protocol.member import MEMBER_TRANSITIONS, Member, ProtocolError, diff
+from groupkit.protocol.member import Member, ProtocolError, diff
 from groupkit.protocol.planner import Planner, adjust_cooperative
 from groupkit.protocol.records import (
     HmacSigner,
@@ -19,7 +19,7 @@ from groupkit.protocol.records import (
 )
 from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 from groupkit.protocol.state import GroupState
-from groupkit.protocol.vocab import DecisionAction, MemberEvent
+from groupkit.protocol.vocab import MEMBER_TRANSITIONS, DecisionAction, MemberEvent
 from groupkit.testing.sim import GroupSim
 from groupkit.types import MemberSubscription
 from groupkit.types import TopicPartition as TP

@@ -4,9 +4,9 @@ value types behave as the tuples they replaced."""
 import json
 
 from groupkit.metrics import KNOWN_REJECTIONS
-from groupkit.protocol.member import MEMBER_TRANSITIONS
 from groupkit.protocol.records import PHASES, PROTOCOLS, MemberRef
 from groupkit.protocol.vocab import (
+    MEMBER_TRANSITIONS,
     AssignorFailure,
     LossReason,
     MemberEvent,

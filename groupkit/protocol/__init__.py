@@ -24,7 +24,6 @@ the node plans again once that offset is replayed.
 from groupkit.errors import ProtocolError
 from groupkit.protocol.group import MemberState
 from groupkit.protocol.member import (
-    MEMBER_TRANSITIONS,
     Actions,
     Member,
     Write,
@@ -54,6 +53,7 @@ from groupkit.protocol.records import (
 )
 from groupkit.protocol.snapshot import newest_snapshot, restore
 from groupkit.protocol.state import ASSIGNMENT_TRANSITIONS, GroupState, Replayed
+from groupkit.protocol.vocab import MEMBER_TRANSITIONS
 
 __all__ = [
     "ASSIGNMENT_TRANSITIONS",

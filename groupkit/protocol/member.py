@@ -86,24 +86,8 @@ no tombstone, so the seat waits a session for the next process. A process that h
 and sees another process there was replaced by a newer join: it drops everything and stops for good
 (``superseded``, state ``left``), writing nothing more, not even a tombstone.
 
-Member states (:class:`~groupkit.protocol.vocab.MemberPhase`) and the events that move them
-(:class:`~groupkit.protocol.vocab.MemberEvent`), in :data:`MEMBER_TRANSITIONS`; an event missing
-from the table raises :class:`ProtocolError`:
-
-- ``unjoined``: created, no record sent. Action: send the join record. Exits: ``send_record``
-  → ``joining``; ``leave`` → ``left``.
-- ``joining``: record sent, not covered by an assignment. Action: heartbeat; own nothing.
-  Exits: ``covered`` → ``active``; ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
-- ``active``: covered by the current assignment. Action: apply its diff, heartbeat.
-  Exits: ``covered`` (a new generation) → ``active``; ``uncovered`` → ``joining``;
-  ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
-- ``fenced``: its session lapsed by its own clock, or the log replaced or expired it; all it
-  owned is lost. Action: send a fresh record. Exits: ``send_record`` → ``joining``;
-  ``leave`` → ``leaving``.
-- ``leaving``: :meth:`Member.leave` was called. Action: revoke everything (commit), send a
-  record owning nothing, then the tombstone. Exits: ``left`` → ``left``; ``fenced`` →
-  ``leaving`` (what it owned is lost instead of revoked, and it still says goodbye).
-- ``left``: terminal. No event is valid.
+Member states and the events that move them: :data:`~groupkit.protocol.vocab.MEMBER_TRANSITIONS`
+(an event missing from the table raises :class:`ProtocolError`).
 """
 
 from __future__ import annotations
@@ -128,29 +112,8 @@ from groupkit.protocol.records import (
     member_tombstone,
 )
 from groupkit.protocol.state import GroupState
-from groupkit.protocol.vocab import LossReason, MemberEvent, MemberPhase
+from groupkit.protocol.vocab import MEMBER_TRANSITIONS, LossReason, MemberEvent, MemberPhase
 from groupkit.types import TopicPartition
-
-MEMBER_TRANSITIONS: Mapping[tuple[MemberPhase, MemberEvent], MemberPhase] = {
-    (MemberPhase.UNJOINED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
-    (MemberPhase.UNJOINED, MemberEvent.LEAVE): MemberPhase.LEFT,
-    (MemberPhase.JOINING, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
-    (MemberPhase.JOINING, MemberEvent.COVERED): MemberPhase.ACTIVE,
-    (MemberPhase.JOINING, MemberEvent.UNCOVERED): MemberPhase.JOINING,
-    (MemberPhase.JOINING, MemberEvent.FENCED): MemberPhase.FENCED,
-    (MemberPhase.JOINING, MemberEvent.LEAVE): MemberPhase.LEAVING,
-    (MemberPhase.ACTIVE, MemberEvent.SEND_RECORD): MemberPhase.ACTIVE,
-    (MemberPhase.ACTIVE, MemberEvent.COVERED): MemberPhase.ACTIVE,
-    (MemberPhase.ACTIVE, MemberEvent.UNCOVERED): MemberPhase.JOINING,
-    (MemberPhase.ACTIVE, MemberEvent.FENCED): MemberPhase.FENCED,
-    (MemberPhase.ACTIVE, MemberEvent.LEAVE): MemberPhase.LEAVING,
-    (MemberPhase.FENCED, MemberEvent.FENCED): MemberPhase.FENCED,
-    (MemberPhase.FENCED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
-    (MemberPhase.FENCED, MemberEvent.LEAVE): MemberPhase.LEAVING,
-    (MemberPhase.LEAVING, MemberEvent.SEND_RECORD): MemberPhase.LEAVING,
-    (MemberPhase.LEAVING, MemberEvent.FENCED): MemberPhase.LEAVING,
-    (MemberPhase.LEAVING, MemberEvent.LEFT): MemberPhase.LEFT,
-}
 
 
 def diff(

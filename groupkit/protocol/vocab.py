@@ -16,6 +16,7 @@ with plain strings; a value decoded from the wire may be either the member or th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum, unique
 
 __all__ = [
@@ -56,7 +57,7 @@ class Phase(StrEnum):
 
 @unique
 class MemberPhase(StrEnum):
-    """A member's state in its own state machine (member.MEMBER_TRANSITIONS)."""
+    """A member's state in its own state machine (MEMBER_TRANSITIONS)."""
 
     UNJOINED = "unjoined"
     JOINING = "joining"
@@ -68,7 +69,7 @@ class MemberPhase(StrEnum):
 
 @unique
 class MemberEvent(StrEnum):
-    """What moves a member from one state to the next (member.MEMBER_TRANSITIONS): an event
+    """What moves a member from one state to the next (MEMBER_TRANSITIONS): an event
     its table does not list for the current state is a ``ProtocolError``."""
 
     SEND_RECORD = "send_record"
@@ -279,3 +280,47 @@ class ReplanSkip(StrEnum):
     INVALID = "invalid"
     """The group's assignor raised, or answered an assignment that is not one of what is owned
     now, or that moves more partitions than the cap."""
+
+
+# ------------------------------------------------------------------ the member's state table
+
+__all__ += ["MEMBER_TRANSITIONS"]
+
+#: A member's states (:class:`MemberPhase`) and the events (:class:`MemberEvent`) that move
+#: them (``member.Member``); an event the table does not list for the state is a
+#: ``ProtocolError``:
+#:
+#: - ``unjoined``: created, no record sent. Action: send the join record. Exits: ``send_record``
+#:   → ``joining``; ``leave`` → ``left``.
+#: - ``joining``: record sent, not covered by an assignment. Action: heartbeat; own nothing.
+#:   Exits: ``covered`` → ``active``; ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
+#: - ``active``: covered by the current assignment. Action: apply its diff, heartbeat.
+#:   Exits: ``covered`` (a new generation) → ``active``; ``uncovered`` → ``joining``;
+#:   ``fenced`` → ``fenced``; ``leave`` → ``leaving``.
+#: - ``fenced``: its session lapsed by its own clock, or the log replaced or expired it; all it
+#:   owned is lost. Action: send a fresh record. Exits: ``send_record`` → ``joining``;
+#:   ``leave`` → ``leaving``.
+#: - ``leaving``: ``Member.leave`` was called. Action: revoke everything (commit), send a
+#:   record owning nothing, then the tombstone. Exits: ``left`` → ``left``; ``fenced`` →
+#:   ``leaving`` (what it owned is lost instead of revoked, and it still says goodbye).
+#: - ``left``: terminal. No event is valid.
+MEMBER_TRANSITIONS: Mapping[tuple[MemberPhase, MemberEvent], MemberPhase] = {
+    (MemberPhase.UNJOINED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.UNJOINED, MemberEvent.LEAVE): MemberPhase.LEFT,
+    (MemberPhase.JOINING, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.JOINING, MemberEvent.COVERED): MemberPhase.ACTIVE,
+    (MemberPhase.JOINING, MemberEvent.UNCOVERED): MemberPhase.JOINING,
+    (MemberPhase.JOINING, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.JOINING, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.ACTIVE, MemberEvent.SEND_RECORD): MemberPhase.ACTIVE,
+    (MemberPhase.ACTIVE, MemberEvent.COVERED): MemberPhase.ACTIVE,
+    (MemberPhase.ACTIVE, MemberEvent.UNCOVERED): MemberPhase.JOINING,
+    (MemberPhase.ACTIVE, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.ACTIVE, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.FENCED, MemberEvent.FENCED): MemberPhase.FENCED,
+    (MemberPhase.FENCED, MemberEvent.SEND_RECORD): MemberPhase.JOINING,
+    (MemberPhase.FENCED, MemberEvent.LEAVE): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.SEND_RECORD): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.FENCED): MemberPhase.LEAVING,
+    (MemberPhase.LEAVING, MemberEvent.LEFT): MemberPhase.LEFT,
+}

@@ -77,7 +77,7 @@ from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Planner
 from groupkit.protocol.records import HeartbeatRecord, Signer, encode, reset_record
-from groupkit.protocol.snapshot import CatchUp
+from groupkit.protocol.snapshot import CatchUp, from_snapshot, newest_snapshot
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.protocol.vocab import (
     AssignorFailure,
@@ -86,7 +86,7 @@ from groupkit.protocol.vocab import (
     RebalanceProtocol,
     ReplayKind,
 )
-from groupkit.testing.logs import ControlLog
+from groupkit.testing.logs import ControlLog, LogRecord
 from groupkit.types import TopicPartition
 
 #: every member commits the positions of what it owns every this many ticks (and on revocation)
@@ -328,6 +328,9 @@ class GroupSim:
         window (Kafka's ``offsets_for_times``), restore, or replay from the beginning."""
         end = self.visible()
         records = self.log.records[:end]
+        if self.version == 2:
+            self._catch_up_v2(sm, records)
+            return
         since = CatchUp.window_start_ms(self.clock, self.session_timeout_ms)
         start = next((r.offset for r in records if r.timestamp >= since), end)
         cu = CatchUp(self.group, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer,
@@ -339,6 +342,20 @@ class GroupSim:
             sm.pos, sm.catch_up, sm.replayed = end, "state", cu.replayed
         else:  # from the beginning, at its read rate, as before snapshots
             sm.catch_up, sm.replayed = "full", end
+
+    def _catch_up_v2(self, sm: SimMember, records: list[LogRecord]) -> None:
+        """Version 2's: the newest snapshot is on the liveness log (docs/protocol-v2.md, L8)."""
+        got = newest_snapshot(self.liveness.records, self.group, self.signer, version=2)
+        if got is None or got[1].as_of >= len(records):
+            sm.catch_up, sm.replayed = "full", len(records)
+            return
+        snap = got[1]
+        state = from_snapshot(snap, self.session_timeout_ms, self.rebalance_timeout_ms,
+                              self.signer)  # fmt: skip
+        for r in records[snap.as_of + 1 :]:
+            state.replay(r.offset, r.key, r.value, r.timestamp)
+        sm.node.restored(state)
+        sm.pos, sm.catch_up, sm.replayed = len(records), "state", len(records) - snap.as_of - 1
 
     def leave(self, member_id: str) -> None:
         sm = self.members[member_id]
@@ -501,7 +518,10 @@ class GroupSim:
         if lead is not None and lead.key is not None:
             self._produce(lead.key, lead.value, sm.member_id, node)
         if step.snapshot is not None:
-            self._produce(*step.snapshot, sm.member_id)
+            if self.version == 2:  # where only newcomers and judges read it (rule L8)
+                self.liveness.append(*step.snapshot)
+            else:
+                self._produce(*step.snapshot, sm.member_id)
         for k, v in step.tombstones:
             self._produce(k, v, sm.member_id)
         for k, v in step.judged:
@@ -575,8 +595,7 @@ class GroupSim:
     # ------------------------------------------------------------------ version 2's liveness
 
     def _beat(self, sm: SimMember, w: Write) -> None:
-        """A heartbeat: appended to the liveness log after the produce delay (and jitter, in
-        one order per writer), its report due back to the writer after the report delay."""
+        """A heartbeat for the liveness log, produced as any record (its report: _deliver_beats)."""
         assert isinstance(w.value, HeartbeatRecord)
         at = self.clock + self.produce_delay_ms
         if self.produce_jitter_ms:
@@ -607,8 +626,7 @@ class GroupSim:
                 sm.node.heartbeat_confirmed(seq, ts)
 
     def _judge(self, sm: SimMember) -> None:
-        """A judge reads the liveness log; a node that stops judging stops reading it."""
-        node = sm.node
+        node = sm.node  # a judge reads the liveness log; one that stops judging stops reading
         if node.liveness_wanted(self.clock):
             if sm.live_pos is None:
                 sm.live_pos = node.liveness_start()
@@ -870,14 +888,10 @@ class GroupSim:
                 else "log: -"
             )
             mem = sm.member
-            if mem.version == 2:
-                log += (f" run={m.run if m else None} ended={m.ended if m else None} | own run="
-                        f"{mem._run} deadline={mem.clock.deadline()} topics={mem.topics} "
-                        f"assigned={sorted(map(str, st.assignment.assigned(sm.member_id)))}"
-                        if st.assignment else "")  # fmt: skip
+            if mem.version == 2:  # the run the log has it in, and its own run and deadline
+                log += f" run={m and m.run} own run={mem._run} deadline={mem.clock.deadline()}"
             if sm.actions:  # (keep_actions) its last losses
-                losses = [(a.events, sorted(map(str, a.lost))) for a in sm.actions if a.lost]
-                log += f" losses={losses[-3:]}"
+                log += f" losses={[(a.events, sorted(a.lost)) for a in sm.actions if a.lost][-3:]}"
             lines.append(
                 f"  {sm.member_id} {sm.member.state} inc={sm.member.incarnation} "
                 f"crashed={sm.crashed} paused_until={sm.paused_until} "
