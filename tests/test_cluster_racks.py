@@ -164,7 +164,9 @@ def test_members_get_and_fetch_rack_local_partitions(
             )
 
         t0 = time.monotonic()
-        wait_for(fetching_locally, 60, "every member to fetch every partition from its rack")
+        # (the leader redirects a consumer to its rack's replica in a fetch response, once that
+        # follower is in sync: on a loaded machine that took more than a minute once)
+        wait_for(fetching_locally, 120, "every member to fetch every partition from its rack")
         followers = [(m.rack, p, m.fetching_from(pair, p)) for m in members[1:]
                      for t, p in sorted(m.owned()) if t == pair]  # fmt: skip
         print(

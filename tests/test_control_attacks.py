@@ -159,7 +159,7 @@ def test_a_live_group_shrugs_off_bad_control_records(
 
     # unknown versions: of the key, and of the value under a valid key
     attack("unknown_version", b"\x02" + akey[1:], b"\x01\x00{}")
-    attack("unknown_version", okey, b"\x02\x00" + member_value())
+    attack("unknown_version", okey, b"\x03\x00" + member_value())  # (2 is version 2)
     # an assignment forged by the member that is not the leader: valid encoding, real identity
     attack("not_leader", *assignment(gen + 1, other, other))
     # stale generations posing as the leader
