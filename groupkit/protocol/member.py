@@ -277,9 +277,11 @@ class Member:
         self._reset_done: set[TopicPartition] = set()
         #: a reset handed to the runtime and not reported done yet (``defer_revocations``)
         self._resetting: int | None = None
-        #: what the generation we acknowledged gives us (our target then), and what of it a
-        #: revocation that was under way stopped after all (:meth:`revoked`): taken back
+        #: what the generation we acknowledged gives us (our target then); what we handed the
+        #: runtime to revoke (``defer_revocations``) and it has not released yet; and what of
+        #: those a newer grant gives us again, once released (:meth:`revoked`): taken back
         self._granted: Partitions = EMPTY
+        self._revoking: Partitions = EMPTY
         self._retake: Partitions = EMPTY
         self.version = version
         #: version 2: our liveness as our heartbeats' delivery reports tell it (liveness.py)
@@ -326,7 +328,9 @@ class Member:
             # A generation we acknowledged while their revocation was under way granted them
             # to us again: the next poll takes them back, before any record of ours lets them
             # go, so the log reserves them for us throughout (its claims never drop them).
-            self._retake |= gone & self._granted
+            # Not what the runtime stopped as lost (Coordinator.lost): those go.
+            self._retake |= gone & self._revoking & self._granted
+            self._revoking -= gone
             if committed:
                 self._committed.update((p, o) for p, o in committed.items() if p in gone)
 
@@ -453,6 +457,7 @@ class Member:
                 why = LossReason.MEMBERSHIP_RESTARTED  # the log saw us return after expiry
             if why is not None:
                 lost, self.owned = self.owned, EMPTY
+                self._revoking = EMPTY
                 events.append(why)
                 self._fire(MemberEvent.FENCED)
                 self._dirty = True
@@ -529,6 +534,7 @@ class Member:
             added = added & (handed | self._retake) if healthy else EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
+            self._revoking |= kept
             owned = (self.owned - revoked) | added | kept
             if owned != self.owned:  # a deferred revocation repeats until done: no new record
                 self.owned = owned
