@@ -341,7 +341,12 @@ def test_demo_scraped_by_prometheus(
         generation = f"max(groupkit_consumergroup_generation{{{g}}})"
         last_scrape = f"min(timestamp(groupkit_consumergroup_lag_sum{{{g}}}))"
         for _attempt in range(3):
-            t1 = time.time()
+            # Query the scrapes that have ended: Prometheus stamps a sample with its scrape's
+            # start and ingests it at the scrape's end, so a scrape that began before "now" may
+            # land between two queries at "now". Each member is scraped one scrape after
+            # another, so no sample stamped at or before every member's newest is still due.
+            wait_for(lambda: prom.scalar(last_scrape) is not None, 15, "a scrape of every member")
+            t1 = prom.scalar(last_scrape) or 0.0
             before = prom.scalar(members_sum, at=t1)
             gen_before = prom.scalar(generation, at=t1)
             # A partition between owners (a handoff needs no new generation) has no lag series

@@ -721,48 +721,22 @@ class Member:
         self._rejoining = basis is None and self._seq > 1
         self._last_send = now_ms
         self._dirty = False
-        committed = {p: o for p, o in self._committed.items() if p not in self.owned}
-        self._committed = {}
         joined_at = self._joined_at if basis is None else basis.joined_at
         since = 0 if basis is None else basis.since
-        seat = self._seat if self.instance_id is not None and basis is not None else None
-        seat_ts = None
         me = group.members.get(self.member_id)
         # the generation that admitted our membership, echoed like joined_at (state.py)
         admitted = me.admitted_in if basis is not None and me is not None and \
             me.proc == self.incarnation else 0  # fmt: skip
-        if (self._seq == 1 and self.instance_id is not None and me is not None
-                and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
-                and group.is_live(self.member_id)):  # fmt: skip
-            # Our join, and our seat is live: take it over, echoing it as we saw it (state.py).
-            seat, seat_ts, joined_at, since = me.incarnation, me.last_seen, me.joined_at, \
-                me.since_generation  # fmt: skip
-        key, value = member_record(
-            self.group,
-            self.member_id,
-            incarnation=self.incarnation,
-            seq=self._seq,
-            topics=self.topics,
-            owned=self.owned,
-            owned_generation=self.generation if self.owned else 0,
-            acked_generation=min(self.acked, group.generation),
-            seen_generation=group.generation,
+        return self._encode_record(
+            group,
+            first=self._seq == 1,
             joined_at=joined_at,
-            prev_ts=None if basis is None else basis.ts,
-            since_generation=since,
-            rack=self.rack,
-            capacity=self.capacity,
-            client=self.client,
-            committed=committed,
-            instance_id=self.instance_id,
-            seat=seat,
-            seat_ts=seat_ts,
-            reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
+            since=since,
+            seat=self._seat if self.instance_id is not None and basis is not None else None,
+            admitted=admitted,
             leaving=leaving,
-            admitted_in=admitted,
+            prev_ts=None if basis is None else basis.ts,
         )
-        rk, rv = encode(key, value, self.signer)
-        return Write(key, value, rk, rv)
 
     def _record_v2(self, now_ms: int, group: GroupState, leaving: bool) -> Write:
         """Version 2's member record: it names our run, and echoes ``joined_at`` once we have
@@ -774,16 +748,42 @@ class Member:
         if self._joined_at is None:
             self._start_sent = (self._run, now_ms)
         self._dirty = False
-        committed = {p: o for p, o in self._committed.items() if p not in self.owned}
-        self._committed = {}
         me = group.members.get(self.member_id)
         ours = me is not None and me.proc == self.incarnation and me.run == self._run
         joined_at = self._joined_at
-        since = me.since_generation if ours and me is not None and joined_at is not None else 0
-        admitted = me.admitted_in if ours and me is not None and joined_at is not None else 0
-        seat = self._seat if self.instance_id is not None and joined_at is not None else None
+        started = ours and me is not None and joined_at is not None
+        return self._encode_record(
+            group,
+            first=self._records == 1,
+            joined_at=joined_at,
+            since=me.since_generation if started and me is not None else 0,
+            seat=self._seat if self.instance_id is not None and joined_at is not None else None,
+            admitted=me.admitted_in if started and me is not None else 0,
+            leaving=leaving,
+            run=self._run,
+        )
+
+    def _encode_record(
+        self,
+        group: GroupState,
+        *,
+        first: bool,
+        joined_at: int | None,
+        since: int,
+        seat: str | None,
+        admitted: int,
+        leaving: bool,
+        prev_ts: int | None = None,
+        run: int | None = None,
+    ) -> Write:
+        """The member record both versions write: what we own and have seen, the offsets
+        committed for what we let go, and, on our join while our seat is live, the takeover
+        of that seat."""
+        committed = {p: o for p, o in self._committed.items() if p not in self.owned}
+        self._committed = {}
         seat_ts = None
-        if (self._records == 1 and self.instance_id is not None and me is not None
+        me = group.members.get(self.member_id)
+        if (first and self.instance_id is not None and me is not None
                 and me.instance_id is not None and self.incarnation not in (me.proc, me.incarnation)
                 and group.is_live(self.member_id)):  # fmt: skip
             # our join, and our seat is live: take it over, echoing it as we saw it (state.py)
@@ -800,7 +800,8 @@ class Member:
             acked_generation=min(self.acked, group.generation),
             seen_generation=group.generation,
             joined_at=joined_at,
-            run=self._run,
+            prev_ts=prev_ts,
+            run=run,
             since_generation=since,
             rack=self.rack,
             capacity=self.capacity,
