@@ -178,6 +178,65 @@ def test_a_verdict_frees_claims_and_a_record_in_flight_cannot_claim_them_again()
         assert TP("t", 2) not in ownership.holders(reader)
 
 
+def test_a_grant_a_newer_generation_revokes_is_still_the_members_to_take() -> None:
+    """A member that reads the main log slowly (its heartbeats keep it live meanwhile) takes an
+    old generation's grant after newer ones revoked part of it. A reader of the compacted log
+    has only the newest generation's record: it finds that grant in its ``revoke``."""
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log.append(assignment_record(
+        "g", generation=2, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+        protocol="cooperative", phase="partial", assignor="range", partition_counts={"t": 4},
+        members={"a": covered_member("i", ["t"], [("t", 0)], pending=[("t", 2)]),
+                 "b": covered_member("i", ["t"], [("t", 3)], revoke=[("t", 2)])},
+    ))  # fmt: skip
+    st = log.read()
+    assert "b" in ownership.holders(st)[TP("t", 2)]
+    fresh = log.compacted()  # the cleaner has been past generation 2
+    # b has read generation 1 only, and takes all of it
+    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1,
+               seen_generation=1)  # fmt: skip
+    for reader in (log.read(st), log.read(fresh)):
+        assert not reader.rejections, reader.rejections
+        assert reader.members["b"].claims == {TP("t", 2), TP("t", 3)}
+        assert "b" in ownership.holders(reader)[TP("t", 2)], "t-2 may go to a while b runs it"
+
+
+def test_a_claim_from_a_generation_compacted_away_is_trusted_as_the_full_reader_accepts_it() -> (
+    None
+):
+    """A slow reader that a newer generation no longer names (it lagged) takes an old grant.
+    A reader that started from the compacted log lacks that generation's record: it trusts
+    the claim, as the full reader accepts it, instead of rejecting the member's record."""
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log.append(assignment_record(
+        "g", generation=2, leader_id="a", leader_incarnation="i", leader_joined_at=0,
+        protocol="cooperative", phase="partial", assignor="range", partition_counts={"t": 4},
+        members={"a": covered_member("i", ["t"], [("t", 0), ("t", 1)],
+                                     pending=[("t", 2), ("t", 3)])},
+    ))  # fmt: skip
+    st = log.read()
+    fresh = log.compacted()
+    assert 1 not in fresh.generations and 1 in st.generations
+    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1,
+               seen_generation=1)  # fmt: skip
+    for reader in (log.read(st), log.read(fresh)):
+        assert not reader.rejections, reader.rejections
+        assert reader.members["b"].claims == {TP("t", 2), TP("t", 3)}
+        assert "b" in ownership.holders(reader)[TP("t", 2)]
+    # a claim the full reader could check and refuse is refused by both: a generation that
+    # never granted it, and that the fresh reader has
+    log.member("b", 4, 1, owned=[("t", 0), ("t", 2), ("t", 3)], owned_generation=2,
+               acked_generation=2, seen_generation=2)  # fmt: skip
+    for reader in (log.read(st), log.read(fresh)):
+        assert reader.rejections["unowned_claim"] == 1, reader.rejections
+
+
 def test_anyone_may_judge_and_the_leader_moves_when_its_run_ends() -> None:
     log = Log([])
     for mid in "abc":

@@ -195,10 +195,11 @@ class GroupData:
     #: admitted (``share_claimed_at``); only the leader's timing reads it, so a state
     #: restored from a snapshot may lack it
     share_claimed: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    #: per generation in the history, who it assigns each partition to
-    receivers: dict[
-        int, tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]
-    ] = field(default_factory=dict, repr=False, compare=False)
+    #: per generation in the history, who it assigns each partition to, makes it pending
+    #: for, and revokes it from (``ownership._receivers_of``)
+    receivers: dict[int, tuple[dict[TopicPartition, MemberRef], ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: whether the history holds every generation a live member may still act on, and the
     #: (offset, log time) that answer was computed at
     complete_at: tuple[tuple[int, int], bool] | None = field(

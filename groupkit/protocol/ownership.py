@@ -62,8 +62,11 @@ def granted(state: GroupData, member_id: str) -> Partitions:
         if a is None:
             continue
         c = a.members.get(member_id)
-        if m.named_by(c) and c.assigned:
-            out = out | c.assigned
+        if m.named_by(c) and (c.assigned or c.revoke):
+            # what it revokes is what the leader found it may still hold: a grant of an older
+            # generation it may still take, which a reader of the compacted log knows only
+            # from here (the older generation's record was compacted away)
+            out = out | c.assigned | c.revoke
     return out
 
 
@@ -340,8 +343,9 @@ def may_hold_partition(state: GroupData, p: TopicPartition) -> Iterator[str]:
     for g, a in state.generations.items():
         if g > state.generation:
             continue
-        assigned, pending = _receivers_of(state, g, a)
-        for to, granted in ((assigned.get(p), True), (pending.get(p), False)):
+        assigned, pending, revoked = _receivers_of(state, g, a)
+        for to, granted in ((assigned.get(p), True), (revoked.get(p), True),
+                            (pending.get(p), False)):  # fmt: skip
             if to is None:
                 continue
             mid, inc = to
@@ -372,22 +376,29 @@ def may_hold_partition(state: GroupData, p: TopicPartition) -> Iterator[str]:
             yield m.member_id
 
 
+_Receivers = dict[TopicPartition, MemberRef]
+
+
 def _receivers_of(
     state: GroupData, g: int, a: AssignmentRecord
-) -> tuple[dict[TopicPartition, MemberRef], dict[TopicPartition, MemberRef]]:
-    """``({partition: (member, incarnation) assigned it}, {... it is pending for})`` in
-    generation ``g``, built once per generation."""
+) -> tuple[_Receivers, _Receivers, _Receivers]:
+    """``({partition: (member, incarnation) assigned it}, {... it is pending for}, {... that
+    revokes it})`` in generation ``g``, built once per generation."""
     got = state.receivers.get(g)
-    if got is None:
-        assigned: dict[TopicPartition, MemberRef] = {}
-        pending: dict[TopicPartition, MemberRef] = {}
-        for mid, c in a.members.items():
-            for q in c.assigned:
-                assigned[q] = MemberRef(mid, c.incarnation)
-            for q in c.pending:
-                pending[q] = MemberRef(mid, c.incarnation)
-        got = state.receivers[g] = (assigned, pending)
-    return got
+    if got is not None:
+        return got[0], got[1], got[2]
+    assigned: dict[TopicPartition, MemberRef] = {}
+    pending: dict[TopicPartition, MemberRef] = {}
+    revoked: dict[TopicPartition, MemberRef] = {}
+    for mid, c in a.members.items():
+        for q in c.assigned:
+            assigned[q] = MemberRef(mid, c.incarnation)
+        for q in c.pending:
+            pending[q] = MemberRef(mid, c.incarnation)
+        for q in c.revoke:
+            revoked[q] = MemberRef(mid, c.incarnation)
+    state.receivers[g] = (assigned, pending, revoked)
+    return assigned, pending, revoked
 
 
 def knows_holds(state: GroupData) -> bool:

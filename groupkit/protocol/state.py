@@ -326,7 +326,7 @@ class GroupState(GroupData):
             if v.seen_generation > self.generation:  # seen >= acked (records.py)
                 raise RecordRejected(RejectReason.FUTURE_GENERATION, f"{v.seen_generation}")
             extra = v.owned - ownership.may_hold(self, mid)
-            if extra:
+            if extra and not self._compacted_away(old, v.owned_generation):
                 raise RecordRejected(
                     RejectReason.UNOWNED_CLAIM, f"{len(extra)} partitions never granted"
                 )
@@ -674,6 +674,19 @@ class GroupState(GroupData):
                     raise RecordRejected(
                         RejectReason.UNSAFE_GRANT, f"{p} to {mid} still held by {sorted(others)}"
                     )
+
+    def _compacted_away(self, old: MemberState, generation: int) -> bool:
+        """Whether a claim from ``generation`` is one this reader cannot check: it started
+        from the compacted log (it skipped records), and the generation's record, which the
+        membership may still take grants of, was compacted away. Such a claim is trusted as
+        a membership this reader never saw is: a member claims only what it was granted, and
+        the full reader, which has the generation, checks it."""
+        first = max(old.acked_generation + 1, old.seen_generation, old.since_generation)
+        return (
+            self.gap_ts is not None
+            and first <= generation <= self.generation
+            and generation not in self.generations
+        )
 
     def _is_member(self, mid: str, incarnation: str) -> bool:
         m = self.members.get(mid)
