@@ -213,7 +213,9 @@ class CompactedSchedule(FullReaderRules):
 
     def check_deadlines(self) -> None:
         """The fence deadline the runtime caches (``session_age_ms``) never moves back, but
-        to "lapsed" once it has passed."""
+        to "lapsed" once it has passed, or when the member read that its membership is over
+        (a verdict, a tombstone): it then gives up everything as lost in that step, and the
+        runtime writes nothing more until the poll thread has stopped it."""
         sim = self.sim
         for sm in sim.running():
             m = sm.member
@@ -221,7 +223,9 @@ class CompactedSchedule(FullReaderRules):
             k = (m.member_id, m.incarnation)
             was = self.deadlines.get(k)
             if age is None:
-                assert was is None or sim.clock >= was, (k, was, sim.clock)
+                me = sm.node.state.members.get(m.member_id)
+                over = (me is None or me.ended or me.incarnation != m.incarnation) and not m.owned
+                assert was is None or sim.clock >= was or over, (k, was, sim.clock)
                 self.deadlines.pop(k, None)
             else:
                 now = sim.clock - age + m.fence_after_ms

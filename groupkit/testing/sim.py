@@ -350,8 +350,7 @@ class GroupSim:
             sm.catch_up, sm.replayed = "full", len(records)
             return
         snap = got[1]
-        state = from_snapshot(snap, self.session_timeout_ms, self.rebalance_timeout_ms,
-                              self.signer)  # fmt: skip
+        state = from_snapshot(snap, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer)
         for r in records[snap.as_of + 1 :]:
             state.replay(r.offset, r.key, r.value, r.timestamp)
         sm.node.restored(state)
@@ -600,21 +599,22 @@ class GroupSim:
         at = self.clock + self.produce_delay_ms
         if self.produce_jitter_ms:
             at += self._rng.randint(0, self.produce_jitter_ms // self.tick_ms) * self.tick_ms
-            at = max(at, self._appends.get(f"{sm.member_id}/liveness", 0))
-            self._appends[f"{sm.member_id}/liveness"] = at
-        bisect.insort(self._beats, (at, w.raw_key, w.raw_value, sm, w.value.seq),
-                      key=lambda r: r[0])  # fmt: skip
+            k = f"{sm.member_id}/liveness"
+            at = self._appends[k] = max(at, self._appends.get(k, 0))
+        beat = (at, w.raw_key, w.raw_value, sm, w.value.seq)
+        bisect.insort(self._beats, beat, key=lambda r: r[0])
 
     def _deliver_beats(self) -> None:
         while self._beats and self._beats[0][0] <= self.clock:
             at, key, value, sm, seq = self._beats.pop(0)
-            off = self.liveness.append(key, value, at)
-            ts = self.liveness.records[off].timestamp
+            ts = self.liveness.records[self.liveness.append(key, value, at)].timestamp
             lost = self.report_loss and self._rng.random() < self.report_loss
-            sm.reports.append((at + self.report_delay_ms, seq, None if lost else ts))
+            due = max([at + self.report_delay_ms] + [r[0] for r in sm.reports[-1:]])  # in order
+            sm.reports.append((due, seq, None if lost else ts))
 
     def _reports(self, sm: SimMember) -> None:
-        """Hand a member the delivery reports due (a paused member gets them when it runs)."""
+        """Hand a member the delivery reports due (a paused member gets them when it runs), in
+        the order its records were appended, as a producer reports one partition's."""
         due = [r for r in sm.reports if r[0] <= self.clock]
         if not due:
             return
