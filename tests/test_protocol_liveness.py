@@ -131,12 +131,15 @@ def test_the_judge_restarts_a_run_at_a_late_heartbeat_and_ignores_stale_ones() -
     assert j.stale == 1
 
 
-def test_a_judge_that_starts_mid_log_ends_nobody_for_a_session() -> None:
-    j = LivenessJudge(session_ms=SESSION_MS, complete=False)
+def test_a_judge_that_starts_mid_log_judges_the_runs_it_has_seen() -> None:
+    """It reads every heartbeat after the first it sees of a run, so it knows the run's
+    newest: its process ends a lease and the allowance after it, as for any judge. The run is
+    named by that heartbeat, which ends it and every earlier run of the process."""
+    j = LivenessJudge(session_ms=SESSION_MS)
     j.replay(0, 1000, Heartbeat("m", "i", 7, 500, 3000, 500))
-    assert j.advance(1, 10_999) == []  # the process ended by then, but the judge may not know
-    kinds = [v.kind for v in j.advance(2, 11_000)]
-    assert kinds == [VerdictKind.PROCESS_ENDED]
+    assert j.advance(1, 4_499) == []
+    [ended] = j.advance(2, 4_500)  # 1000 + 3000 + 500
+    assert (ended.kind, ended.run_start) == (VerdictKind.PROCESS_ENDED, 7)
 
 
 def test_after_a_report_that_may_have_landed_the_member_cannot_tell_its_run() -> None:

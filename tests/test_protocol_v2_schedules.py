@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
+from groupkit.assignors import assignor_names
+from groupkit.testing.sim import GroupSim
 from tests.test_protocol_bounded_replay import BoundedSchedule
 from tests.test_protocol_compaction import CompactedSchedule
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
@@ -83,7 +85,13 @@ class VerdictBoundedSchedule(LivenessRules, BoundedSchedule):
 
 
 class VerdictStaticSchedule(StaticRules, LivenessRules, GroupSchedule):
-    """Static members, restarts and two processes with one instance id."""
+    """Static members, restarts and two processes with one instance id, with a process lease
+    shorter than the session (rule L7): a restarted process takes its seat's partitions once
+    the old process's lease has ended."""
+
+    def sim_options(self) -> dict[str, int]:
+        # half the session: beyond the slowest delivery report the schedules make (500 ms)
+        return {**super().sim_options(), "process_lease_ms": 1_000}
 
 
 VerdictSchedule.TestCase.settings = settings(schedule_settings(EXAMPLES), print_blob=True)
@@ -95,3 +103,55 @@ for schedule in (VerdictCompactedSchedule, VerdictBoundedSchedule, VerdictStatic
 TestVerdictCompactedSchedule = VerdictCompactedSchedule.TestCase
 TestVerdictBoundedSchedule = VerdictBoundedSchedule.TestCase
 TestVerdictStaticSchedule = VerdictStaticSchedule.TestCase
+
+
+# ------------------------------------------------------------------ the process lease (L7)
+
+LEASE, SESSION = 1_500, 30_000
+
+
+@settings(max_examples=max(EXAMPLES // 10, 20), deadline=None, derandomize=True)
+@given(
+    protocol=st.sampled_from(["eager", "cooperative"]),
+    assignor=st.sampled_from(assignor_names()),
+    members=st.integers(2, 4),
+    t0=st.integers(1, 9),
+    who=st.integers(0, 3),
+    away_ms=st.integers(0, 3_000),
+)
+def test_a_crashed_static_member_is_back_a_lease_after_its_crash_not_a_session(
+    protocol: str, assignor: str, members: int, t0: int, who: int, away_ms: int
+) -> None:
+    """A static member killed and started again takes its seat's partitions back once its old
+    process's lease has ended (the judge's ``process_ended`` verdict ends the hold on them),
+    not its session; nobody else sees anything, and no partition has two running owners."""
+    sim = GroupSim({"t0": t0}, protocol=protocol, assignor=assignor, version=2,
+                   session_timeout_ms=SESSION, heartbeat_interval_ms=1_000,
+                   max_clock_skew_ms=SKEW, process_lease_ms=LEASE, keep_actions=True)  # fmt: skip
+    for i in range(members):
+        sim.join(f"s{i}", static=True)
+    sim.settle()
+    for _ in range(3_000 // sim.tick_ms):  # a group at work: its judges are reading
+        sim.tick()
+    victim = f"s{who % members}"
+    before = {i: sm.member.owned for i, sm in sim.members.items()}
+    gen = sim.view().generation
+    for sm in sim.members.values():
+        sm.actions.clear()
+    crashed_at = sim.clock
+    sim.crash(victim)
+    for _ in range(away_ms // sim.tick_ms):
+        sim.tick()
+    new = sim.join(victim, static=True)
+    # the lease and the allowance from the last heartbeat, then the judge's verdict, the
+    # new process's read of it, and its take: within a few heartbeats more
+    bound = crashed_at + max(away_ms, LEASE + SKEW) + 4_000
+    while new.member.owned != before[victim]:
+        assert sim.clock < bound, sim.describe()
+        sim.tick()
+        assert not sim.violations(), sim.describe()
+    assert sim.view().generation == gen, sim.describe()
+    for i, sm in sim.members.items():
+        if i != victim:
+            assert sm.member.owned == before[i]
+            assert not [a for a in sm.actions if a.assign or a.revoke or a.lost], i

@@ -874,8 +874,8 @@ def _liveness_from(
 ) -> VerdictRecord | LeaseRecord | HeartbeatRecord:
     if isinstance(key, VerdictKey):
         kind = _str(doc, "kind")
-        if kind not in VERDICT_KINDS:
-            raise RecordRejected(RejectReason.BAD_VALUE, f"verdict kind {kind!r}")
+        if kind not in VERDICT_KINDS or kind != key.kind:
+            raise RecordRejected(RejectReason.BAD_VALUE, f"verdict kind {kind!r} under {key.kind}")
         run = _nat(doc, "run")
         if run < 1:
             raise RecordRejected(RejectReason.BAD_VALUE, "run < 1")

@@ -227,8 +227,9 @@ class GroupData:
     #: What the log time alone changes, the planner reports by when (``Planner.recheck_at``):
     #: a leader whose count and that time are unchanged need not plan again (``Node.plan``).
     changes: int = field(default=0, repr=False, compare=False)
-    #: protocol version 2: each member's newest verdict
-    #: (:class:`~groupkit.protocol.records.VerdictRecord`), and the newest lease accepted
+    #: protocol version 2: each member's newest ``expired`` verdict
+    #: (:class:`~groupkit.protocol.records.VerdictRecord`; a ``process_ended`` one only ends
+    #: holds), and the newest lease accepted
     verdicts: dict[str, VerdictRecord] = field(default_factory=dict)
     lease: LeaseRecord | None = None
 

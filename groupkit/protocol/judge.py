@@ -124,7 +124,7 @@ class Judge:
         """Start judging: the liveness-log offset to read from."""
         lease = state.lease
         start = lease.live_offset + 1 if lease is not None else 0
-        self.live = LivenessJudge(self.session_ms, complete=start == 0)
+        self.live = LivenessJudge(self.session_ms)
         self._since = None
         return start
 
@@ -179,9 +179,12 @@ class Judge:
                     continue
                 if p.written is not None and now_ms - p.written < self.session_ms:
                     continue  # written: wait for it to land (or rewrite a lost one later)
-                if not leader and now_ms - p.found < self.lease_interval_ms:
-                    continue  # the leader normally writes it; a successor only if it did not
                 mid, proc, run, kind = fact
+                if not leader and kind == "expired" and now_ms - p.found < self.lease_interval_ms:
+                    continue  # the leader normally writes it; a successor only if it did not
+                # (a process's end is what a static seat's next process waits on, and the
+                # leader may be that process, judging blind for a session since it started:
+                # every judge writes it at once; a second copy changes nothing)
                 out.append(encode(*verdict_record(self.group, mid, process=proc, run=run,
                                                   kind=kind, writer=(self.member_id,
                                                                      self.incarnation)),

@@ -31,6 +31,7 @@ KIND_ASSIGNMENT = ord("A")
 KIND_SNAPSHOT = ord("S")
 KIND_RESET = ord("R")
 KIND_VERDICT = ord("V")
+KIND_PROCESS_END = ord("P")
 KIND_LEASE = ord("L")
 KIND_HEARTBEAT = ord("H")
 
@@ -46,7 +47,8 @@ def encode_key(key: RecordKey) -> bytes:
     if isinstance(key, ResetKey):
         return struct.pack(">BBH", KEY_VERSION, KIND_RESET, len(g)) + g
     if isinstance(key, VerdictKey):
-        return struct.pack(">BBH", KEY_VERSION, KIND_VERDICT, len(g)) + g + key.member_id.encode()
+        kind = KIND_VERDICT if key.kind == "expired" else KIND_PROCESS_END
+        return struct.pack(">BBH", KEY_VERSION, kind, len(g)) + g + key.member_id.encode()
     if isinstance(key, HeartbeatKey):
         head = struct.pack(">BBH", KEY_VERSION, KIND_HEARTBEAT, len(g))
         return head + g + key.member_id.encode()
@@ -129,10 +131,12 @@ def _decode_key(raw: bytes | bytearray | None) -> RecordKey:
         if rest:
             raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in reset key")
         return ResetKey(group)
-    if kind in (KIND_VERDICT, KIND_HEARTBEAT):
+    if kind in (KIND_VERDICT, KIND_PROCESS_END, KIND_HEARTBEAT):
         if not rest:
             raise RecordRejected(RejectReason.MISSING_FIELD, "member key without member id")
-        return VerdictKey(group, rest) if kind == KIND_VERDICT else HeartbeatKey(group, rest)
+        if kind == KIND_HEARTBEAT:
+            return HeartbeatKey(group, rest)
+        return VerdictKey(group, rest, "expired" if kind == KIND_VERDICT else "process_ended")
     if kind == KIND_LEASE:
         if rest:
             raise RecordRejected(RejectReason.BAD_BYTES, "trailing bytes in lease key")

@@ -227,17 +227,15 @@ class Run:
 class LivenessJudge:
     """The judge's replay of the liveness log (rule L2). ``session_ms``: the group's session.
 
-    ``complete``: this judge has read the log from its beginning. One that starts mid-log knows
-    nobody's ``last_seen`` until their next heartbeat, so it ends no run it has not seen for a
-    session of liveness time (rule L2.3)."""
+    A judge that starts mid-log knows nobody's ``last_seen`` until their next heartbeat: it ends
+    only the runs it has seen a heartbeat of, whose later heartbeats it reads all of, as any
+    judge does; the runs it has not seen are the main log's to find (rule L5.4,
+    ``Judge._find_unseen``)."""
 
     session_ms: int
-    complete: bool = True
     runs: dict[tuple[str, str], Run] = field(default_factory=dict)
     time: int | None = None
     offset: int = -1
-    #: liveness time from which a judge that started mid-log may end what it has not seen
-    _blind_until: int | None = None
     #: heartbeats ignored: not newer than their run's newest
     stale: int = 0
     #: heartbeats that continued a run by their stamps after the run's process had ended
@@ -252,8 +250,6 @@ class LivenessJudge:
             raise ValueError(f"offset {offset} is not above {self.offset}")
         self.offset = offset
         self.time = ts if self.time is None else max(self.time, ts)
-        if not self.complete and self._blind_until is None:
-            self._blind_until = self.time + self.session_ms
         out = self._expire(offset)
         key = (hb.member, hb.inc)
         run = self.runs.get(key)
@@ -291,7 +287,7 @@ class LivenessJudge:
 
     def _expire(self, offset: int) -> list[Verdict]:
         now = self.time
-        if now is None or (self._blind_until is not None and now < self._blind_until):
+        if now is None:
             return []
         if self._next_end is not None and now < self._next_end:
             return []

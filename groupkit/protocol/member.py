@@ -199,10 +199,13 @@ class Member:
         max_clock_skew_ms: int = 0,
         instance_id: str | None = None,
         version: int = 1,
+        process_lease_ms: int | None = None,
     ) -> None:
         """``version``: the protocol version it speaks (docs/protocol-v2.md). Version 2 writes
         heartbeats for the liveness log, learns its liveness from their delivery reports
-        (:meth:`heartbeat_confirmed`) and writes member records only when they change."""
+        (:meth:`heartbeat_confirmed`) and writes member records only when they change.
+        ``process_lease_ms``: version 2, a static member: how long its process may process
+        after its newest confirmed heartbeat (rule L7; its seat still lasts the session)."""
         if instance_id is not None and instance_id != member_id:
             raise ValueError(f"a static member's id is its instance id {instance_id!r}")
         self.group = group
@@ -285,7 +288,13 @@ class Member:
         self._retake: Partitions = EMPTY
         self.version = version
         #: version 2: our liveness as our heartbeats' delivery reports tell it (liveness.py)
-        self.clock = HeartbeatClock(session_timeout_ms, max_clock_skew_ms)
+        lease = session_timeout_ms
+        if version == 2 and instance_id is not None and process_lease_ms is not None:
+            lease = min(lease, process_lease_ms)
+        self.clock = HeartbeatClock(lease, max_clock_skew_ms)
+        #: version 2: how often we heartbeat: a process lease is renewed three times within
+        #: itself, whatever heartbeat.interval.ms is (rule L7)
+        self._beat_every = min(heartbeat_interval_ms, max(1, lease // 3))
         #: version 2: the liveness run our membership lives in (the seq of the heartbeat that
         #: started it), and our clock when we last sent a heartbeat
         self._run: int | None = None
@@ -688,7 +697,7 @@ class Member:
         on its way another would only start a run again where it lands, so we wait for its
         report, or a session."""
         last = self._last_beat
-        if last is not None and now_ms - last < self.heartbeat_interval_ms:
+        if last is not None and now_ms - last < self._beat_every:
             return []
         if last is not None and self.clock.restarting and now_ms - last < self.session_timeout_ms:
             return []

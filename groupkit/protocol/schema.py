@@ -75,11 +75,14 @@ class ResetKey:
 
 @dataclass(frozen=True, slots=True)
 class VerdictKey:
-    """Key of a member's newest verdict (protocol version 2; one per member id: compaction
-    keeps the newest, which is all a reader needs, see :class:`VerdictRecord`)."""
+    """Key of a member's newest verdict of one kind (protocol version 2; one per member id and
+    kind: compaction keeps the newest, which is all a reader needs, see :class:`VerdictRecord`).
+    The kinds have keys of their own so that a process's end, written late by a second judge,
+    cannot take the place of the verdict that ended a membership."""
 
     group: str
     member_id: str
+    kind: str = "expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,9 +386,9 @@ class VerdictRecord:
     every run of that process before it: the memberships that live in them are over.
     ``process_ended``: only the process's right to process has (a static seat's process:
     rule L7). A verdict is a fact about the liveness log, true whoever writes it and whenever
-    it is read, so a reader applies it as it comes. A member's newest verdict is all a reader
-    needs, so one key per member suffices: a membership that starts after it names a newer
-    run."""
+    it is read, so a reader applies it as it comes. A member's newest verdict of each kind is
+    all a reader needs, so one key per member and kind suffices: a membership that starts
+    after it names a newer run."""
 
     process: str
     run: int
@@ -550,7 +553,7 @@ def verdict_record(
     w = MemberRef(*writer)
     _check_id("writer", w.member_id)
     _check_id("writer incarnation", w.incarnation)
-    return VerdictKey(group, member_id), VerdictRecord(process, run, kind, w)
+    return VerdictKey(group, member_id, kind), VerdictRecord(process, run, kind, w)
 
 
 def lease_record(

@@ -489,7 +489,8 @@ class GroupState(GroupData):
         judge states what the liveness log shows), so every reader applies it as it comes:
         its membership ends if it lives in the run, and so do holds on the process."""
         mid = k.member_id
-        self.verdicts[mid] = v  # the newest, as compaction keeps it
+        if v.kind == "expired":
+            self.verdicts[mid] = v  # the newest, as compaction keeps it
         self.changes += 1
         holder = f"{mid}/{v.process}"
         if any(h.holder == holder and h.run <= v.run for h in self.holds):

@@ -72,12 +72,12 @@ from dataclasses import dataclass, field
 
 import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
-from groupkit.protocol.member import Actions, Member, Write
+from groupkit.protocol.member import Actions, Member
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Planner
-from groupkit.protocol.records import HeartbeatRecord, Signer, encode, reset_record
-from groupkit.protocol.snapshot import CatchUp, from_snapshot, newest_snapshot
+from groupkit.protocol.records import Signer, encode, reset_record
+from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
 from groupkit.protocol.vocab import (
     AssignorFailure,
@@ -86,7 +86,8 @@ from groupkit.protocol.vocab import (
     RebalanceProtocol,
     ReplayKind,
 )
-from groupkit.testing.logs import ControlLog, LogRecord
+from groupkit.testing.logs import ControlLog
+from groupkit.testing.sim_liveness import LivenessLogs
 from groupkit.types import TopicPartition
 
 #: every member commits the positions of what it owns every this many ticks (and on revocation)
@@ -141,7 +142,7 @@ class SimMember:
         return self.node.member_id
 
 
-class GroupSim:
+class GroupSim(LivenessLogs):
     """A whole simulated group on one in-memory control log."""
 
     def __init__(
@@ -171,6 +172,7 @@ class GroupSim:
         version: int = 1,
         report_loss: float = 0.0,
         report_delay_ms: int = 0,
+        process_lease_ms: int | None = None,
     ) -> None:
         self.group = group
         #: the protocol version members speak (docs/protocol-v2.md). Version 2 adds the group's
@@ -182,6 +184,8 @@ class GroupSim:
         self.version = version
         self.report_loss = report_loss
         self.report_delay_ms = report_delay_ms
+        #: version 2: a static member's process lease (docs/protocol-v2.md, L7)
+        self.process_lease_ms = process_lease_ms
         self.liveness = ControlLog()
         self.partitions = dict(partitions)
         # Planner.cover_after_ms: by default the runtime's, a heartbeat
@@ -302,6 +306,7 @@ class GroupSim:
             defer_revocations=self.release_delay_ms is not None,
             instance_id=member_id if static else None,
             version=self.version,
+            process_lease_ms=self.process_lease_ms,
         )
         old = self.members.get(member_id)
         if old is not None and not old.crashed and old.member.state != MemberPhase.LEFT:
@@ -342,19 +347,6 @@ class GroupSim:
             sm.pos, sm.catch_up, sm.replayed = end, "state", cu.replayed
         else:  # from the beginning, at its read rate, as before snapshots
             sm.catch_up, sm.replayed = "full", end
-
-    def _catch_up_v2(self, sm: SimMember, records: list[LogRecord]) -> None:
-        """Version 2's: the newest snapshot is on the liveness log (docs/protocol-v2.md, L8)."""
-        got = newest_snapshot(self.liveness.records, self.group, self.signer, version=2)
-        if got is None or got[1].as_of >= len(records):
-            sm.catch_up, sm.replayed = "full", len(records)
-            return
-        snap = got[1]
-        state = from_snapshot(snap, self.session_timeout_ms, self.rebalance_timeout_ms, self.signer)
-        for r in records[snap.as_of + 1 :]:
-            state.replay(r.offset, r.key, r.value, r.timestamp)
-        sm.node.restored(state)
-        sm.pos, sm.catch_up, sm.replayed = len(records), "state", len(records) - snap.as_of - 1
 
     def leave(self, member_id: str) -> None:
         sm = self.members[member_id]
@@ -590,52 +582,6 @@ class GroupSim:
                 self._beat(sm, w)
             else:
                 self._produce(w.raw_key, w.raw_value, sm.member_id)
-
-    # ------------------------------------------------------------------ version 2's liveness
-
-    def _beat(self, sm: SimMember, w: Write) -> None:
-        """A heartbeat for the liveness log, produced as any record (its report: _deliver_beats)."""
-        assert isinstance(w.value, HeartbeatRecord)
-        at = self.clock + self.produce_delay_ms
-        if self.produce_jitter_ms:
-            at += self._rng.randint(0, self.produce_jitter_ms // self.tick_ms) * self.tick_ms
-            k = f"{sm.member_id}/liveness"
-            at = self._appends[k] = max(at, self._appends.get(k, 0))
-        beat = (at, w.raw_key, w.raw_value, sm, w.value.seq)
-        bisect.insort(self._beats, beat, key=lambda r: r[0])
-
-    def _deliver_beats(self) -> None:
-        while self._beats and self._beats[0][0] <= self.clock:
-            at, key, value, sm, seq = self._beats.pop(0)
-            ts = self.liveness.records[self.liveness.append(key, value, at)].timestamp
-            lost = self.report_loss and self._rng.random() < self.report_loss
-            due = max([at + self.report_delay_ms] + [r[0] for r in sm.reports[-1:]])  # in order
-            sm.reports.append((due, seq, None if lost else ts))
-
-    def _reports(self, sm: SimMember) -> None:
-        """Hand a member the delivery reports due (a paused member gets them when it runs), in
-        the order its records were appended, as a producer reports one partition's."""
-        due = [r for r in sm.reports if r[0] <= self.clock]
-        if not due:
-            return
-        sm.reports = [r for r in sm.reports if r[0] > self.clock]
-        for _, seq, ts in due:
-            if ts is None:
-                sm.node.heartbeat_failed(seq, maybe_landed=True)
-            else:
-                sm.node.heartbeat_confirmed(seq, ts)
-
-    def _judge(self, sm: SimMember) -> None:
-        node = sm.node  # a judge reads the liveness log; one that stops judging stops reading
-        if node.liveness_wanted(self.clock):
-            if sm.live_pos is None:
-                sm.live_pos = node.liveness_start()
-            for r in self.liveness.records[sm.live_pos :]:
-                node.feed_liveness(r.offset, r.key, r.value, r.timestamp)
-            sm.live_pos = len(self.liveness.records)
-        elif sm.live_pos is not None:
-            node.liveness_stop()
-            sm.live_pos = None
 
     # ------------------------------------------------------------------ offset resets
 
