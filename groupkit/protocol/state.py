@@ -668,8 +668,10 @@ class GroupState(GroupData):
         An entry that names no membership of this replay (no member by its id, or one of
         another incarnation: a leader that planned before a restart or a leave landed) grants
         nothing anyone takes, and is held only to what the live members may hold, which every
-        reader agrees on. Not to holds: a reader of the compacted topic lacks those, and a
-        hold's process is exactly what such an entry names (docs/protocol.md, "Generations")."""
+        reader agrees on. Not to holds, which a reader of the compacted topic lacks: a leader
+        grants what a hold covers only to the membership the hold is of, having planned before
+        the record that ended it, so the entry names no membership where it lands
+        (docs/protocol.md, "Generations")."""
         holders = ownership.holders(self)
         live: dict[TopicPartition, set[str]] | None = None
         for mid, c in a.members.items():
