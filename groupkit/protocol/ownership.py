@@ -408,12 +408,16 @@ def knows_holds(state: GroupData) -> bool:
     return state.gap_ts is None or state.log_time >= state.gap_ts + state.session_timeout_ms
 
 
-def holders(state: GroupData) -> dict[TopicPartition, set[str]]:
-    """``{partition: ids that may hold it}`` over live members and holds."""
+def holders(state: GroupData, holds: bool = True) -> dict[TopicPartition, set[str]]:
+    """``{partition: ids that may hold it}`` over live members and (unless ``holds`` is
+    false) holds. Without holds, every reader of the same offset gets the same answer, one
+    that started from the compacted topic too (:func:`knows_holds`)."""
     out: dict[TopicPartition, set[str]] = {}
     for mid in state.live_members():
         for p in may_hold(state, mid):
             out.setdefault(p, set()).add(mid)
+    if not holds:
+        return out
     for h in state.holds:
         if h.until > state.log_time:
             for p in h.partitions:

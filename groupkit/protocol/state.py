@@ -664,13 +664,29 @@ class GroupState(GroupData):
         )
 
     def _check_safe(self, a: AssignmentRecord) -> None:
-        """No grant of a partition another live member (or a hold) may still have."""
+        """No grant of a partition another live member (or a hold) may still have.
+
+        An entry that names no membership of this replay (no member by its id, or one of
+        another incarnation: a leader that planned before a restart or a leave landed) grants
+        nothing anyone takes, and is held only to what the live members may hold, which every
+        reader agrees on. Not to holds, which a reader of the compacted topic lacks: a leader
+        grants what a hold covers only to the membership the hold is of, having planned before
+        the record that ended it, so the entry names no membership where it lands
+        (docs/protocol.md, "Generations")."""
         holders = ownership.holders(self)
+        live: dict[TopicPartition, set[str]] | None = None
         for mid, c in a.members.items():
-            # not its reservation: a grant of a reserved partition still waits for its owner
-            mine = ownership.granted(self, mid) if self._is_member(mid, c.incarnation) else EMPTY
+            if not c.assigned:
+                continue
+            if self._is_member(mid, c.incarnation):
+                # not its reservation: a grant of a reserved partition still waits for its owner
+                mine, held = ownership.granted(self, mid), holders
+            else:
+                if live is None:
+                    live = ownership.holders(self, holds=False)
+                mine, held = EMPTY, live
             for p in c.assigned - mine:
-                others = holders.get(p, set()) - {mid}
+                others = held.get(p, set()) - {mid}
                 if others:
                     raise RecordRejected(
                         RejectReason.UNSAFE_GRANT, f"{p} to {mid} still held by {sorted(others)}"
