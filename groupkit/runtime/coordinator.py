@@ -63,6 +63,7 @@ from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.counts import PartitionCounts
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.load import LoadFollower
@@ -223,9 +224,7 @@ class Coordinator:
         self._unread_since: float | None = None
         #: when the reader last returned a record (monotonic s): see _watch_writer
         self._read_at = 0.0
-        self._counts: dict[str, int] = {}
-        self._counts_at = 0.0
-        self._counting = False  # a background refresh of _counts is under way
+        self._counts = PartitionCounts(admin, self.member_id)
         if control is None:
             partitions = ensure_control_topic(
                 admin,
@@ -821,46 +820,10 @@ class Coordinator:
         self.observers.rebalance_done(summary)
 
     def _partition_counts(self) -> dict[str, int]:
-        """Partition counts of every topic a live member subscribes to, refreshed each second.
-
-        Only a topic not yet counted is asked for here; a refresh runs in the background, so a
-        leader never waits on a metadata round trip to plan (it was one hop of every join: the
-        counts were usually a second old when the newcomer's record arrived). A count that
-        changes is planned for in the turn after the refresh (Planner: partitions_changed).
-        """
-        now = time.monotonic()
+        """Partition counts of every topic a live member subscribes to (runtime/counts.py)."""
         with self.lock:
-            topics = sorted({t for m in self.state.live_members().values() for t in m.topics})
-        if any(t not in self._counts for t in topics):
-            self._refresh_counts(topics, now)
-        elif now - self._counts_at >= 1.0 and not self._counting:
-            self._counting = True
-            threading.Thread(
-                target=self._refresh_counts_in_background, args=(topics, now), daemon=True,
-                name=f"groupkit-metadata-{self.member_id}",
-            ).start()  # fmt: skip
-        counts = self._counts
-        return {t: counts.get(t, 0) for t in topics}
-
-    def _refresh_counts(self, topics: list[str], now: float) -> None:
-        try:
-            md = self.admin.list_topics(timeout=5)
-            counts: dict[str, int] = {}
-            for t in topics:
-                tm = md.topics.get(t)
-                counts[t] = len(tm.partitions) if tm is not None and tm.error is None else 0
-            self._counts = counts  # one assignment: the control thread reads whole dicts
-            self._counts_at = now
-        except Exception as e:
-            _log.warning("metadata.unavailable", error=str(e))
-
-    def _refresh_counts_in_background(self, topics: list[str], now: float) -> None:
-        # Only this thread clears the flag: an inline refresh meanwhile must not let a second
-        # background one start beside it.
-        try:
-            self._refresh_counts(topics, now)
-        finally:
-            self._counting = False
+            topics = {t for m in self.state.live_members().values() for t in m.topics}
+        return self._counts.of(topics)
 
     def _write(
         self, key: bytes, value: bytes | None, assignment: bool = False, service: bool = True
