@@ -54,7 +54,7 @@ from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import PlanOutcome
-from groupkit.protocol.member import Actions
+from groupkit.protocol.member import Actions, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
@@ -66,6 +66,7 @@ from groupkit.runtime.control_topic import ensure_control_topic, partition_for_g
 from groupkit.runtime.counts import PartitionCounts
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.liveness_io import LivenessIO, bind_liveness_log
 from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
@@ -163,9 +164,8 @@ class Coordinator:
             HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
         )
         self.lock = threading.RLock()
-        self.state = GroupState(
-            cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=self.signer
-        )
+        self.state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
+                                verifier=self.signer, version=cfg.protocol_version)  # fmt: skip
         self.member = Member(
             cfg.group_id,
             self.member_id,
@@ -185,11 +185,13 @@ class Coordinator:
             defer_revocations=True,  # revocations are done by the poll thread, then released
             max_clock_skew_ms=cfg.max_clock_skew_ms,
             instance_id=cfg.instance_id,
+            version=cfg.protocol_version,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol,
                                cover_after_ms=cfg.heartbeat_interval_ms)  # fmt: skip
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
-        self.node = Node(self.member, self.state, self.planner, defer_plans=True)
+        self.node = Node(self.member, self.state, self.planner, defer_plans=True,
+                         lease_interval_ms=cfg.lease_interval_ms)  # fmt: skip
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
         self._racks = RackCache()  # the leader's cache of the partitions' replica racks
@@ -201,7 +203,7 @@ class Coordinator:
         #: what the member lost that the poll thread has not stopped yet, and the member's
         #: records held back meanwhile (see _carry_out)
         self._stopping: set[TopicPartition] = set()
-        self._held: list[tuple[bytes, bytes | None]] = []
+        self._held: list[Write] = []
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
@@ -237,12 +239,15 @@ class Coordinator:
             )
             partition = partition_for_group(cfg.group_id, partitions)
             control = ControlClients(cfg, cfg.control_topic, partition)
+            bind_liveness_log(admin, cfg, control)
         if control.partition < 0:
             raise ValueError("the control clients are not bound to a partition (bind)")
         self.control = control
         self.control_partition = control.partition
         self.reader: ControlReader = control.reader
         self.writer: ControlWriter = control.writer
+        #: protocol version 2's heartbeats and judging (``None``: version 1)
+        self.v2 = LivenessIO.of(cfg, self.node, self.lock, control)
         self._thread = threading.Thread(
             target=self._run, name=f"groupkit-{self.member_id}", daemon=True
         )
@@ -280,6 +285,7 @@ class Coordinator:
             def warm_writer() -> None:
                 self.control.wait_warm()  # the warm-up GroupConsumer() started, then ours
                 self.writer.warm()
+                self.writer.warm_liveness()  # (version 2's first heartbeat)
 
             warm = Background(warm_writer, "groupkit-warm")
             hw = self._catch_up()
@@ -322,6 +328,7 @@ class Coordinator:
         got = bounded_catch_up(
             self.reader, self.cfg.group_id, self.cfg.session_timeout_ms,
             self.cfg.rebalance_timeout_ms, self.signer, self._stop.is_set,
+            snapshots=None if self.v2 is None else self.v2.snapshot_reader,
         )  # fmt: skip
         self.stats.catch_up_scanned = got.scanned
         if got.state is None:  # the reader is rewound: _run replays the whole log
@@ -386,6 +393,8 @@ class Coordinator:
         self._replay(batch)
         now = monotonic_ms()
         self._take_plan(self.plans.poll(now))
+        if self.v2 is not None:  # a judge reads the liveness log (runtime/liveness_io.py)
+            self.v2.judge(now)
         with self.lock:
             if self.member.state == MemberPhase.LEFT:
                 return
@@ -396,9 +405,9 @@ class Coordinator:
             # the lock: see _lead.
             step = self.node.step(now)
             acts = self._carry_out(step.actions)
-            if step.snapshot is not None:
-                self._write(*step.snapshot)
-            for k, v in step.tombstones:
+            if step.snapshot is not None:  # version 2: on the liveness log (for newcomers)
+                (self._write if self.v2 is None else self.v2.write_snapshot)(*step.snapshot)
+            for k, v in (*step.tombstones, *step.judged):  # (judged: version 2's verdicts, lease)
                 self._write(k, v)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
@@ -527,10 +536,17 @@ class Coordinator:
         for w in acts.writes:
             if self._stopping:
                 _log.debug("hop.held", member=self.member_id, stopping=len(self._stopping))
-                self._held.append((w.raw_key, w.raw_value))
+                self._held.append(w)
             else:
-                self._write(w.raw_key, w.raw_value, service=service)
+                self._send(w, service)
         return acts
+
+    def _send(self, w: Write, service: bool) -> None:
+        """A record of the member's: a heartbeat to the liveness log, else to the main log."""
+        if w.liveness and self.v2 is not None:
+            self.v2.beat(w, service)
+        else:
+            self._write(w.raw_key, w.raw_value, service=service)
 
     def _stopped(self, partitions: Partitions) -> None:
         """The poll thread stopped ``partitions``: once it stopped everything lost, produce the
@@ -540,8 +556,8 @@ class Coordinator:
             return
         held, self._held = self._held, []
         _log.debug("hop.unheld", member=self.member_id, records=len(held))
-        for key, value in held:
-            self._write(key, value, service=False)
+        for w in held:
+            self._send(w, service=False)
 
     # ------------------------------------------------------------------ the poll thread's side
 
@@ -645,6 +661,8 @@ class Coordinator:
         self.stop()
         if self.load is not None:  # its worker's clients go before the control clients
             self.load.join(timeout)
+        if self.v2 is not None:
+            self.v2.close()
         self.control.close(timeout)
 
     def released(
