@@ -58,6 +58,7 @@ def bounded_catch_up(
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     timeout: float = 10.0,
     snapshots: Callable[[], ControlReader] | None = None,
+    version: int = 1,
 ) -> CaughtUp:
     """Restore the group at the log's end (its high watermark, asked now) from its newest
     snapshot, if it can. ``snapshots``: protocol version 2's, opens a reader of the group's
@@ -78,7 +79,7 @@ def bounded_catch_up(
             for r in reader.poll(0.1):
                 yield r.offset, r.key, r.value, r.timestamp_ms
 
-    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier, version)
     state = cu.run(window_start, end, read)
     if state is None:
         reader.rewind()
@@ -163,18 +164,22 @@ def read_to_end(
     rebalance_timeout_ms: int,
     verifier: Signer | None,
     timeout: float,
+    version: int = 1,
 ) -> tuple[GroupState, bool]:
     """A group's state at the log end, for a one-shot tool (``describe``, ``reset-offsets``):
     caught up as a newcomer is (:func:`bounded_catch_up`), then replayed on to the high
     watermark it was asked at. Gives up after ``timeout`` seconds; the flag says whether the
     state reached that end (a caller that must act on a complete state refuses one that did
-    not)."""
+    not). ``version``: the protocol version the group speaks; a version-2 group's snapshots
+    are on the liveness log, which a tool does not read: it replays the whole control log."""
     deadline = time.monotonic() + timeout
     got = bounded_catch_up(reader, group, session_timeout_ms, rebalance_timeout_ms, verifier,
-                           lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
+                           lambda: time.monotonic() >= deadline, timeout=timeout,
+                           version=version)  # fmt: skip
     state = got.state
     if state is None:
-        state = GroupState(group, session_timeout_ms, rebalance_timeout_ms, verifier=verifier)
+        state = GroupState(group, session_timeout_ms, rebalance_timeout_ms, verifier=verifier,
+                           version=version)  # fmt: skip
     while reader.position < got.end and time.monotonic() < deadline:
         for r in reader.poll(0.2):
             state.replay(r.offset, r.key, r.value, r.timestamp_ms)
