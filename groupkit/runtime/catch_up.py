@@ -140,7 +140,7 @@ def _from_liveness_snapshot(
     finally:  # a consumer's close may take a while: not on the join's path
         threading.Thread(target=liveness.close, name="groupkit-close-reader", daemon=True).start()
     scanned = 0
-    if snap is not None and snap.as_of + 1 < end:
+    if snap is not None and snap.as_of < end:
         state = from_snapshot(snap, session_timeout_ms, rebalance_timeout_ms, verifier)
         reader.seek(snap.as_of + 1)
         whole = True
