@@ -12,10 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from groupkit import GroupConsumer
 from groupkit.dev.harness import wait_for
+from groupkit.errors import ControlLoopError
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group, group_state, list_groups
 from groupkit.runtime.liveness_io import LivenessIO
@@ -113,3 +115,19 @@ def test_v2_group_judges_reads_and_describes(
     consumers.remove(leaving)
     pump(members, lambda: once(members, parts), 15, "stable after a leave")
     wait_for(lambda: io(members[0]).failed == 0, 1, "no failed heartbeat")
+
+
+def test_a_version_2_member_refuses_a_group_with_a_version_1_member(
+    conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=2)
+    old = subscribed(consumers, conf, [topic])
+    pump([old], lambda: len(old.assignment()) == 2, 20, "the version-1 member owns all")
+    new = subscribed(consumers, v2(conf), [topic])
+    with pytest.raises(ControlLoopError, match=r"version-1 member record.*speaks version 2"):
+        pump([old, new], lambda: False, 20, "the version-2 member refuses")
+    assert not new.assignment()  # it never took a partition
+    consumers.remove(new)
+    with pytest.raises(ControlLoopError):  # (close says so again)
+        new.close()
+    assert len(old.assignment()) == 2  # and the version-1 member went on as before

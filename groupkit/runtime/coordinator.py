@@ -363,6 +363,8 @@ class Coordinator:
                                generation=self.state.generation)  # fmt: skip
                 self.observers.record_read(self.state, res.kind)
                 if res.kind == ReplayKind.REJECTED:  # counted by reason in state.rejections
+                    if self.v2 is not None:  # (a member of the other protocol version)
+                        self.v2.rejected(res, r.timestamp_ms)
                     self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
                     _log.warning(
                         "control_record.rejected",
