@@ -102,6 +102,8 @@ class LivenessIO:
         self.failed = 0
         #: liveness records fed to the judge
         self.judged = 0
+        #: snapshots delivered to the liveness log
+        self.snapshots = 0
         #: times this member started judging
         self.judging_starts = 0
         #: a hook for the coordinator's counts of failed writes
@@ -168,6 +170,8 @@ class LivenessIO:
         def delivered(err: KafkaError | None, offset: int, ts: int) -> None:
             if err is not None:
                 _log.warning("snapshot.write_failed", group=self.cfg.group_id, error=str(err))
+            else:
+                self.snapshots += 1
 
         self.writer.write_liveness(key, value, delivered)
 
