@@ -25,6 +25,10 @@ simulator runs too); this module only does the I/O around it. Each turn:
 
 The first turn runs as soon as the history is read, so the join record goes out at once.
 
+Protocol version 2 (docs/protocol-v2.md; runtime/liveness_io.py): the member's heartbeats go
+to the liveness log, their delivery reports to the node; a judge's turn reads the liveness log
+before the step, and writes its verdicts and the lease into the main log after it.
+
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
 fencing clock) and the queue of hand-offs. The ``poll`` thread (runtime/consumer.py and
 runtime/handoff.py) goes through the methods under "the poll thread's side" only, never through

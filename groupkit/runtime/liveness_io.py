@@ -22,7 +22,6 @@ and this module over the real one:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from confluent_kafka import KafkaError
@@ -106,8 +105,6 @@ class LivenessIO:
         self.snapshots = 0
         #: times this member started judging
         self.judging_starts = 0
-        #: a hook for the coordinator's counts of failed writes
-        self.on_write_failed: Callable[[], None] | None = None
         #: the newest member record of the other protocol version replayed: (member id, its
         #: broker time, why it was refused)
         self._other: tuple[str, int, str] | None = None
@@ -158,8 +155,6 @@ class LivenessIO:
             _log.warning("heartbeat.write_failed", group=self.cfg.group_id,
                          member=self.node.member_id, seq=seq, maybe_landed=landed,
                          error=str(err) if err is not None else "no LogAppendTime")  # fmt: skip
-            if self.on_write_failed is not None:
-                self.on_write_failed()
 
         self.beats += 1
         self.writer.write_liveness(w.raw_key, w.raw_value, delivered, service=service)
