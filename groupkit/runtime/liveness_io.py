@@ -22,6 +22,7 @@ and this module over the real one:
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import AbstractContextManager
 
 from confluent_kafka import KafkaError
@@ -103,6 +104,11 @@ class LivenessIO:
         self.judged = 0
         #: snapshots delivered to the liveness log
         self.snapshots = 0
+        #: the newest offset one of our heartbeats was appended at, and when (monotonic s);
+        #: since when the judge's reader has owed us one; its renewals (_watch_reader)
+        self._appended: tuple[int, float] = (-1, 0.0)
+        self._unread_since: float | None = None
+        self.renewals = 0
         #: times this member started judging
         self.judging_starts = 0
         #: the newest member record of the other protocol version replayed: (member id, its
@@ -146,6 +152,7 @@ class LivenessIO:
             with self.lock:
                 if err is None and ts >= 0:
                     self.confirmed += 1
+                    self._appended = (max(self._appended[0], offset), time.monotonic())
                     self.node.heartbeat_confirmed(seq, ts)
                     return
                 self.failed += 1
@@ -199,7 +206,9 @@ class LivenessIO:
         assert self.reader is not None
         batch = self.reader.poll(0)
         if not batch:
+            self._watch_reader()
             return
+        self._unread_since = None  # it reads: it may lag (a judge that starts mid-log)
         with self.lock:
             if self.node.judge is None or self.node.judge.live is None:
                 return  # stopped meanwhile (a leave): the next turn closes the reader
@@ -207,8 +216,35 @@ class LivenessIO:
                 self.node.feed_liveness(r.offset, r.key, r.value, r.timestamp_ms)
             self.judged += len(batch)
 
+    def _watch_reader(self) -> None:
+        """Renew the judge's reader when it has stopped fetching, as the coordinator does its
+        control reader (``Coordinator._watch_reader``; ``ControlReader.renew`` says when
+        librdkafka does that): one of our own heartbeats has been appended for half a session
+        (at least a second) and the reader has not got to it, and another was appended since
+        (so the broker is up). A judge that reads nothing finds no end of anybody's run: safe,
+        but the group would keep a dead member's partitions."""
+        reader = self.reader
+        appended, at = self._appended
+        if reader is None or appended < reader.position:
+            self._unread_since = None
+            return
+        now = time.monotonic()
+        if self._unread_since is None:
+            self._unread_since = now
+            return
+        stalled = now - self._unread_since
+        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or at <= self._unread_since:
+            return
+        _log.warning("liveness_reader.stalled", group=self.cfg.group_id,
+                     member=self.node.member_id, position=reader.position, appended=appended,
+                     seconds=round(stalled, 1))  # fmt: skip
+        reader.renew()
+        self.renewals += 1
+        self._unread_since = now
+
     def _close_reader(self) -> None:
         reader, self.reader = self.reader, None
+        self._unread_since = None
         if reader is not None:
             _log.info("liveness.judging_stopped", group=self.cfg.group_id,
                       member=self.node.member_id)  # fmt: skip
