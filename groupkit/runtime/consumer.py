@@ -540,6 +540,9 @@ class GroupConsumer:
         for control in (self._control, *(x.control for x in (c, standby) if x is not None)):
             if control is not None:
                 control.set_sasl_credentials(username, password)
+        for x in (c, standby):  # a judge's reader of the liveness topic (protocol version 2)
+            if x is not None and x.v2 is not None:
+                x.v2.set_sasl_credentials(username, password)
         if self._telemetry is not None:
             self._telemetry.set_sasl_credentials(username, password)
 

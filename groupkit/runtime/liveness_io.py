@@ -252,6 +252,13 @@ class LivenessIO:
             threading.Thread(target=reader.close, name="groupkit-close-reader",
                              daemon=True).start()  # fmt: skip
 
+    def set_sasl_credentials(self, username: str, password: str) -> None:
+        """New SASL credentials for the judge's reader, if open (a later one is made from the
+        settings, which ``GroupConsumer.set_sasl_credentials`` updates)."""
+        reader = self.reader
+        if reader is not None:
+            reader.set_sasl_credentials(username, password)
+
     def close(self) -> None:
         reader, self.reader = self.reader, None
         if reader is not None:
