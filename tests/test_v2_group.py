@@ -8,6 +8,7 @@ In one process, where a member's clients can be looked at: who judges, what each
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from groupkit import GroupConsumer
+from groupkit.dev.broker import live_client_handles
+from groupkit.dev.harness import wait_for
 from groupkit.errors import ControlLoopError
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group, group_state, list_groups
@@ -59,6 +62,8 @@ def test_v2_group_judges_reads_and_describes(
 ) -> None:
     topic = topic_factory(partitions=8)
     parts = {(topic, p) for p in range(8)}
+    gc.collect()
+    baseline = live_client_handles()
     conf = v2(conf)
     members: list[GroupConsumer] = []
     for i in range(4):  # one by one: the join order makes the first three the judges
@@ -81,6 +86,10 @@ def test_v2_group_judges_reads_and_describes(
     assigned = [tp.topic for tp in co.reader._consumer.assignment()]
     assigned += [tp.topic for tp in follower._data.handle.assignment()]
     assert liveness not in assigned and assigned.count(conf["groupkit.control.topic"]) == 1
+    # A member runs four clients (admin, data consumer, control reader and writer: heartbeats
+    # go through the control writer); a judge one more, its reader of the liveness topic.
+    wait_for(lambda: live_client_handles() - baseline == 4 * 4 + 3, 10,
+             f"librdkafka clients: {live_client_handles() - baseline}")  # fmt: skip
     # ... and reads about one lease per lease interval (a third of the session), where version
     # 1 read every member's heartbeats (4 members, every 300 ms: 27 records in 2 s).
     lease_s = conf["session.timeout.ms"] / 3 / 1000
