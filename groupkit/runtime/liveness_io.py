@@ -130,11 +130,13 @@ class LivenessIO:
     def check_version(self, log_time: int) -> None:
         """Refuse to take part in a group that a member of the other protocol version is in:
         each would ignore the other's records and hand out the same partitions. A member is in
-        it while its newest record is less than a session older than the log's time; an older
-        one is a member long gone whose record the compacted log still holds (a group that
-        changed its version), which must not keep the new version out."""
+        it while its newest record is less than a session older than the log's time and the
+        wall clock (a group nobody writes to any more has a log time that stands still); an
+        older one is a member long gone whose record the compacted log still holds (a group
+        that changed its version), which must not keep the new version out."""
         other = self._other
-        if other is not None and log_time - other[1] < self.cfg.session_timeout_ms:
+        now = max(log_time, int(time.time() * 1000))
+        if other is not None and now - other[1] < self.cfg.session_timeout_ms:
             raise ConfigError(
                 f"group {self.cfg.group_id!r}: member {other[0]} speaks another protocol "
                 f"version ({other[2]}); this member speaks version 2 "
