@@ -72,8 +72,10 @@ class Group(harness.Group[Member]):
 
     def __init__(self, bootstrap: str, group: str, topic: str, partitions: int, workdir: Path,
                  kind: str, protocol: str, session_ms: int = 0, heartbeat_ms: int = 0,
-                 control_topic: str = "__groupkit") -> None:  # fmt: skip
+                 control_topic: str = "__groupkit",
+                 protocol_version: int = 1) -> None:  # fmt: skip
         super().__init__(workdir)
+        self.protocol_version = protocol_version
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
         self.partitions, self.kind, self.protocol = partitions, kind, protocol  # kind: gk|native
         self.session_ms, self.heartbeat_ms = session_ms, heartbeat_ms
@@ -93,6 +95,7 @@ class Group(harness.Group[Member]):
             "--audit", str(audit), "--protocol", self.protocol,
             "--session-ms", str(self.session_ms), "--heartbeat-ms", str(self.heartbeat_ms),
             "--control-topic", self.control_topic,
+            "--protocol-version", str(self.protocol_version),
             *(["--instance-id", instance_id] if instance_id else []),
             *(["--at-once"] if at_once else []),
         ]  # fmt: skip

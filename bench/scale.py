@@ -273,6 +273,26 @@ def bytes_out(pid: int | None, topic: str) -> float:
     return float(proc.stdout.strip().rsplit("\t", 1)[1])
 
 
+def received(pid: int) -> dict[str, int]:
+    """The kernel's ``bytes_received`` of each TCP socket of process ``pid`` (``ss``), by the
+    socket's local and peer address: what the member received over all of its clients."""
+    out = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=False).stdout
+    got: dict[str, int] = {}
+    sock: str | None = None
+    for line in out.splitlines():
+        if not line.startswith((" ", "\t")):
+            fields = line.split()
+            sock = f"{fields[3]}>{fields[4]}" if f"pid={pid}," in line else None
+        elif sock is not None and "bytes_received:" in line:
+            got[sock] = int(line.split("bytes_received:", 1)[1].split()[0])
+    return got
+
+
+def received_since(before: dict[str, int], after: dict[str, int]) -> int:
+    """Bytes received between two :func:`received` reads (a socket opened since counts whole)."""
+    return sum(n - before.get(k, 0) for k, n in after.items() if n >= before.get(k, 0))
+
+
 def read_control(boot: str, topic: str, group_id: str, lo: int, hi: int) -> list[
     tuple[bytes | None, bytes | None]
 ]:  # fmt: skip
@@ -308,14 +328,17 @@ def settled(group: Group) -> bool:
 
 
 def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
-             args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
+             args: argparse.Namespace, version: int = 1) -> dict[str, Any]:  # fmt: skip
+    """One real group of ``members`` at ``setting``, speaking protocol ``version``."""
     session, heartbeat = (args.session_ms, args.heartbeat_ms) if setting == "tuned" else GK_DEFAULT
-    gid = f"bench-scale-{setting}-{members}-{uuid.uuid4().hex[:6]}"
+    gid = f"bench-scale-{setting}-v{version}-{members}-{uuid.uuid4().hex[:6]}"
     control = f"__gk_{gid}"
     topic = f"bench-scale-{uuid.uuid4().hex[:6]}"
     create_topic(boot, topic, members)
     group = Group(boot, gid, topic, members, work, "gk", "cooperative", session, heartbeat,
-                  control_topic=control)  # fmt: skip
+                  control_topic=control, protocol_version=version)  # fmt: skip
+    # version 2's heartbeats and snapshots (config.py: the control topic's name, ".liveness")
+    topics = [control, f"{control}.liveness"] if version == 2 else [control]
     t_start = time.monotonic()
     try:
         ms = [group.spawn() for _ in range(members)]
@@ -338,10 +361,14 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         time.sleep(min(2.0, session / 1000))  # let the join's burst of records pass
         alive = [m for m in ms if m.alive]
         cpu0, c0 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
-        off0, out0, t0 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
+        rx0 = {m.name: received(m.proc.pid) for m in alive}
+        off0, t0 = log_end(boot, control, gid), time.monotonic()
+        out0 = sum(bytes_out(pid, t) for t in topics)
         load0 = load()["load1"]
         time.sleep(args.window)
-        off1, out1, t1 = log_end(boot, control, gid), bytes_out(pid, control), time.monotonic()
+        off1, t1 = log_end(boot, control, gid), time.monotonic()
+        rx1 = {m.name: received(m.proc.pid) for m in alive}
+        out1 = sum(bytes_out(pid, t) for t in topics)
         # the CPU over its own interval: the JMX reads take seconds on a loaded machine
         cpu1, c1 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
         load1 = load()["load1"]
@@ -350,12 +377,19 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         leader = group.leader()
         cpus = {n: (cpu1[n] - cpu0[n]) / (c1 - c0) for n in cpu0}
         others = [c for n, c in cpus.items() if leader is None or n != leader.name]
+        rx = {n: received_since(rx0[n], rx1[n]) / (t1 - t0) for n in rx0}
+        rx_others = [b for n, b in rx.items() if leader is None or n != leader.name]
         records = read_control(boot, control, gid, off0, off1)
         settled_still = settled(group)
     finally:
         group.stop_all()
     out: dict[str, Any] = {
         "members": members, "setting": setting, "session_ms": session, "heartbeat_ms": heartbeat,
+        "version": version,
+        # kernel counters, every client of the process (data consumer, control clients, admin)
+        "follower_rx_bytes_s": median(rx_others) if rx_others else float("nan"),
+        "follower_rx_bytes_s_max": max(rx_others, default=float("nan")),
+        "leader_rx_bytes_s": rx[leader.name] if leader else float("nan"),
         "start_s": start_s, "window_s": seconds, "settled_after_window": settled_still,
         "control_records_s": (off1 - off0) / seconds,
         **breakdown(records, seconds),
@@ -549,6 +583,9 @@ def main() -> None:
     ap.add_argument("--stretch", type=float, default=10.0, help="simulated seconds measured")
     ap.add_argument("--real-sizes", default="10,50")
     ap.add_argument("--settings", default="tuned,default")
+    ap.add_argument("--real-versions", default="1",
+                    help="the protocol versions of the real groups, each size run for each "
+                    "in the same run (e.g. 1,2)")  # fmt: skip
     ap.add_argument("--window", type=float, default=60.0, help="real seconds measured")
     ap.add_argument("--start-timeout", type=float, default=300.0)
     ap.add_argument("--session-ms", type=int, default=1000, help="tuned session timeout")
@@ -575,6 +612,7 @@ def main() -> None:
     protocol_versions = [int(v) for v in args.versions.split(",") if v.strip()]
     real_sizes = [int(s) for s in args.real_sizes.split(",") if s.strip()]
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    real_versions = [int(v) for v in args.real_versions.split(",") if v.strip()]
     started = begin()
     load_before = load()
     t_start = time.monotonic()
@@ -586,8 +624,8 @@ def main() -> None:
         real_docs = [e for p in args.real_from for e in _entries(p)]
         sim = list({(r["version"], r["members"]): r for d in sim_docs for r in d["sim"]}
                    .values())  # fmt: skip
-        real = list({(r["setting"], r["members"]): r for d in real_docs for r in d["real"]}
-                    .values())  # fmt: skip
+        real = list({(r["setting"], r.get("version", 1), r["members"]): r
+                     for d in real_docs for r in d["real"]}.values())  # fmt: skip
         real_failed = [f for d in real_docs for f in d.get("real_failed", [])]
         first = sim_docs[0] if sim_docs else {}
         report(sorted(sim, key=lambda r: (r["members"], r["version"])), real, real_failed, args,
@@ -613,20 +651,22 @@ def main() -> None:
             props = broker_properties(args.session_ms, args.heartbeat_ms)
             with broker(args.bootstrap, work / "broker", props) as boot:
                 pid = None if args.bootstrap else broker_pid(work / "broker")
-                for setting in settings:
-                    for n in real_sizes:
-                        try:
-                            r = real_run(boot, pid, work, n, setting, args)
-                        except (AssertionError, TimeoutError, RuntimeError) as e:
-                            real_failed.append(f"{setting} {n}: {e}"[:300])
-                            print(f"  real {setting} {n}: FAILED {e}"[:300], flush=True)
-                            continue
-                        real.append(r)
-                        print(f"  real {setting} {n}: {r['control_records_s']:.0f} records/s, "
-                              f"broker out {r['broker_out_bytes_s'] / 1e3:.1f} kB/s, member CPU "
-                              f"{r['member_cpu_pct_median']:.1f}% (leader "
-                              f"{r['leader_cpu_pct']:.1f}%), started in {r['start_s']:.0f} s, "
-                              f"load {r['load1_window']}", flush=True)  # fmt: skip
+                for setting, n, v in [(s, n, v) for s in settings for n in real_sizes
+                                      for v in real_versions]:  # fmt: skip
+                    try:
+                        r = real_run(boot, pid, work, n, setting, args, v)
+                    except (AssertionError, TimeoutError, RuntimeError) as e:
+                        real_failed.append(f"{setting} v{v} {n}: {e}"[:300])
+                        print(f"  real {setting} v{v} {n}: FAILED {e}"[:300], flush=True)
+                        continue
+                    real.append(r)
+                    print(f"  real {setting} v{v} {n}: {r['control_records_s']:.0f} records/s, "
+                          f"broker out {r['broker_out_bytes_s'] / 1e3:.1f} kB/s, follower rx "
+                          f"{r['follower_rx_bytes_s'] / 1e3:.2f} kB/s (leader "
+                          f"{r['leader_rx_bytes_s'] / 1e3:.2f}), member CPU "
+                          f"{r['member_cpu_pct_median']:.1f}% (leader "
+                          f"{r['leader_cpu_pct']:.1f}%), started in {r['start_s']:.0f} s, "
+                          f"load {r['load1_window']}", flush=True)  # fmt: skip
     report(sim, real, real_failed, args, started, load_sim, time.monotonic() - t_start)
 
 
@@ -674,7 +714,8 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                "assignment rec/s", "snapshot rec/s", "verdict rec/s", "lease rec/s",
                "main kB/s", "liveness rec/s", "liveness kB/s", "follower fetch kB/s",
                "judge fetch kB/s", "broker out kB/s", "leader CPU", "follower CPU",
-               "replay CPU", "snapshot B", "newcomer replayed"]  # fmt: skip
+               "replay CPU", "snapshot B", "newcomer replayed", "follower rx kB/s",
+               "leader rx kB/s"]  # fmt: skip
     rows: list[list[object]] = []
     for r in sim:
         rows.append([f"sim v{r['version']}", r["members"], f"{GK_DEFAULT[0]}/{GK_DEFAULT[1]}",
@@ -689,16 +730,20 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                      f"{r['leader_total_cpu_ms_per_s']:.2f} ms/s",
                      f"{r['follower_total_cpu_ms_per_s']:.2f} ms/s",
                      f"{r['replay_cpu_ms_per_s']:.2f} ms/s", r["snapshot_bytes"],
-                     f"{r['newcomer_replayed']} ({r['newcomer_catch_up']})"])  # fmt: skip
+                     f"{r['newcomer_replayed']} ({r['newcomer_catch_up']})", "", ""])  # fmt: skip
     for r in real:
-        rows.append([f"real {r['setting']}", r["members"],
+        rx = [
+            round(r.get(k, float("nan")) / 1e3, 2)
+            for k in ("follower_rx_bytes_s", "leader_rx_bytes_s")
+        ]
+        rows.append([f"real {r['setting']} v{r.get('version', 1)}", r["members"],
                      f"{r['session_ms']}/{r['heartbeat_ms']}", round(r["control_records_s"], 1),
                      round(r["member_records_s"], 1), round(r["assignment_records_s"], 2),
                      round(r["snapshot_records_s"], 2), "", "", round(r["bytes_s"] / 1e3, 2),
                      "", "", round(r["bytes_s"] / 1e3, 2), round(r["bytes_s"] / 1e3, 2),
                      round(r["broker_out_bytes_s"] / 1e3, 1), f"{r['leader_cpu_pct']:.1f}%",
                      f"{r['member_cpu_pct_median']:.1f}% (max {r['member_cpu_pct_max']:.1f}%)",
-                     "", "", ""])  # fmt: skip
+                     "", "", "", *rx])  # fmt: skip
     if not rows:  # every run failed: the table still says so
         rows.append(["none", 0, "", *[""] * (len(columns) - 3)])
     loads = loads if loads is not None else [x for r in real for x in r["load1_window"]]
@@ -711,7 +756,12 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "control topic (Attach API, bench/JmxCount.java; n/a with --bootstrap), i.e. record "
         "batches served to fetchers, the members' control readers; leader / member CPU: "
         "/proc utime + stime of the whole process over the window, % of one core (median of "
-        f"the non-leaders, and their max). Window {args.window:.0f} s after settling."
+        f"the non-leaders, and their max). Window {args.window:.0f} s after settling. "
+        "real v2: protocol version 2 (docs/protocol-v2.md); broker out adds its liveness "
+        "topic. follower / leader rx: the kernel's bytes_received (ss) over every TCP socket "
+        "of the member's process (all of its clients), per second of the window; follower: "
+        "the median of the non-leaders (in version 2 the leader's two successors, which read "
+        "the liveness topic too, are among them)."
     )
     notes = [
         f"sim: GroupSim, shared replay state, cooperative / cooperative-sticky, session "
@@ -741,7 +791,9 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "",
         *targets(sim),
         "",
-        *growth([r for r in sim if r["version"] == 1], real),
+        *growth(
+            [r for r in sim if r["version"] == 1], [r for r in real if r.get("version", 1) == 1]
+        ),
         "",
         *growth_v2([r for r in sim if r["version"] == 2]),
         "",

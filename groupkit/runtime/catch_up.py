@@ -10,15 +10,16 @@ watermark, and read again from the snapshot's ``as_of`` if the window began afte
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from groupkit.protocol.records import Signer
-from groupkit.protocol.snapshot import CatchUp
+from groupkit.protocol.records import Signer, SnapshotRecord
+from groupkit.protocol.snapshot import CatchUp, from_snapshot, newest_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.runtime.background import Background
-from groupkit.runtime.control_log import ControlReader
+from groupkit.runtime.control_log import ControlReader, RawRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +57,20 @@ def bounded_catch_up(
     stopped: Callable[[], bool] = lambda: False,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     timeout: float = 10.0,
+    snapshots: Callable[[], ControlReader] | None = None,
+    version: int = 1,
 ) -> CaughtUp:
     """Restore the group at the log's end (its high watermark, asked now) from its newest
-    snapshot, if it can.
+    snapshot, if it can. ``snapshots``: protocol version 2's, opens a reader of the group's
+    partition of the liveness topic, where its snapshots are (:func:`liveness_snapshot`); it
+    is closed after.
 
     On ``state=None`` the reader is rewound: the caller replays the log from its beginning up
     to ``end``.
     """
+    if snapshots is not None:
+        return _from_liveness_snapshot(reader, group, session_timeout_ms, rebalance_timeout_ms,
+                                       verifier, snapshots, stopped, timeout)  # fmt: skip
     end, window_start = log_ends(reader, session_timeout_ms, now_ms(), timeout)
 
     def read(offset: int) -> Iterator[tuple[int, bytes | None, bytes | None, int]]:
@@ -71,12 +79,82 @@ def bounded_catch_up(
             for r in reader.poll(0.1):
                 yield r.offset, r.key, r.value, r.timestamp_ms
 
-    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier)
+    cu = CatchUp(group, session_timeout_ms, rebalance_timeout_ms, verifier, version)
     state = cu.run(window_start, end, read)
     if state is None:
         reader.rewind()
         return CaughtUp(None, cu.read, 0, end)
     return CaughtUp(state, cu.read, cu.replayed, end)
+
+
+#: the offset a liveness-log record is given for ``newest_snapshot`` (see liveness_snapshot)
+_BEYOND = 2**62
+
+
+def liveness_snapshot(
+    reader: ControlReader,
+    group: str,
+    session_timeout_ms: int,
+    verifier: Signer | None,
+    now_ms: int,
+    timeout: float = 10.0,
+) -> SnapshotRecord | None:
+    """Protocol version 2: the group's newest valid snapshot on the liveness log
+    (docs/protocol-v2.md, L8), read from the same window as version 1's catch-up reads the
+    control log (the leader writes one every half session)."""
+    end, start = log_ends(reader, session_timeout_ms, now_ms, timeout)
+    if start is None or start >= end:
+        return None
+    deadline = time.monotonic() + timeout
+    found: SnapshotRecord | None = None
+    reader.seek(start)
+    while reader.position < end and time.monotonic() < deadline:
+        # A snapshot's as_of is a main-log offset; newest_snapshot checks it against the
+        # record's own offset, which only means something for a snapshot in the main log.
+        batch = [RawRecord(_BEYOND, r.key, r.value, r.timestamp_ms) for r in reader.poll(0.1)]
+        got = newest_snapshot(batch, group, verifier, version=2)
+        if got is not None and (found is None or got[1].as_of > found.as_of):
+            found = got[1]
+    return found
+
+
+def _from_liveness_snapshot(
+    reader: ControlReader,
+    group: str,
+    session_timeout_ms: int,
+    rebalance_timeout_ms: int,
+    verifier: Signer | None,
+    snapshots: Callable[[], ControlReader],
+    stopped: Callable[[], bool],
+    timeout: float,
+) -> CaughtUp:
+    """Version 2's catch-up (as ``GroupSim._catch_up_v2``): the newest snapshot of the liveness
+    log, then the main log from its ``as_of + 1`` to the high watermark. Without one, or when
+    the records after it are not whole (the cleaner has been past ``as_of``), the reader is
+    rewound to replay the main log from its beginning."""
+    now = int(time.time() * 1000)
+    end = reader.high_watermark(timeout)
+    liveness = snapshots()
+    try:
+        snap = liveness_snapshot(liveness, group, session_timeout_ms, verifier, now, timeout)
+    finally:  # a consumer's close may take a while: not on the join's path
+        threading.Thread(target=liveness.close, name="groupkit-close-reader", daemon=True).start()
+    scanned = 0
+    if snap is not None and snap.as_of < end:
+        state = from_snapshot(snap, session_timeout_ms, rebalance_timeout_ms, verifier)
+        reader.seek(snap.as_of + 1)
+        whole = True
+        while whole and reader.position < end and not stopped():
+            for r in reader.poll(0.1):
+                scanned += 1
+                if r.offset != state.offset + 1:
+                    whole = False  # a gap: compacted past as_of
+                    break
+                state.replay(r.offset, r.key, r.value, r.timestamp_ms)
+        if whole and reader.position >= end:
+            return CaughtUp(state, scanned, scanned, end)
+    reader.rewind()
+    return CaughtUp(None, scanned, 0, end)
 
 
 def read_to_end(
@@ -86,18 +164,22 @@ def read_to_end(
     rebalance_timeout_ms: int,
     verifier: Signer | None,
     timeout: float,
+    version: int = 1,
 ) -> tuple[GroupState, bool]:
     """A group's state at the log end, for a one-shot tool (``describe``, ``reset-offsets``):
     caught up as a newcomer is (:func:`bounded_catch_up`), then replayed on to the high
     watermark it was asked at. Gives up after ``timeout`` seconds; the flag says whether the
     state reached that end (a caller that must act on a complete state refuses one that did
-    not)."""
+    not). ``version``: the protocol version the group speaks; a version-2 group's snapshots
+    are on the liveness log, which a tool does not read: it replays the whole control log."""
     deadline = time.monotonic() + timeout
     got = bounded_catch_up(reader, group, session_timeout_ms, rebalance_timeout_ms, verifier,
-                           lambda: time.monotonic() >= deadline, timeout=timeout)  # fmt: skip
+                           lambda: time.monotonic() >= deadline, timeout=timeout,
+                           version=version)  # fmt: skip
     state = got.state
     if state is None:
-        state = GroupState(group, session_timeout_ms, rebalance_timeout_ms, verifier=verifier)
+        state = GroupState(group, session_timeout_ms, rebalance_timeout_ms, verifier=verifier,
+                           version=version)  # fmt: skip
     while reader.position < got.end and time.monotonic() < deadline:
         for r in reader.poll(0.2):
             state.replay(r.offset, r.key, r.value, r.timestamp_ms)

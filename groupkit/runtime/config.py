@@ -95,6 +95,17 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # Default: LOAD_INTERVAL_BALANCED_MS for `balanced` under the cooperative protocol, else
     # off (the classic assignors place by counts; an eager group never re-plans for load).
     "groupkit.load.rebalance.interval.ms": (None, "int"),
+    # The protocol version the group speaks (docs/protocol-v2.md). Version 2 keeps heartbeats
+    # out of the control topic: they go to the liveness topic, which only the leader and its
+    # successors read, so a follower's traffic does not grow with the group. Every member of a
+    # group must speak the same version (one refuses the other's records).
+    "groupkit.protocol.version": (1, "int"),
+    # Version 2's liveness topic (heartbeats and snapshots). Default: the control topic's name
+    # and ".liveness". Created like the control topic, but deleted by time, not compacted.
+    "groupkit.liveness.topic": (None, "str"),
+    # Version 2: how often the leader writes its lease into the control topic (the clock of
+    # followers that read no heartbeat). Default: a third of the session.
+    "groupkit.lease.interval.ms": (None, "int"),
 }
 
 #: ``groupkit.load.rebalance.interval.ms`` for ``balanced`` unless set: half a minute, so a
@@ -113,6 +124,13 @@ OFFSETS_KEEPALIVE_DEFAULT_MS = 86_400_000
 #: covers a broker whose time daemon has failed for a while. Capped by default at a fifth of the
 #: session, so a tuned 1 s session still leaves a member 800 ms to read its heartbeat back.
 MAX_CLOCK_SKEW_MS = 1_000
+
+#: The protocol versions a member speaks (``groupkit.protocol.version``).
+PROTOCOL_VERSIONS = (1, 2)
+
+#: The liveness topic's name, unless ``groupkit.liveness.topic`` says otherwise: the control
+#: topic's, and this.
+LIVENESS_TOPIC_SUFFIX = ".liveness"
 
 #: How long a member that may not create the control topic waits for the cluster's metadata
 #: to show it before it says the topic does not exist, unless ``topic.metadata.propagation.max.ms``
@@ -247,6 +265,13 @@ class GroupConfig:
     #: how long a control topic the metadata does not show is waited for, without
     #: ``create_control_topic`` (``topic.metadata.propagation.max.ms``)
     topic_propagation_ms: int = TOPIC_PROPAGATION_MS
+    #: the protocol version the group speaks (``groupkit.protocol.version``: 1 or 2)
+    protocol_version: int = 1
+    #: version 2's liveness topic (``groupkit.liveness.topic``; default the control topic's
+    #: name and ``.liveness``)
+    liveness_topic: str = ""
+    #: version 2: how often the leader writes its lease (``groupkit.lease.interval.ms``)
+    lease_interval_ms: int = 0
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -356,6 +381,27 @@ class GroupConfig:
         if parts < 1:
             raise ConfigError("groupkit.control.topic.partitions must be >= 1")
 
+        version = gk["groupkit.protocol.version"]
+        if version not in PROTOCOL_VERSIONS:
+            raise ConfigError(f"groupkit.protocol.version must be 1 or 2, got {version}")
+        liveness_topic = gk["groupkit.liveness.topic"]
+        if liveness_topic is None:
+            liveness_topic = f"{gk['groupkit.control.topic']}{LIVENESS_TOPIC_SUFFIX}"
+        elif not liveness_topic or liveness_topic == gk["groupkit.control.topic"]:
+            raise ConfigError(
+                f"groupkit.liveness.topic must name a topic other than the control topic, "
+                f"got {liveness_topic!r}"
+            )
+        lease_interval = gk["groupkit.lease.interval.ms"]
+        if lease_interval is None:
+            lease_interval = session // 3
+        elif not 0 < lease_interval <= session // 2:
+            raise ConfigError(
+                f"groupkit.lease.interval.ms must be > 0 and at most half of session.timeout.ms "
+                f"({session // 2}), got {lease_interval}: followers judge the leader gone "
+                "after a session and a lease interval without its lease"
+            )
+
         rack = _rack(conf.get("client.rack"), gk["groupkit.client.rack"])
         connection = {
             k: v
@@ -411,6 +457,9 @@ class GroupConfig:
             instance_id=instance_id,
             leave_on_close=leave_on_close,
             topic_propagation_ms=propagation,
+            protocol_version=version,
+            liveness_topic=liveness_topic,
+            lease_interval_ms=lease_interval,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

@@ -60,6 +60,7 @@ from groupkit.runtime.data_consumer import DataConsumer, ktps
 from groupkit.runtime.handoff import HandoffExecutor, OwnershipHook, RebalanceCallback
 from groupkit.runtime.hooks import GroupObserver, Observers
 from groupkit.runtime.lag_status import StatusSampler
+from groupkit.runtime.liveness_io import bind_liveness_log
 from groupkit.runtime.patterns import DEFAULT_REFRESH_MS, Subscription, TopicWatcher
 from groupkit.runtime.poll_loop import PollLoop
 from groupkit.runtime.probe import MemberProbe
@@ -99,6 +100,8 @@ class GroupConsumer:
         self.observers = Observers(observers)
         #: the control clients the next join takes (opened here: see _open_control)
         self._control: ControlClients | None = None
+        #: protocol version 2: the group's partition of the liveness topic (_open_control)
+        self._liveness: tuple[str, int] | None = None
         self._admin: AdminClient | None = None
         # The data consumer first: it learns the cluster's metadata in the background while
         # the admin client connects (subscribe() reads it; DataConsumer._learn_metadata).
@@ -329,6 +332,8 @@ class GroupConsumer:
         if self._control is None:
             self._control = ControlClients(cfg, cfg.control_topic)
         self._control.bind(self._control_partition)
+        bind_liveness_log(self._admin, cfg, self._control)  # (protocol version 2)
+        self._liveness = self._control.liveness
 
     def _join(self, hold: bool = False) -> None:
         """Start a new member: the standby the constructor started, else (a member joining
@@ -353,6 +358,8 @@ class GroupConsumer:
         control, self._control = self._control, None
         if control is None:
             control = ControlClients(self._cfg, self._cfg.control_topic, self._control_partition)
+            if self._liveness is not None:
+                control.bind_liveness(*self._liveness)
         try:
             assert self._admin is not None
             c = Coordinator(
@@ -533,6 +540,9 @@ class GroupConsumer:
         for control in (self._control, *(x.control for x in (c, standby) if x is not None)):
             if control is not None:
                 control.set_sasl_credentials(username, password)
+        for x in (c, standby):  # a judge's reader of the liveness topic (protocol version 2)
+            if x is not None and x.v2 is not None:
+                x.v2.set_sasl_credentials(username, password)
         if self._telemetry is not None:
             self._telemetry.set_sasl_credentials(username, password)
 

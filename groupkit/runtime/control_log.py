@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
@@ -134,11 +135,16 @@ class RawRecord:
 class ControlReader:
     """Follows one control partition from its beginning."""
 
-    def __init__(self, cfg: GroupConfig, topic: str, partition: int) -> None:
+    def __init__(
+        self, cfg: GroupConfig, topic: str, partition: int, role: str = "control-reader"
+    ) -> None:
+        """``role``: the client's name (``GroupConfig.client_config``). A reader of the liveness
+        log (``liveness-reader``) that asks for an offset retention has deleted starts at the
+        log's start, not at its end (a control reader only ever asks for offsets it has)."""
         self.topic = topic
         self.partition = partition
         self._conf = cfg.client_config(
-            "control-reader",
+            role,
             **{
                 "group.id": cfg.group_id,  # required by librdkafka; nothing is committed
                 "enable.auto.commit": False,
@@ -154,6 +160,7 @@ class ControlReader:
                 "fetch.min.bytes": 1,
                 "fetch.error.backoff.ms": 50,
                 "socket.nagle.disable": True,
+                **({"auto.offset.reset": "earliest"} if role == "liveness-reader" else {}),
                 **_control_timeouts(cfg),
             },
         )
@@ -306,6 +313,8 @@ def _raw(msg: Message) -> RawRecord:
 
 
 DeliveryCallback = Callable[[KafkaError | None, int], None]
+#: a liveness record's delivery report: (error, offset, the broker's LogAppendTime or -1)
+LivenessCallback = Callable[[KafkaError | None, int, int], None]
 
 
 class ControlWriter:
@@ -327,7 +336,10 @@ class ControlWriter:
         #: the fatal error of the current producer that is not a refusal: replace it
         self._broken: KafkaError | None = None
         #: delivery callbacks of records no producer took, run by the next :meth:`service`
-        self._failed: list[tuple[DeliveryCallback, KafkaError]] = []
+        self._failed: list[tuple[Callable[[KafkaError | None, Message | None], None],
+                                 KafkaError]] = []  # fmt: skip
+        #: protocol version 2: (topic, partition) of the group's liveness log
+        self.liveness: tuple[str, int] | None = None
         self._lock = threading.Lock()  # the producer, _broken and _failed
         self._warm = False
         #: set while the current producer holds a producer id (see :meth:`warm`)
@@ -439,6 +451,15 @@ class ControlWriter:
             self._warm = True
         self.service(0)  # a refusal that came with the connection is raised here
 
+    def warm_liveness(self, timeout: float = 5.0) -> None:
+        """Learn the liveness topic's metadata before the first heartbeat (protocol version 2),
+        so that it does not wait for a metadata round trip; a failure only leaves it to that."""
+        if self.liveness is not None:
+            try:
+                self._producer.list_topics(self.liveness[0], timeout=timeout)
+            except KafkaException as e:
+                _log.debug("liveness_writer.warm_failed", error=str(e))
+
     def _learn_metadata(self, deadline: float) -> None:
         """Ask for the topic's metadata until a learned broker (not bootstrap) answers."""
         while True:
@@ -474,6 +495,50 @@ class ControlWriter:
         :meth:`service`, on the owner's thread.
         """
 
+        def report(err: KafkaError | None, msg: Message | None) -> None:
+            off = msg.offset() if msg is not None and err is None else None
+            on_delivery(err, int(off) if off is not None else -1)
+
+        self._produce(self.topic, self.partition, key, value, report, service)
+
+    def write_liveness(
+        self,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: LivenessCallback,
+        service: bool = True,
+    ) -> None:
+        """Protocol version 2: queue one record for the group's liveness log (:attr:`liveness`),
+        through the same producer (records keep their order per partition, which is all either
+        log needs); ``on_delivery(error, offset, timestamp)`` gets the broker's
+        ``LogAppendTime`` of the record (-1 without one)."""
+        if self.liveness is None:
+            raise ValueError("the writer is not bound to a liveness log (bind_liveness)")
+        topic, partition = self.liveness
+
+        def report(err: KafkaError | None, msg: Message | None) -> None:
+            off = msg.offset() if msg is not None and err is None else None
+            ts = -1
+            if off is not None and msg is not None:
+                kind, stamp = msg.timestamp()
+                ts = int(stamp) if kind == TIMESTAMP_LOG_APPEND_TIME else -1
+            on_delivery(err, int(off) if off is not None else -1, ts)
+
+        self._produce(topic, partition, key, value, report, service)
+
+    def bind_liveness(self, topic: str, partition: int) -> None:
+        """Name the group's partition of the liveness topic (protocol version 2)."""
+        self.liveness = (topic, partition)
+
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        report: Callable[[KafkaError | None, Message | None], None],
+        service: bool,
+    ) -> None:
         producer: Producer  # the one this record went to (bound below, under the lock)
         unanswered = self._unanswered  # the current producer's (see renew)
 
@@ -484,8 +549,7 @@ class ControlWriter:
                 self._fatal_in_a_row = 0
             elif _denied(err) or (err.fatal() and producer is self._producer):
                 self._fatal(err)  # (a replaced producer's fatal news is old news)
-            off = msg.offset()
-            on_delivery(err, int(off) if off is not None and err is None else -1)
+            report(err, msg)
 
         with self._lock:
             if self._closed:
@@ -493,11 +557,11 @@ class ControlWriter:
             producer = self._producer
             try:
                 try:
-                    producer.produce(self.topic, key=key, value=value, partition=self.partition,
+                    producer.produce(topic, key=key, value=value, partition=partition,
                                      on_delivery=done)  # fmt: skip
                 except BufferError:
                     producer.poll(0.1)
-                    producer.produce(self.topic, key=key, value=value, partition=self.partition,
+                    producer.produce(topic, key=key, value=value, partition=partition,
                                      on_delivery=done)  # fmt: skip
                 unanswered.append(time.monotonic())
             except KafkaException as e:
@@ -514,7 +578,7 @@ class ControlWriter:
                 # The producer is fatal: this record fails like the ones it had queued; the
                 # next service() replaces the producer (the next record supersedes this one).
                 self._fatal(err)
-                self._failed.append((on_delivery, err))
+                self._failed.append((report, err))
                 if self.failure is not None:
                     raise self.failure from e
         if service:
@@ -535,8 +599,8 @@ class ControlWriter:
             raise self.failure
         with self._lock:
             failed, self._failed = self._failed, []
-        for on_delivery, err in failed:
-            on_delivery(err, -1)
+        for report, err in failed:
+            report(err, None)
         if self._broken is not None:
             self._replace()
 
@@ -639,6 +703,8 @@ class ControlClients:
 
     def __init__(self, cfg: GroupConfig, topic: str, partition: int | None = None) -> None:
         self.partition = -1 if partition is None else partition
+        #: protocol version 2: (topic, partition) of the group's liveness log (bind_liveness)
+        self.liveness: tuple[str, int] | None = None
         self.reader = ControlReader(cfg, topic, self.partition)
         try:
             self.writer = ControlWriter(cfg, topic, self.partition)
@@ -662,6 +728,13 @@ class ControlClients:
     def bind(self, partition: int) -> None:
         """Name the group's partition of the control topic (the warm-up needs none)."""
         self.partition = self.reader.partition = self.writer.partition = partition
+
+    def bind_liveness(self, topic: str, partition: int) -> None:
+        """Protocol version 2: name the group's partition of the liveness topic, which the
+        writer also writes to (heartbeats, snapshots); readers of it are the judge's
+        (``LivenessIO``)."""
+        self.liveness = (topic, partition)
+        self.writer.bind_liveness(topic, partition)
 
     def wait_warm(self, writer: bool = True) -> None:
         """Wait for the warm-up (bounded by its requests' timeouts): the reader's, and the

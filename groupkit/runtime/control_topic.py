@@ -1,4 +1,5 @@
-"""The compacted control topic: created if missing, checked if present, one partition a group.
+"""The compacted control topic (and protocol version 2's liveness topic): created if missing,
+checked if present, one partition a group.
 
 A group's records all go to one partition, chosen by a stable hash of the group id, so they have
 one total order, and every member replays the same sequence.
@@ -182,19 +183,16 @@ def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:
         time.sleep(0.05)  # metadata refresh is a request per call; no event to wait on
 
 
-def check_control_topic(
-    admin: AdminClient, name: str, timeout: float = 30.0, session_timeout_ms: int | None = None
-) -> list[LargeLogSetting]:
-    """Refuse settings that break the protocol; warn of, and return, those that keep the log
-    large (one ``control_topic.large_log_setting`` warning each)."""
+def _describe(admin: AdminClient, name: str, timeout: float, what: str) -> dict[str, Any]:
+    """The topic's settings (``describe_configs`` entries)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, name)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            configs = admin.describe_configs([resource])[resource].result(
+            configs: dict[str, Any] = admin.describe_configs([resource])[resource].result(
                 timeout=max(0.5, deadline - time.monotonic())
             )
-            break
+            return configs
         except KafkaException as e:
             # On a cluster, the broker asked may not know yet of a topic that another member
             # just created through another broker, or may be restarting: ask again, until
@@ -204,8 +202,16 @@ def check_control_topic(
                 err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART or err.retriable()
             )
             if not again or time.monotonic() >= deadline:
-                raise BrokerError(f"cannot read the settings of control topic {name!r}: {e}") from e
+                raise BrokerError(f"cannot read the settings of {what} {name!r}: {e}") from e
             time.sleep(0.1)  # metadata reaches every broker within moments; nothing to wait on
+
+
+def check_control_topic(
+    admin: AdminClient, name: str, timeout: float = 30.0, session_timeout_ms: int | None = None
+) -> list[LargeLogSetting]:
+    """Refuse settings that break the protocol; warn of, and return, those that keep the log
+    large (one ``control_topic.large_log_setting`` warning each)."""
+    configs = _describe(admin, name, timeout, "control topic")
     for key, want in REQUIRED_CONFIG.items():
         entry = configs.get(key)
         have = entry.value if entry is not None else None
@@ -222,3 +228,79 @@ def check_control_topic(
         _log.warning("control_topic.large_log_setting", topic=name, setting=f.setting,
                      value=f.value, groupkit_value=f.groupkit_value, effect=f.effect)  # fmt: skip
     return found
+
+
+# ---------------------------------------------------------------------- protocol version 2
+
+#: What the liveness topic must be (docs/protocol-v2.md, "Logs"): the broker's clock stamps
+#: every heartbeat, and the writer learns that stamp from its delivery report, so a member and
+#: its judge agree on when each heartbeat landed.
+LIVENESS_REQUIRED_CONFIG = {"message.timestamp.type": "LogAppendTime"}
+
+#: The least retention that keeps a judge's start (the newest lease's ``live_offset``, written
+#: every lease interval) and the newest snapshot in the log, with a wide margin.
+LIVENESS_MIN_RETENTION_MS = 60 * 60 * 1000
+
+#: How groupkit creates it: deleted by time, not compacted (a judge replays heartbeats in
+#: order, and only the recent ones matter), in small segments so that retention acts.
+LIVENESS_CONFIG = {
+    "cleanup.policy": "delete",
+    **LIVENESS_REQUIRED_CONFIG,
+    "retention.ms": str(LIVENESS_MIN_RETENTION_MS),
+    "segment.ms": str(10 * 60 * 1000),
+    "segment.bytes": str(16 * 1024 * 1024),
+}
+
+
+def ensure_liveness_topic(
+    admin: AdminClient,
+    name: str,
+    partitions: int = 1,
+    replication_factor: int = -1,
+    create: bool = True,
+    timeout: float = 30.0,
+    propagation_timeout: float = PROPAGATION_TIMEOUT_S,
+) -> int:
+    """Protocol version 2's liveness topic, as :func:`ensure_control_topic` does the control
+    topic: created if missing (``create``; :data:`LIVENESS_CONFIG`), else waited for within
+    ``propagation_timeout`` when the metadata does not show it yet, then checked
+    (:func:`check_liveness_topic`). Its partition count."""
+    try:
+        md = admin.list_topics(topic=name, timeout=timeout)
+    except KafkaException as e:
+        raise BrokerError(f"cannot reach the cluster to look up {name!r}: {e}") from e
+    topic = md.topics.get(name)
+    if topic is None or topic.error is not None:
+        if not create:
+            bound = min(propagation_timeout, timeout)
+            if not topic_appears(admin, name, bound):
+                raise ControlTopicError(
+                    f"liveness topic {name!r} does not exist and groupkit.control.topic.create "
+                    f"is false (not in the cluster's metadata within {bound:g}s, "
+                    "topic.metadata.propagation.max.ms)"
+                )
+        else:
+            create_topic(admin, name, partitions, replication_factor, config=LIVENESS_CONFIG,
+                         timeout=timeout, exist_ok=True)  # fmt: skip
+    wait_for_topic(admin, name, 1, timeout)
+    check_liveness_topic(admin, name, timeout)
+    return _partition_count(admin, name, timeout)
+
+
+def check_liveness_topic(admin: AdminClient, name: str, timeout: float = 30.0) -> None:
+    """Refuse a liveness topic whose records the producer stamps (a member could not trust its
+    delivery report's time); warn of a retention under :data:`LIVENESS_MIN_RETENTION_MS`."""
+    configs = _describe(admin, name, timeout, "liveness topic")
+    for key, want in LIVENESS_REQUIRED_CONFIG.items():
+        entry = configs.get(key)
+        have = entry.value if entry is not None else None
+        if have != want:
+            raise ControlTopicError(
+                f"liveness topic {name!r} has {key}={have}, groupkit needs {key}={want}; "
+                f"alter the topic or choose another with groupkit.liveness.topic"
+            )
+    retention = _num(configs, "retention.ms")
+    if retention is not None and 0 <= retention < LIVENESS_MIN_RETENTION_MS:
+        _log.warning("liveness_topic.short_retention", topic=name, retention_ms=int(retention),
+                     groupkit_value=LIVENESS_MIN_RETENTION_MS,
+                     effect="a judge may find its start offset deleted")  # fmt: skip

@@ -25,6 +25,10 @@ simulator runs too); this module only does the I/O around it. Each turn:
 
 The first turn runs as soon as the history is read, so the join record goes out at once.
 
+Protocol version 2 (docs/protocol-v2.md; runtime/liveness_io.py): the member's heartbeats go
+to the liveness log, their delivery reports to the node; a judge's turn reads the liveness log
+before the step, and writes its verdicts and the lease into the main log after it.
+
 Shared with the ``poll`` thread under one lock: the member's state machine (``owned``, the
 fencing clock) and the queue of hand-offs. The ``poll`` thread (runtime/consumer.py and
 runtime/handoff.py) goes through the methods under "the poll thread's side" only, never through
@@ -54,7 +58,7 @@ from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner
 from groupkit.protocol.assign import PlanOutcome
-from groupkit.protocol.member import Actions
+from groupkit.protocol.member import Actions, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
@@ -63,8 +67,10 @@ from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
+from groupkit.runtime.counts import PartitionCounts
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
+from groupkit.runtime.liveness_io import LivenessIO, bind_liveness_log
 from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
@@ -162,9 +168,8 @@ class Coordinator:
             HmacSigner(cfg.signing_key.encode()) if cfg.signing_key else None
         )
         self.lock = threading.RLock()
-        self.state = GroupState(
-            cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=self.signer
-        )
+        self.state = GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
+                                verifier=self.signer, version=cfg.protocol_version)  # fmt: skip
         self.member = Member(
             cfg.group_id,
             self.member_id,
@@ -184,11 +189,13 @@ class Coordinator:
             defer_revocations=True,  # revocations are done by the poll thread, then released
             max_clock_skew_ms=cfg.max_clock_skew_ms,
             instance_id=cfg.instance_id,
+            version=cfg.protocol_version,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol,
                                cover_after_ms=cfg.heartbeat_interval_ms)  # fmt: skip
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
-        self.node = Node(self.member, self.state, self.planner, defer_plans=True)
+        self.node = Node(self.member, self.state, self.planner, defer_plans=True,
+                         lease_interval_ms=cfg.lease_interval_ms)  # fmt: skip
         self.plans = PlanRunner(self.planner.assignor, cfg.assignor_timeout_ms,
                                 name=f"groupkit-plan-{self.member_id}")  # fmt: skip
         self._racks = RackCache()  # the leader's cache of the partitions' replica racks
@@ -200,7 +207,7 @@ class Coordinator:
         #: what the member lost that the poll thread has not stopped yet, and the member's
         #: records held back meanwhile (see _carry_out)
         self._stopping: set[TopicPartition] = set()
-        self._held: list[tuple[bytes, bytes | None]] = []
+        self._held: list[Write] = []
         self._on_handoff = on_handoff
         self._poll_age = poll_age
         self.observers = observers if observers is not None else Observers()
@@ -223,9 +230,7 @@ class Coordinator:
         self._unread_since: float | None = None
         #: when the reader last returned a record (monotonic s): see _watch_writer
         self._read_at = 0.0
-        self._counts: dict[str, int] = {}
-        self._counts_at = 0.0
-        self._counting = False  # a background refresh of _counts is under way
+        self._counts = PartitionCounts(admin, self.member_id)
         if control is None:
             partitions = ensure_control_topic(
                 admin,
@@ -238,12 +243,15 @@ class Coordinator:
             )
             partition = partition_for_group(cfg.group_id, partitions)
             control = ControlClients(cfg, cfg.control_topic, partition)
+            bind_liveness_log(admin, cfg, control)
         if control.partition < 0:
             raise ValueError("the control clients are not bound to a partition (bind)")
         self.control = control
         self.control_partition = control.partition
         self.reader: ControlReader = control.reader
         self.writer: ControlWriter = control.writer
+        #: protocol version 2's heartbeats and judging (``None``: version 1)
+        self.v2 = LivenessIO.of(cfg, self.node, self.lock, control)
         self._thread = threading.Thread(
             target=self._run, name=f"groupkit-{self.member_id}", daemon=True
         )
@@ -281,6 +289,7 @@ class Coordinator:
             def warm_writer() -> None:
                 self.control.wait_warm()  # the warm-up GroupConsumer() started, then ours
                 self.writer.warm()
+                self.writer.warm_liveness()  # (version 2's first heartbeat)
 
             warm = Background(warm_writer, "groupkit-warm")
             hw = self._catch_up()
@@ -323,6 +332,7 @@ class Coordinator:
         got = bounded_catch_up(
             self.reader, self.cfg.group_id, self.cfg.session_timeout_ms,
             self.cfg.rebalance_timeout_ms, self.signer, self._stop.is_set,
+            snapshots=None if self.v2 is None else self.v2.snapshot_reader,
         )  # fmt: skip
         self.stats.catch_up_scanned = got.scanned
         if got.state is None:  # the reader is rewound: _run replays the whole log
@@ -357,6 +367,8 @@ class Coordinator:
                                generation=self.state.generation)  # fmt: skip
                 self.observers.record_read(self.state, res.kind)
                 if res.kind == ReplayKind.REJECTED:  # counted by reason in state.rejections
+                    if self.v2 is not None:  # (a member of the other protocol version)
+                        self.v2.rejected(res, r.timestamp_ms)
                     self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
                     _log.warning(
                         "control_record.rejected",
@@ -387,6 +399,8 @@ class Coordinator:
         self._replay(batch)
         now = monotonic_ms()
         self._take_plan(self.plans.poll(now))
+        if self.v2 is not None:  # a judge reads the liveness log (runtime/liveness_io.py)
+            self.v2.judge(now)
         with self.lock:
             if self.member.state == MemberPhase.LEFT:
                 return
@@ -397,9 +411,9 @@ class Coordinator:
             # the lock: see _lead.
             step = self.node.step(now)
             acts = self._carry_out(step.actions)
-            if step.snapshot is not None:
-                self._write(*step.snapshot)
-            for k, v in step.tombstones:
+            if step.snapshot is not None:  # version 2: on the liveness log (for newcomers)
+                (self._write if self.v2 is None else self.v2.write_snapshot)(*step.snapshot)
+            for k, v in (*step.tombstones, *step.judged):  # (judged: version 2's verdicts, lease)
                 self._write(k, v)
         if (acts.lost or acts.revoke or acts.assign) and self._on_handoff is not None:
             self._on_handoff()
@@ -528,10 +542,17 @@ class Coordinator:
         for w in acts.writes:
             if self._stopping:
                 _log.debug("hop.held", member=self.member_id, stopping=len(self._stopping))
-                self._held.append((w.raw_key, w.raw_value))
+                self._held.append(w)
             else:
-                self._write(w.raw_key, w.raw_value, service=service)
+                self._send(w, service)
         return acts
+
+    def _send(self, w: Write, service: bool) -> None:
+        """A record of the member's: a heartbeat to the liveness log, else to the main log."""
+        if w.liveness and self.v2 is not None:
+            self.v2.beat(w, service)
+        else:
+            self._write(w.raw_key, w.raw_value, service=service)
 
     def _stopped(self, partitions: Partitions) -> None:
         """The poll thread stopped ``partitions``: once it stopped everything lost, produce the
@@ -541,8 +562,8 @@ class Coordinator:
             return
         held, self._held = self._held, []
         _log.debug("hop.unheld", member=self.member_id, records=len(held))
-        for key, value in held:
-            self._write(key, value, service=False)
+        for w in held:
+            self._send(w, service=False)
 
     # ------------------------------------------------------------------ the poll thread's side
 
@@ -646,6 +667,8 @@ class Coordinator:
         self.stop()
         if self.load is not None:  # its worker's clients go before the control clients
             self.load.join(timeout)
+        if self.v2 is not None:
+            self.v2.close()
         self.control.close(timeout)
 
     def released(
@@ -821,46 +844,10 @@ class Coordinator:
         self.observers.rebalance_done(summary)
 
     def _partition_counts(self) -> dict[str, int]:
-        """Partition counts of every topic a live member subscribes to, refreshed each second.
-
-        Only a topic not yet counted is asked for here; a refresh runs in the background, so a
-        leader never waits on a metadata round trip to plan (it was one hop of every join: the
-        counts were usually a second old when the newcomer's record arrived). A count that
-        changes is planned for in the turn after the refresh (Planner: partitions_changed).
-        """
-        now = time.monotonic()
+        """Partition counts of every topic a live member subscribes to (runtime/counts.py)."""
         with self.lock:
-            topics = sorted({t for m in self.state.live_members().values() for t in m.topics})
-        if any(t not in self._counts for t in topics):
-            self._refresh_counts(topics, now)
-        elif now - self._counts_at >= 1.0 and not self._counting:
-            self._counting = True
-            threading.Thread(
-                target=self._refresh_counts_in_background, args=(topics, now), daemon=True,
-                name=f"groupkit-metadata-{self.member_id}",
-            ).start()  # fmt: skip
-        counts = self._counts
-        return {t: counts.get(t, 0) for t in topics}
-
-    def _refresh_counts(self, topics: list[str], now: float) -> None:
-        try:
-            md = self.admin.list_topics(timeout=5)
-            counts: dict[str, int] = {}
-            for t in topics:
-                tm = md.topics.get(t)
-                counts[t] = len(tm.partitions) if tm is not None and tm.error is None else 0
-            self._counts = counts  # one assignment: the control thread reads whole dicts
-            self._counts_at = now
-        except Exception as e:
-            _log.warning("metadata.unavailable", error=str(e))
-
-    def _refresh_counts_in_background(self, topics: list[str], now: float) -> None:
-        # Only this thread clears the flag: an inline refresh meanwhile must not let a second
-        # background one start beside it.
-        try:
-            self._refresh_counts(topics, now)
-        finally:
-            self._counting = False
+            topics = {t for m in self.state.live_members().values() for t in m.topics}
+        return self._counts.of(topics)
 
     def _write(
         self, key: bytes, value: bytes | None, assignment: bool = False, service: bool = True

@@ -41,13 +41,18 @@ from groupkit.errors import BrokerError, InputError, RecordRejected
 from groupkit.lagstatus import PartitionStatus, group_status
 from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, decode_key
-from groupkit.protocol.vocab import Phase
+from groupkit.protocol.vocab import Phase, RejectReason
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader
 from groupkit.runtime.control_topic import partition_for_group
-from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
+from groupkit.runtime.group_tools import (
+    control_partitions,
+    live_now,
+    read_group,
+    reader_config,
+    table,
+)
 from groupkit.runtime.lag import TimeLagReader, read_offsets
 from groupkit.runtime.lag_status import sampled_status
 from groupkit.types import TopicPartition
@@ -109,8 +114,7 @@ def describe_group(
     try:
         # from the group's newest snapshot, as a newcomer does (runtime/catch_up.py); what
         # was read by the timeout is shown
-        state, _ = read_to_end(reader, cfg.group_id, cfg.session_timeout_ms,
-                               cfg.rebalance_timeout_ms, signer, timeout)  # fmt: skip
+        state, _ = read_group(reader, cfg, signer, timeout)
     finally:
         reader.close()
     if not state.members and state.assignment is None:
@@ -216,6 +220,8 @@ def describe_group(
         "state": kafka_state,
         "control_topic": cfg.control_topic,
         "control_partition": partition,
+        # the protocol version the group speaks (docs/protocol-v2.md)
+        "protocol_version": state.version,
         "log_offset": state.offset,
         "log_time_ms": state.log_time,
         "leader": state.leader,
@@ -325,8 +331,14 @@ def list_groups(config: dict[str, Any], timeout: float = 30.0) -> list[dict[str,
     now_ms = int(time.time() * 1000)
     out = []
     for g, p in sorted(groups.items()):
-        state = GroupState(g, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=signer)
+        state = GroupState(g, cfg.session_timeout_ms, cfg.rebalance_timeout_ms, verifier=signer,
+                           version=cfg.protocol_version)  # fmt: skip
         _replay_all(state, records.get(p, ()))
+        if not state.members and state.rejections[RejectReason.OTHER_VERSION.value]:
+            # a group of the other protocol version (as group_tools.read_group)
+            state = GroupState(g, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
+                               verifier=signer, version=3 - cfg.protocol_version)  # fmt: skip
+            _replay_all(state, records.get(p, ()))
         out.append(
             {
                 "group": g,

@@ -14,7 +14,13 @@ from typing import Any
 
 from groupkit.errors import ControlTopicError
 from groupkit.protocol import GroupState
+from groupkit.protocol.records import Signer
+from groupkit.protocol.vocab import RejectReason
+from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
+from groupkit.runtime.control_log import ControlReader
+
+_OTHER = RejectReason.OTHER_VERSION.value
 
 
 def control_partitions(admin: Any, cfg: GroupConfig, timeout: float) -> int:
@@ -36,9 +42,38 @@ def reader_config(cfg: GroupConfig) -> GroupConfig:
     )
 
 
+def read_group(
+    reader: ControlReader, cfg: GroupConfig, verifier: Signer | None, timeout: float
+) -> tuple[GroupState, bool]:
+    """The group's state at the end of its control log, for a one-shot tool (``read_to_end``),
+    in the protocol version ``cfg`` names; a group that log shows speaking the other version
+    only (every record of it refused as ``other_version``) is read again in that one. The
+    flag: whether the state reached the log's end."""
+    got = _read(reader, cfg, verifier, timeout, cfg.protocol_version)
+    state = got[0]
+    if not state.members and state.rejections[_OTHER]:
+        return _read(reader, cfg, verifier, timeout, 3 - cfg.protocol_version)
+    return got
+
+
+def _read(
+    reader: ControlReader, cfg: GroupConfig, verifier: Signer | None, timeout: float, version: int
+) -> tuple[GroupState, bool]:
+    return read_to_end(reader, cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
+                       verifier, timeout, version)  # fmt: skip
+
+
 def live_now(state: GroupState, now_ms: int | None = None) -> list[str]:
-    """The live members, by the log's clock and by the wall clock (``now_ms``, else now)."""
+    """The live members, by the log's clock and by the wall clock (``now_ms``, else now).
+
+    Version 2: a member's records are written only when something changes, and its liveness is
+    judged from the liveness log, which a tool does not read; so the live memberships, as long
+    as the control log's clock (the leader's lease, every lease interval) moved within two
+    sessions: a group whose every member is gone shows none after that."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
+    if state.version == 2:
+        fresh = state.log_time + 2 * state.session_timeout_ms > now
+        return list(state.live_members()) if fresh else []
     return [
         mid
         for mid, m in state.live_members().items()

@@ -50,11 +50,16 @@ from groupkit.protocol import GroupState, ownership
 from groupkit.protocol.records import HmacSigner, encode, reset_record
 from groupkit.protocol.vocab import RejectReason, ReplayKind
 from groupkit.runtime.admin import connect_admin
-from groupkit.runtime.catch_up import read_to_end
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlReader, ControlWriter
 from groupkit.runtime.control_topic import partition_for_group
-from groupkit.runtime.group_tools import control_partitions, live_now, reader_config, table
+from groupkit.runtime.group_tools import (
+    control_partitions,
+    live_now,
+    read_group,
+    reader_config,
+    table,
+)
 from groupkit.runtime.lag import committed_offsets, end_offsets
 from groupkit.types import TopicPartition
 
@@ -168,12 +173,11 @@ def _read_group(cfg: GroupConfig, admin: Any, timeout: float) -> tuple[GroupStat
         n = control_partitions(admin, cfg, timeout)
     except ControlTopicError:
         return GroupState(cfg.group_id, cfg.session_timeout_ms, cfg.rebalance_timeout_ms,
-                          verifier=signer), -1  # fmt: skip
+                          verifier=signer, version=cfg.protocol_version), -1  # fmt: skip
     partition = partition_for_group(cfg.group_id, n)
     reader = ControlReader(reader_config(cfg), cfg.control_topic, partition)
     try:
-        state, complete = read_to_end(reader, cfg.group_id, cfg.session_timeout_ms,
-                                      cfg.rebalance_timeout_ms, signer, timeout)  # fmt: skip
+        state, complete = read_group(reader, cfg, signer, timeout)
     finally:
         reader.close()
     if not complete:
