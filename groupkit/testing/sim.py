@@ -68,7 +68,6 @@ from __future__ import annotations
 import bisect
 import random
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
 import groupkit.protocol.ownership as ownership
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
@@ -87,59 +86,11 @@ from groupkit.protocol.vocab import (
     ReplayKind,
 )
 from groupkit.testing.logs import ControlLog
-from groupkit.testing.sim_liveness import LivenessLogs
+from groupkit.testing.sim_liveness import LivenessLogs, SimMember
 from groupkit.types import TopicPartition
 
 #: every member commits the positions of what it owns every this many ticks (and on revocation)
 COMMIT_EVERY_TICKS = 3
-
-
-@dataclass(slots=True)
-class SimMember:
-    node: Node
-    read_rate: int | None = None
-    pos: int = 0
-    crashed: bool = False
-    paused_until: int = 0
-    actions: list[Actions] = field(default_factory=list)
-    #: how it caught up at start (``bounded`` joins): "state" (from a snapshot), "full", or ""
-    catch_up: str = ""
-    #: records it replayed to catch up (after the snapshot's ``as_of``, or all of them)
-    replayed: int = 0
-    #: deferred revocations under way: (when the commit is done, partitions)
-    releasing: list[tuple[int, frozenset[TopicPartition]]] = field(default_factory=list)
-    #: with deferred revocation, a leave waits for the commit of what it owns (runtime: close)
-    leave_at: int | None = None
-    #: the next record to process of each partition it owns (the data consumer's position)
-    positions: dict[TopicPartition, int] = field(default_factory=dict)
-    #: revoked, not released yet: no longer processed (the runtime unassigns it first)
-    stopped: set[TopicPartition] = field(default_factory=set)
-    #: a plan being made for its node: (when it is reported, the outcome)
-    plan_due: tuple[int, PlanOutcome] | None = None
-    #: its assignor is still running (past its budget) until then
-    assignor_busy_until: int = 0
-    #: its (deferred) leave is a static member's park: it keeps its seat (Member.park)
-    parks: bool = False
-    #: protocol version 2: where this member reads the liveness log while it judges (``None``:
-    #: it does not), and its heartbeats' delivery reports due: (time, seq, stamp or ``None``
-    #: for a failed report of a heartbeat that may have landed)
-    live_pos: int | None = None
-    reports: list[tuple[int, int, int | None]] = field(default_factory=list)
-    #: per position, the offset of the reset record it descends from (-1: none), see
-    #: "Offset resets" in the module docstring
-    lineage: dict[TopicPartition, int] = field(default_factory=dict)
-
-    @property
-    def member(self) -> Member:
-        return self.node.member
-
-    @property
-    def state(self) -> GroupState:
-        return self.node.state
-
-    @property
-    def member_id(self) -> str:
-        return self.node.member_id
 
 
 class GroupSim(LivenessLogs):

@@ -1,21 +1,70 @@
-"""What :class:`~groupkit.testing.sim.GroupSim` does for protocol version 2's second log
-(docs/protocol-v2.md): members' heartbeats produced to the liveness log and their delivery
-reports handed back, judges reading the liveness log, and a newcomer's catch-up from the
-snapshot there."""
+"""A simulated member (:class:`SimMember`), and what :class:`~groupkit.testing.sim.GroupSim`
+does for protocol version 2's second log (docs/protocol-v2.md): members' heartbeats produced to
+the liveness log and their delivery reports handed back, judges reading the liveness log, and a
+newcomer's catch-up from the snapshot there."""
 
 from __future__ import annotations
 
 import bisect
 import random
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
-from groupkit.protocol.member import Write
+from groupkit.protocol.assign import PlanOutcome
+from groupkit.protocol.member import Actions, Member, Write
+from groupkit.protocol.node import Node
 from groupkit.protocol.records import HeartbeatRecord, Signer
 from groupkit.protocol.snapshot import from_snapshot, newest_snapshot
+from groupkit.protocol.state import GroupState
 from groupkit.testing.logs import ControlLog, LogRecord
+from groupkit.types import TopicPartition
 
-if TYPE_CHECKING:
-    from groupkit.testing.sim import SimMember
+
+@dataclass(slots=True)
+class SimMember:
+    node: Node
+    read_rate: int | None = None
+    pos: int = 0
+    crashed: bool = False
+    paused_until: int = 0
+    actions: list[Actions] = field(default_factory=list)
+    #: how it caught up at start (``bounded`` joins): "state" (from a snapshot), "full", or ""
+    catch_up: str = ""
+    #: records it replayed to catch up (after the snapshot's ``as_of``, or all of them)
+    replayed: int = 0
+    #: deferred revocations under way: (when the commit is done, partitions)
+    releasing: list[tuple[int, frozenset[TopicPartition]]] = field(default_factory=list)
+    #: with deferred revocation, a leave waits for the commit of what it owns (runtime: close)
+    leave_at: int | None = None
+    #: the next record to process of each partition it owns (the data consumer's position)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
+    #: revoked, not released yet: no longer processed (the runtime unassigns it first)
+    stopped: set[TopicPartition] = field(default_factory=set)
+    #: a plan being made for its node: (when it is reported, the outcome)
+    plan_due: tuple[int, PlanOutcome] | None = None
+    #: its assignor is still running (past its budget) until then
+    assignor_busy_until: int = 0
+    #: its (deferred) leave is a static member's park: it keeps its seat (Member.park)
+    parks: bool = False
+    #: protocol version 2: where this member reads the liveness log while it judges (``None``:
+    #: it does not), and its heartbeats' delivery reports due: (time, seq, stamp or ``None``
+    #: for a failed report of a heartbeat that may have landed)
+    live_pos: int | None = None
+    reports: list[tuple[int, int, int | None]] = field(default_factory=list)
+    #: per position, the offset of the reset record it descends from (-1: none), see
+    #: "Offset resets" in the module docstring
+    lineage: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def member(self) -> Member:
+        return self.node.member
+
+    @property
+    def state(self) -> GroupState:
+        return self.node.state
+
+    @property
+    def member_id(self) -> str:
+        return self.node.member_id
 
 
 class LivenessLogs:
