@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from groupkit.protocol.records import (
 )
 from groupkit.protocol.snapshot import from_snapshot, to_snapshot
 from groupkit.protocol.state import GroupState
+from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition as TP
 
 SESSION = 10_000
@@ -357,3 +359,49 @@ def test_a_reader_of_the_compacted_log_agrees_with_the_full_reader(
     for mid in live(full):
         c, f = compact.members[mid], full.members[mid]
         assert (c.proc, c.run, c.claims) == (f.proc, f.run, f.claims)
+
+
+def test_a_record_that_echoes_a_start_a_newer_one_ended_is_refused() -> None:
+    """A member that read the log slowly sent a second start in its run before it read its
+    first back. A record that echoes the first start's ``joined_at`` carries the ended
+    membership's view (its coverage, its grants): refused, by every reader."""
+    log = Log([])
+    log.member("a", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1]})
+    log.member("b", 2, 1, start=True)  # a start nobody covers yet
+    first = log.t
+    grant(log, 2, "a", {"a": [0], "b": [1]})
+    log.member("b", 3, 1, start=True)  # the second start ends the first membership
+    fresh = log.compacted()
+    log.append(m2("b", 4, 1, joined_at=first, owned=[("t", 1)], owned_generation=2,
+                  acked_generation=2, seen_generation=2, since_generation=2))  # fmt: skip
+    for reader in (log.read(), log.read(fresh)):
+        assert reader.rejections["stale_member_record"] == 1, reader.rejections
+        assert reader.members["b"].claims == frozenset()
+
+
+SLOW = [("eager", 2, 60), ("cooperative", 1, 30), ("cooperative", 1, 40)]
+
+
+@pytest.mark.parametrize(("protocol", "rate", "junk"), SLOW)
+def test_a_slow_member_takes_nothing_of_a_membership_its_newer_start_ended(
+    protocol: str, rate: int, junk: int
+) -> None:
+    """A member whose start goes unread for a session starts again when it has something to
+    say (a new subscription). When it reads its first start back at last, it does not take
+    that membership's grants: the log gave them away when the second start ended it."""
+    sim = GroupSim({"t0": 4, "t1": 2}, version=2, session_timeout_ms=2_000,
+                   heartbeat_interval_ms=300, protocol=protocol)  # fmt: skip
+    for _ in range(junk):
+        sim.inject(b"junk", b"junk")
+    sim.join("a", ["t0", "t1"])
+    slow = sim.join("b", ["t0"], read_rate=rate)
+    for t in range(300):
+        sim.tick()
+        if t == 22:  # past a session, its start still unread
+            sim.subscribe("b", ["t0", "t1"])
+        assert not sim.violations(), sim.describe()
+    key = encode(*m2("b", 1, 1))[0]
+    starts = [r for r in sim.log.records if r.key == key]
+    assert sum(decode(r.key, r.value)[1].joined_at is None for r in starts) >= 2  # type: ignore[union-attr]
+    assert slow.member.owned and sim.view().rejections["stale_member_record"] == 0

@@ -305,9 +305,9 @@ class Member:
         #: and the newest generation one of them said we had seen
         self._records = 0
         self._seen_written = 0
-        #: version 2: (run, our clock) of the newest record that started a membership: until
-        #: we read it back, another would only start one again where it lands
-        self._start_sent: tuple[int, int] | None = None
+        #: version 2: (run, our clock, seq) of the newest record that started a membership:
+        #: until we read it back, another would only start one again where it lands
+        self._start_sent: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------ inputs
 
@@ -430,8 +430,11 @@ class Member:
                 # the seat had (GroupState._take_seat); our records must not go back on it
                 self.acked = me.acked_generation
         if self.version == 2:
-            if mine and me is not None and me.run == self._run and self._joined_at is None:
-                self._joined_at = me.joined_at  # our membership's start, read back
+            if (mine and me is not None and me.run == self._run and self._joined_at is None
+                    and (self._start_sent is None or me.seq >= self._start_sent[2])):  # fmt: skip
+                # our membership's start, read back: the newest we sent. An older one started
+                # a membership that the newer start ended, whatever the older one was granted.
+                self._joined_at = me.joined_at
                 # a start is not "ready" (ownership.is_lagging): the next record, which echoes
                 # joined_at, is; a newcomer's first is planned for at once all the same
                 self._dirty = self._dirty or not me.ready
@@ -755,7 +758,7 @@ class Member:
         self._records += 1
         self._seen_written = group.generation
         if self._joined_at is None:
-            self._start_sent = (self._run, now_ms)
+            self._start_sent = (self._run, now_ms, self._seq)
         self._dirty = False
         me = group.members.get(self.member_id)
         ours = me is not None and me.proc == self.incarnation and me.run == self._run
