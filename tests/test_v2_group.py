@@ -149,3 +149,19 @@ def test_a_version_2_member_refuses_a_group_with_a_version_1_member(
     with pytest.raises(ControlLoopError):  # (close says so again)
         new.close()
     assert len(old.assignment()) == 2  # and the version-1 member went on as before
+
+
+def test_a_version_1_member_refuses_a_group_with_a_version_2_member(
+    conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
+) -> None:
+    topic = topic_factory(partitions=2)
+    new = subscribed(consumers, v2(conf), [topic])
+    pump([new], lambda: len(new.assignment()) == 2, 20, "the version-2 member owns all")
+    old = subscribed(consumers, conf, [topic])
+    with pytest.raises(ControlLoopError, match=r"version-2 .*speaks version 1"):
+        pump([new, old], lambda: False, 20, "the version-1 member refuses")
+    assert not old.assignment()  # it never took a partition
+    consumers.remove(old)
+    with pytest.raises(ControlLoopError):  # (close says so again)
+        old.close()
+    assert len(new.assignment()) == 2  # and the version-2 member went on as before

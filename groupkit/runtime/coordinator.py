@@ -75,6 +75,7 @@ from groupkit.runtime.load import LoadFollower
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
 from groupkit.runtime.racks import RackCache
+from groupkit.runtime.version_guard import VersionGuard
 from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.runtime")
@@ -252,6 +253,7 @@ class Coordinator:
         self.writer: ControlWriter = control.writer
         #: protocol version 2's heartbeats and judging (``None``: version 1)
         self.v2 = LivenessIO.of(cfg, self.node, self.lock, control)
+        self.versions = VersionGuard(cfg.group_id, cfg.protocol_version, cfg.session_timeout_ms)
         self._thread = threading.Thread(
             target=self._run, name=f"groupkit-{self.member_id}", daemon=True
         )
@@ -367,8 +369,7 @@ class Coordinator:
                                generation=self.state.generation)  # fmt: skip
                 self.observers.record_read(self.state, res.kind)
                 if res.kind == ReplayKind.REJECTED:  # counted by reason in state.rejections
-                    if self.v2 is not None:  # (a member of the other protocol version)
-                        self.v2.rejected(res, r.timestamp_ms)
+                    self.versions.rejected(res, r.timestamp_ms)
                     self.observers.record_rejected(self.state, res.reason or "", res.detail or "")
                     _log.warning(
                         "control_record.rejected",
@@ -399,6 +400,8 @@ class Coordinator:
         self._replay(batch)
         now = monotonic_ms()
         self._take_plan(self.plans.poll(now))
+        # before our join, and at every turn: a member of the other protocol version
+        self.versions.check(self.state.log_time)
         if self.v2 is not None:  # a judge reads the liveness log (runtime/liveness_io.py)
             self.v2.judge(now)
         with self.lock:

@@ -28,13 +28,10 @@ from contextlib import AbstractContextManager
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
-from groupkit.errors import ConfigError
 from groupkit.log import get_logger
 from groupkit.protocol.member import Write
 from groupkit.protocol.node import Node
-from groupkit.protocol.records import HeartbeatRecord, MemberKey
-from groupkit.protocol.state import Replayed
-from groupkit.protocol.vocab import RejectReason
+from groupkit.protocol.records import HeartbeatRecord
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients, ControlReader
 from groupkit.runtime.control_topic import ensure_liveness_topic, partition_for_group
@@ -111,37 +108,6 @@ class LivenessIO:
         self.renewals = 0
         #: times this member started judging
         self.judging_starts = 0
-        #: the newest member record of the other protocol version replayed: (member id, its
-        #: broker time, why it was refused)
-        self._other: tuple[str, int, str] | None = None
-
-    # ------------------------------------------------------------------ the other version
-
-    def rejected(self, res: Replayed, ts: int) -> None:
-        """Note a refused record of the main log: one of the other protocol version's members
-        is remembered (:meth:`check_version`)."""
-        if (
-            res.reason == RejectReason.OTHER_VERSION
-            and isinstance(res.key, MemberKey)
-            and (self._other is None or ts >= self._other[1])
-        ):
-            self._other = (res.key.member_id, ts, res.detail or "")
-
-    def check_version(self, log_time: int) -> None:
-        """Refuse to take part in a group that a member of the other protocol version is in:
-        each would ignore the other's records and hand out the same partitions. A member is in
-        it while its newest record is less than a session older than the log's time and the
-        wall clock (a group nobody writes to any more has a log time that stands still); an
-        older one is a member long gone whose record the compacted log still holds (a group
-        that changed its version), which must not keep the new version out."""
-        other = self._other
-        now = max(log_time, int(time.time() * 1000))
-        if other is not None and now - other[1] < self.cfg.session_timeout_ms:
-            raise ConfigError(
-                f"group {self.cfg.group_id!r}: member {other[0]} speaks another protocol "
-                f"version ({other[2]}); this member speaks version 2 "
-                "(groupkit.protocol.version): every member of a group must speak the same one"
-            )
 
     # ------------------------------------------------------------------ writing
 
@@ -188,9 +154,7 @@ class LivenessIO:
     def judge(self, now_ms: int) -> None:
         """Read the liveness log while the node judges (module docstring, 2); called at every
         turn of the control loop, before the node's step, outside the lock (a reader's I/O
-        must not hold up the poll thread). Fails the control loop in a group that a member of
-        the other protocol version is in (:meth:`check_version`), before this one joins."""
-        self.check_version(self.node.state.log_time)
+        must not hold up the poll thread)."""
         with self.lock:
             wanted = self.node.liveness_wanted(now_ms)
             start = self.node.liveness_start() if wanted and self.reader is None else None
