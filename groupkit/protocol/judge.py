@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol.group import GroupData
+from groupkit.protocol.keys import KIND_HEARTBEAT
 from groupkit.protocol.liveness import Heartbeat, LivenessJudge, VerdictKind
 from groupkit.protocol.records import (
     HeartbeatKey,
@@ -142,7 +143,9 @@ class Judge:
             raise ValueError("not judging: call start() first")
         if self._since is None:
             self._since = ts
-        if other_group_key(key, self.group):
+        beat = key is not None and len(key) > 1 and key[1] == KIND_HEARTBEAT
+        if not beat or other_group_key(key, self.group):
+            # a snapshot, or another group's: only the clock (by the key's bytes, undecoded)
             found = lv.advance(offset, ts)
         else:
             try:

@@ -164,9 +164,11 @@ def newest_snapshot(
             k, v = decode(key, r.value, verifier)
         except RecordRejected:
             continue
-        if k != want or not isinstance(v, SnapshotRecord) or v.as_of >= r.offset:
+        if k != want or not isinstance(v, SnapshotRecord) or v.version != version:
             continue
-        if v.version != version:
+        if version == 1 and v.as_of >= r.offset:
+            # in the main log it must follow what it sums up; version 2's are on the liveness
+            # log (docs/protocol-v2.md, L8), where as_of is another log's offset
             continue
         if best is None or v.as_of > best[1].as_of:
             best = (r.offset, v)

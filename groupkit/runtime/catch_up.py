@@ -19,7 +19,7 @@ from groupkit.protocol.records import Signer, SnapshotRecord
 from groupkit.protocol.snapshot import CatchUp, from_snapshot, newest_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.runtime.background import Background
-from groupkit.runtime.control_log import ControlReader, RawRecord
+from groupkit.runtime.control_log import ControlReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +87,6 @@ def bounded_catch_up(
     return CaughtUp(state, cu.read, cu.replayed, end)
 
 
-#: the offset a liveness-log record is given for ``newest_snapshot`` (see liveness_snapshot)
-_BEYOND = 2**62
-
-
 def liveness_snapshot(
     reader: ControlReader,
     group: str,
@@ -109,10 +105,7 @@ def liveness_snapshot(
     found: SnapshotRecord | None = None
     reader.seek(start)
     while reader.position < end and time.monotonic() < deadline:
-        # A snapshot's as_of is a main-log offset; newest_snapshot checks it against the
-        # record's own offset, which only means something for a snapshot in the main log.
-        batch = [RawRecord(_BEYOND, r.key, r.value, r.timestamp_ms) for r in reader.poll(0.1)]
-        got = newest_snapshot(batch, group, verifier, version=2)
+        got = newest_snapshot(reader.poll(0.1), group, verifier, version=2)
         if got is not None and (found is None or got[1].as_of > found.as_of):
             found = got[1]
     return found
