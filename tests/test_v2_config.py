@@ -45,3 +45,13 @@ def test_bad_values_are_refused_by_name(setting: str, value: object, message: st
     with pytest.raises(ConfigError, match=message) as e:
         GroupConfig.from_dict({**BASE, "session.timeout.ms": 10_000, setting: value})
     assert isinstance(e.value, ValueError)
+
+
+def test_the_process_lease_is_three_seconds_at_most_the_session_and_above_twice_the_skew() -> None:
+    cfg = GroupConfig.from_dict(BASE)
+    assert cfg.process_lease_ms == 3_000
+    short = GroupConfig.from_dict({**BASE, "session.timeout.ms": 2_500})
+    assert short.process_lease_ms == 2_500  # a lease longer than the seat means nothing
+    with pytest.raises(ConfigError, match=r"groupkit\.process\.lease\.ms must be above twice"):
+        GroupConfig.from_dict({**BASE, "groupkit.process.lease.ms": 2_000,
+                               "groupkit.max.clock.skew.ms": 1_000})  # fmt: skip

@@ -106,6 +106,11 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # Version 2: how often the leader writes its lease into the control topic (the clock of
     # followers that read no heartbeat). Default: a third of the session.
     "groupkit.lease.interval.ms": (None, "int"),
+    # Version 2, a static member (group.instance.id): how long its process may process after
+    # its newest confirmed heartbeat, skew allowance included (docs/protocol-v2.md, L7). Its
+    # seat lasts the session; after a crash, its restarted process takes the seat's partitions
+    # once this lease has run out, not the session. Renewed three times within itself.
+    "groupkit.process.lease.ms": (3_000, "int"),
 }
 
 #: ``groupkit.load.rebalance.interval.ms`` for ``balanced`` unless set: half a minute, so a
@@ -124,6 +129,9 @@ OFFSETS_KEEPALIVE_DEFAULT_MS = 86_400_000
 #: covers a broker whose time daemon has failed for a while. Capped by default at a fifth of the
 #: session, so a tuned 1 s session still leaves a member 800 ms to read its heartbeat back.
 MAX_CLOCK_SKEW_MS = 1_000
+#: ``groupkit.process.lease.ms`` unless set: back within seconds of a crash, while a heartbeat
+#: or two may still be late
+PROCESS_LEASE_MS: int = _GROUPKIT_KEYS["groupkit.process.lease.ms"][0]
 
 #: The protocol versions a member speaks (``groupkit.protocol.version``).
 PROTOCOL_VERSIONS = (1, 2)
@@ -272,6 +280,8 @@ class GroupConfig:
     liveness_topic: str = ""
     #: version 2: how often the leader writes its lease (``groupkit.lease.interval.ms``)
     lease_interval_ms: int = 0
+    #: version 2, a static member: its process lease (``groupkit.process.lease.ms``)
+    process_lease_ms: int = PROCESS_LEASE_MS
     connection: dict[str, Any] = field(default_factory=dict)
     data_consumer: dict[str, Any] = field(default_factory=dict)
     user_config: dict[str, Any] = field(default_factory=dict)
@@ -402,6 +412,14 @@ class GroupConfig:
                 "after a session and a lease interval without its lease"
             )
 
+        process_lease = min(gk["groupkit.process.lease.ms"], session)
+        if process_lease <= 2 * skew:
+            raise ConfigError(
+                f"groupkit.process.lease.ms must be above twice groupkit.max.clock.skew.ms "
+                f"({2 * skew}), got {process_lease}: a static process fences itself a skew "
+                "allowance before its lease ends, and renews it every third of it"
+            )
+
         rack = _rack(conf.get("client.rack"), gk["groupkit.client.rack"])
         connection = {
             k: v
@@ -460,6 +478,7 @@ class GroupConfig:
             protocol_version=version,
             liveness_topic=liveness_topic,
             lease_interval_ms=lease_interval,
+            process_lease_ms=process_lease,
             connection=connection,
             data_consumer=data,
             user_config=dict(conf),

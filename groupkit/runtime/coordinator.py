@@ -191,6 +191,7 @@ class Coordinator:
             max_clock_skew_ms=cfg.max_clock_skew_ms,
             instance_id=cfg.instance_id,
             version=cfg.protocol_version,
+            process_lease_ms=cfg.process_lease_ms,
         )
         self.planner = Planner(cfg.assignor, cfg.protocol,
                                cover_after_ms=cfg.heartbeat_interval_ms)  # fmt: skip
