@@ -90,8 +90,11 @@ class VerdictStaticSchedule(StaticRules, LivenessRules, GroupSchedule):
     the old process's lease has ended."""
 
     def sim_options(self) -> dict[str, int]:
-        # half the session: beyond the slowest delivery report the schedules make (500 ms)
-        return {**super().sim_options(), "process_lease_ms": 1_000}
+        # Shorter than the session, and long enough for the slowest delivery reports the
+        # schedules make (500 ms, longer than a heartbeat interval): while a heartbeat that
+        # names the basis before the last is on its way, the member runs from that basis
+        # (L6.2), so the lease must cover the allowance, two intervals and the report's delay.
+        return {**super().sim_options(), "process_lease_ms": 1_500}
 
 
 VerdictSchedule.TestCase.settings = settings(schedule_settings(EXAMPLES), print_blob=True)
