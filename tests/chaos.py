@@ -202,13 +202,14 @@ class Chaos(FaultRun):
         protocol: str = "cooperative",
         assignor: str = "cooperative-sticky",
         brokers: int = 1,
+        protocol_version: int = 1,
         log: Callable[[str], None] = print,
     ) -> None:
         self.workdir = workdir
         self.members = members
         self.partitions = partitions
         self.rng = random.Random(seed)
-        extra: dict[str, object] = {}
+        extra: dict[str, object] = {"groupkit.protocol.version": protocol_version}
         self.cluster: LocalCluster | None = None
         self.brokers: LocalBroker | LocalCluster
         if brokers > 1:
@@ -219,7 +220,7 @@ class Chaos(FaultRun):
             self.cluster.nodes[-1].clock_offset_s = SKEW_S
             self.bootstrap = self.cluster.start()
             self.brokers = self.cluster
-            extra = {"groupkit.max.clock.skew.ms": SKEW_ALLOWANCE_MS}
+            extra["groupkit.max.clock.skew.ms"] = SKEW_ALLOWANCE_MS
         else:
             self.broker = LocalBroker(workdir / "broker", proxied=True)
             self.bootstrap = self.broker.start()
@@ -461,15 +462,19 @@ def main() -> int:
         help="3: a local three-broker cluster, with its faults",
     )
     ap.add_argument("--workdir", default=None, help="keep audits and logs here")
+    ap.add_argument("--protocol-version", type=int, default=1, choices=(1, 2),
+                    help="groupkit.protocol.version of every member")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="groupkit-soak-") as tmp:
         workdir = Path(args.workdir or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         session = 3000 if args.brokers == 1 else 4000  # the cluster's allows for the skew
         chaos = Chaos(workdir, seed=args.seed, protocol=args.protocol, assignor=args.assignor,
-                      brokers=args.brokers, session_timeout_ms=session)  # fmt: skip
+                      brokers=args.brokers, session_timeout_ms=session,
+                      protocol_version=args.protocol_version)  # fmt: skip
         report = chaos.run(args.duration)
-    print(f"seed {args.seed}, {args.protocol} / {args.assignor}: {len(report.faults)} faults")
+    print(f"seed {args.seed}, {args.protocol} / {args.assignor}, protocol version "
+          f"{args.protocol_version}: {len(report.faults)} faults")  # fmt: skip
     for f in report.faults:
         print(f"  {f}")
     print(report.summary())
