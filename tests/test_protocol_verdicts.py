@@ -361,25 +361,6 @@ def test_a_reader_of_the_compacted_log_agrees_with_the_full_reader(
         assert (c.proc, c.run, c.claims) == (f.proc, f.run, f.claims)
 
 
-def test_a_record_that_echoes_a_start_a_newer_one_ended_is_refused() -> None:
-    """A member that read the log slowly sent a second start in its run before it read its
-    first back. A record that echoes the first start's ``joined_at`` carries the ended
-    membership's view (its coverage, its grants): refused, by every reader."""
-    log = Log([])
-    log.member("a", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1]})
-    log.member("b", 2, 1, start=True)  # a start nobody covers yet
-    first = log.t
-    grant(log, 2, "a", {"a": [0], "b": [1]})
-    log.member("b", 3, 1, start=True)  # the second start ends the first membership
-    fresh = log.compacted()
-    log.append(m2("b", 4, 1, joined_at=first, owned=[("t", 1)], owned_generation=2,
-                  acked_generation=2, seen_generation=2, since_generation=2))  # fmt: skip
-    for reader in (log.read(), log.read(fresh)):
-        assert reader.rejections["stale_member_record"] == 1, reader.rejections
-        assert reader.members["b"].claims == frozenset()
-
-
 SLOW = [("eager", 2, 60), ("cooperative", 1, 30), ("cooperative", 1, 40)]
 
 

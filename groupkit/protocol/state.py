@@ -321,10 +321,6 @@ class GroupState(GroupData):
             # The same membership continues.
             if v.seq <= old.seq:
                 raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"seq {v.seq} <= {old.seq}")
-            if self.version == 2 and v.joined_at != old.joined_at:
-                # it echoes a start that a newer start of the same run ended: its view of
-                # the membership (since, grants) is the ended one's
-                raise RecordRejected(RejectReason.STALE_MEMBER_RECORD, f"joined at {v.joined_at}")
             if v.acked_generation < old.acked_generation:
                 raise RecordRejected(RejectReason.ACKED_REGRESSED, f"{v.acked_generation}")
             if v.seen_generation > self.generation:  # seen >= acked (records.py)
