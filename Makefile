@@ -36,11 +36,13 @@ demo: $(STAMP) kafka-jars
 
 # Ten minutes of random faults against a group of five members (see tests/chaos.py), on one
 # broker; soak-cluster: on a three-broker cluster with its own faults (one node's clock ahead).
+# PROTOCOL=2: the members speak protocol version 2 (docs/protocol-v2.md).
+PROTOCOL ?= 1
 soak: $(STAMP) kafka-jars
-	$(BIN)/python -m tests.chaos --duration 600
+	$(BIN)/python -m tests.chaos --duration 600 --protocol-version $(PROTOCOL)
 
 soak-cluster: $(STAMP) kafka-jars
-	$(BIN)/python -m tests.chaos --duration 600 --brokers 3
+	$(BIN)/python -m tests.chaos --duration 600 --brokers 3 --protocol-version $(PROTOCOL)
 
 # Full runs (tens of minutes; results to bench/results/). Each bench also has --quick.
 bench: $(STAMP) kafka-jars
