@@ -52,6 +52,12 @@ def test_the_process_lease_is_three_seconds_at_most_the_session_and_above_twice_
     assert cfg.process_lease_ms == 3_000
     short = GroupConfig.from_dict({**BASE, "session.timeout.ms": 2_500})
     assert short.process_lease_ms == 2_500  # a lease longer than the seat means nothing
+    wide = GroupConfig.from_dict({**BASE, "groupkit.max.clock.skew.ms": 1_500})
+    assert wide.process_lease_ms == 4_500  # three allowances when the allowance is wider
+    static_v2 = {**BASE, "group.instance.id": "pod-0", "groupkit.protocol.version": 2}
     with pytest.raises(ConfigError, match=r"groupkit\.process\.lease\.ms must be above twice"):
-        GroupConfig.from_dict({**BASE, "groupkit.process.lease.ms": 2_000,
+        GroupConfig.from_dict({**static_v2, "groupkit.process.lease.ms": 2_000,
                                "groupkit.max.clock.skew.ms": 1_000})  # fmt: skip
+    # a dynamic member has no lease of its own: the setting is not in its way
+    GroupConfig.from_dict({**BASE, "groupkit.process.lease.ms": 2_000,
+                           "groupkit.max.clock.skew.ms": 1_000})  # fmt: skip

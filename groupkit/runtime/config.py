@@ -110,7 +110,8 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     # its newest confirmed heartbeat, skew allowance included (docs/protocol-v2.md, L7). Its
     # seat lasts the session; after a crash, its restarted process takes the seat's partitions
     # once this lease has run out, not the session. Renewed three times within itself.
-    "groupkit.process.lease.ms": (3_000, "int"),
+    # Default: 3 s, or three skew allowances where the allowance is above a second.
+    "groupkit.process.lease.ms": (None, "int"),
 }
 
 #: ``groupkit.load.rebalance.interval.ms`` for ``balanced`` unless set: half a minute, so a
@@ -131,7 +132,7 @@ OFFSETS_KEEPALIVE_DEFAULT_MS = 86_400_000
 MAX_CLOCK_SKEW_MS = 1_000
 #: ``groupkit.process.lease.ms`` unless set: back within seconds of a crash, while a heartbeat
 #: or two may still be late
-PROCESS_LEASE_MS: int = _GROUPKIT_KEYS["groupkit.process.lease.ms"][0]
+PROCESS_LEASE_MS = 3_000
 
 #: The protocol versions a member speaks (``groupkit.protocol.version``).
 PROTOCOL_VERSIONS = (1, 2)
@@ -412,8 +413,12 @@ class GroupConfig:
                 "after a session and a lease interval without its lease"
             )
 
-        process_lease = min(gk["groupkit.process.lease.ms"], session)
-        if process_lease <= 2 * skew:
+        process_lease = gk["groupkit.process.lease.ms"]
+        if process_lease is None:
+            process_lease = max(PROCESS_LEASE_MS, 3 * skew)
+        process_lease = min(process_lease, session)
+        # (only a static member of version 2 has a lease of its own: L7)
+        if instance_id is not None and version == 2 and process_lease <= 2 * skew:
             raise ConfigError(
                 f"groupkit.process.lease.ms must be above twice groupkit.max.clock.skew.ms "
                 f"({2 * skew}), got {process_lease}: a static process fences itself a skew "
