@@ -65,7 +65,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import Chart, begin, median, versions_note, write_results
 from bench._harness import Group, Member, measure, pct, versions
 from bench.rebalance import paced_topic, set_group_timeouts, wait_fact
-from groupkit.dev.harness import TP
+from groupkit.dev.harness import TP, wait_for
 
 # name -> (kind, protocol, static)
 CONTENDERS: dict[str, tuple[str, str, bool]] = {
@@ -130,7 +130,15 @@ def _crash(group: Group, old: Member, respawn: Callable[[], Member],
     new.send("subscribe")
     wait_fact(group, new, "sub")
     t_sub = new.fact("sub")["t"]  # type: ignore[index]
-    group.wait_stable(timeout=args.session_ms / 1000 + 60)
+    timeout = args.session_ms / 1000 + 60
+    # A client that reports a fatal error (librdkafka's KIP-848 consumer, when the instance id
+    # is still held by the killed process's member) never joins: say so instead of waiting.
+    wait_for(lambda: group.stable() or bool(_fatal(new)), timeout,
+             f"{group.group} stable: {group.describe()}")  # fmt: skip
+    if _fatal(new):
+        raise RuntimeError(f"the replacement's consumer failed: {_fatal(new)} "
+                           f"({group.describe()})")  # fmt: skip
+    group.wait_stable(timeout=timeout)
     m = measure(group, t_kill, time.monotonic())
     if not m["ok"]:
         raise RuntimeError(f"stable, but not every partition consuming: {group.describe()}")
@@ -139,6 +147,14 @@ def _crash(group: Group, old: Member, respawn: Callable[[], Member],
           f"{t_sub - t_kill:.1f} s later: consuming again {ready - t_sub:.2f} s after its "
           f"subscribe()", flush=True)  # fmt: skip
     return ready - t_sub, ready - t_kill, t_sub - t_kill
+
+
+def _fatal(m: Member) -> str:
+    """The client's fatal error, from the member's output ("" if none)."""
+    for line in m.log_tail(20_000).splitlines():
+        if "Fatal error: " in line:
+            return line.split("Fatal error: ", 1)[1]
+    return ""
 
 
 def rolling_restart(boot: str, topic: str, workdir: Path, name: str,
@@ -358,7 +374,7 @@ def report_crash(runs: list[dict[str, Any]], args: argparse.Namespace, started: 
     rows = []
     for r in runs:
         if not r["trials"]:
-            rows.append([r["contender"], f"failed: {r.get('error', '')[:60]}", *["-"] * 10])
+            rows.append([r["contender"], "failed (below)", *["-"] * 10])
             continue
         restarts = each(r, "restart_s")
         p50 = pct(restarts, 0.5)
@@ -390,8 +406,10 @@ def report_crash(runs: list[dict[str, Any]], args: argparse.Namespace, started: 
         "A native static member keeps its seat after a kill -9 until its session ends, so its "
         "replacement may wait about the session; a dynamic member's partitions wait for its "
         "session too, then move.",
+        *(f"{r['contender']} failed at its first kill: {r.get('error', '')[:400]}"
+          for r in runs if not r["trials"]),
         versions_note(vers, seconds),
-    ]
+    ]  # fmt: skip
     done = [r for r in runs if r["trials"]]
     chart = Chart(
         ["restart → consuming p50", "p90", "unowned per partition: median"],
