@@ -36,8 +36,11 @@ part of a restart, for every contender alike.
 trial (every member killed once). The groupkit contenders speak protocol version 2
 (``groupkit.protocol.version=2``, the default ``groupkit.process.lease.ms``): a static member's
 successor takes its partitions once the killed process's lease has run out, not its session.
-A native static member keeps its seat for the session after a kill -9, so its successor may
-wait about the session. What is measured per kill, beside the numbers above:
+A native classic static member's successor gets the seat at its JoinGroup (the broker fences
+the old member id); the KIP-848 broker refuses the instance id while the killed process's
+member holds it, until its session ends (librdkafka takes that refusal as a fatal error, which
+the bench reports as the contender's result). What is measured per kill, beside the numbers
+above:
 
 - **restart → consuming again**: the replacement's ``subscribe()`` → every partition owned and
   consuming again (p50 and p90 over the kills; the target for a static member: 5 s);
@@ -403,9 +406,13 @@ def report_crash(runs: list[dict[str, Any]], args: argparse.Namespace, started: 
         "consuming again (p50, p90 over the kills; target for a static member: 5 s); kill → "
         "consuming: the same from the kill; unowned/partition: seconds without a running "
         "owner over the whole trial, median and max over partitions.",
-        "A native static member keeps its seat after a kill -9 until its session ends, so its "
-        "replacement may wait about the session; a dynamic member's partitions wait for its "
-        "session too, then move.",
+        "After a kill -9: native classic static: the broker hands the seat to the new "
+        "process at its JoinGroup (the old member id is fenced), so it is back at once; native "
+        "KIP-848 static: the broker refuses the instance id while the killed process's member "
+        "holds it (until its session ends), and librdkafka treats that refusal as fatal; "
+        "groupkit static (version 2): the new process takes the seat's partitions once the "
+        "killed process's lease has run out; a dynamic member's partitions wait for its "
+        "session, then move.",
         *(f"{r['contender']} failed at its first kill: {r.get('error', '')[:400]}"
           for r in runs if not r["trials"]),
         versions_note(vers, seconds),
