@@ -392,7 +392,8 @@ def report_crash(runs: list[dict[str, Any]], args: argparse.Namespace, started: 
         ])  # fmt: skip
     notes = [
         f"{args.members} members, {args.partitions} partitions; {args.trials} trial(s), each "
-        f"kills -9 {args.kills or 'every'} member(s) in turn and subscribes its replacement "
+        f"kills -9 {f'{args.kills} member(s)' if args.kills else 'each member'} in turn and "
+        "subscribes its replacement "
         f"(same seat, started after the kill) {args.restart_after:g} s after the kill, or once "
         "its consumer is built if later (kill → subscribe); session "
         f"{args.session_ms} ms, heartbeat {args.heartbeat_ms} ms for every contender; groupkit "
