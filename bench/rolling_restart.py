@@ -391,7 +391,7 @@ def report_crash(runs: list[dict[str, Any]], args: argparse.Namespace, started: 
             round(p50 / ref_restart, 2) if ref_restart == ref_restart else "-",
         ])  # fmt: skip
     notes = [
-        f"{args.members} members, {args.partitions} partitions; {args.trials} trial(s), each "
+        f"{args.members} members, {args.partitions} partitions; {args.trials} trial(s); a trial "
         f"kills -9 {f'{args.kills} member(s)' if args.kills else 'each member'} in turn and "
         "subscribes its replacement "
         f"(same seat, started after the kill) {args.restart_after:g} s after the kill, or once "
