@@ -32,16 +32,18 @@ def bench_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.mark.parametrize(
-    "bench",
+    "run",
     ["rebalance", "throughput", "failover", "join_age", "scale", "aio_loop_lag", "rolling_restart",
-     "newcomer"],
+     "rolling_restart --crash", "newcomer"],
 )  # fmt: skip
-def test_bench_quick(bench: str, bench_broker: str, tmp_path: Path) -> None:
+def test_bench_quick(run: str, bench_broker: str, tmp_path: Path) -> None:
+    """``run``: the bench, and the arguments of one of its modes."""
+    bench, *mode = run.split()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if bench == "rebalance":  # the members' hop events kept, for trace_joins below
         env.update(GK_BENCH_LOGS="1", GK_BENCH_KEEP=str(tmp_path / "kept"))
     proc = subprocess.run(
-        [sys.executable, f"bench/{bench}.py", "--quick", "--bootstrap", bench_broker,
+        [sys.executable, f"bench/{bench}.py", *mode, "--quick", "--bootstrap", bench_broker,
          "--results-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=180, env=env,
     )  # fmt: skip
