@@ -158,3 +158,29 @@ def test_a_crashed_static_member_is_back_a_lease_after_its_crash_not_a_session(
         if i != victim:
             assert sm.member.owned == before[i]
             assert not [a for a in sm.actions if a.assign or a.revoke or a.lost], i
+
+
+def test_a_member_cut_off_from_the_main_log_lets_its_run_lapse_and_its_partitions_move() -> None:
+    """A member whose heartbeats still land but that reads nothing from the main log, not even
+    the lease the group writes there every lease interval, stops heartbeating (rule L4.5): its
+    run lapses, a judge ends it, and the others take its partitions, never while it runs them.
+    """
+    session = 2_000
+    sim = GroupSim({"t0": 6}, version=2, session_timeout_ms=session, heartbeat_interval_ms=300,
+                   max_clock_skew_ms=SKEW)  # fmt: skip
+    for mid in ("a", "b", "c"):
+        sim.join(mid)
+    sim.settle()
+    cut = sim.members["c"]
+    assert cut.member.owned
+    cut.read_rate = 0
+    started = sim.clock
+    lease = session // 3
+    bound = started + 2 * (session + lease) + session + SKEW + 3 * lease + 2_000
+    while cut.member.owned or sim.expected_partitions() != (
+        sim.members["a"].member.owned | sim.members["b"].member.owned
+    ):
+        assert sim.clock < bound, sim.describe()
+        sim.tick()
+        assert not sim.violations(), sim.describe()
+    assert sim.clock - started >= 2 * (session + lease) - 2 * lease, "it lapsed too soon"

@@ -295,6 +295,10 @@ class Member:
         #: version 2: how often we heartbeat: a process lease is renewed three times within
         #: itself, whatever heartbeat.interval.ms is (rule L7)
         self._beat_every = min(heartbeat_interval_ms, max(1, lease // 3))
+        #: version 2: how long we heartbeat while the main log shows nothing new (L4.5; set by
+        #: ``Node`` from its lease interval), and (offset read, our clock then)
+        self.read_timeout_ms = 2 * session_timeout_ms
+        self._read_at: tuple[int, int] | None = None
         #: version 2: the liveness run our membership lives in (the seq of the heartbeat that
         #: started it), and our clock when we last sent a heartbeat
         self._run: int | None = None
@@ -538,11 +542,9 @@ class Member:
             # Never take anything while our session is in doubt, and take a generation's grants
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
             # reserving g's grants for us (ownership.may_hold), so a grant of g not taken then
-            # may already belong to someone else. What we lost meanwhile the leader re-plans
-            # (Planner.rebalance_reason: partitions_lost). A handoff of the current generation
-            # may be taken in any healthy poll: the log reserves it for us until our record
-            # says we have seen a newer generation (ownership.reserved), and this replay has
-            # not seen one.
+            # may be someone else's. What we lost the leader re-plans (partitions_lost). A
+            # handoff of the current generation may be taken in any healthy poll: the log
+            # reserves it for us until our record says we have seen a newer one (reserved).
             added = added & (handed | self._retake) if healthy else EMPTY
         if added or revoked:
             kept = revoked if self.defer_revocations else EMPTY
@@ -571,7 +573,10 @@ class Member:
             # or the group has a generation we have seen and not said so: the log reserves
             # older grants for us until our record says we have seen past them
             # (ownership.may_hold), so a member that stays silent would pin the history
-            writes.extend(self._beat(now_ms))
+            if self._read_at is None or group.offset != self._read_at[0]:
+                self._read_at = (group.offset, now_ms)
+            if now_ms - self._read_at[1] < self.read_timeout_ms:  # else cut off: lapse (L4.5)
+                writes.extend(self._beat(now_ms))
             if group.generation > self._seen_written:
                 self._dirty = True
         due = self.version == 1 and (

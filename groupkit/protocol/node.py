@@ -249,6 +249,8 @@ class Node:
             if member.version == 2
             else None
         )
+        if self.judge is not None:
+            member.read_timeout_ms = 2 * (member.session_timeout_ms + self.judge.lease_interval_ms)
 
     @property
     def member_id(self) -> str:
