@@ -26,7 +26,7 @@ from groupkit.testing.sim import GroupSim
 from tests.test_protocol_bounded_replay import BoundedSchedule
 from tests.test_protocol_compaction import CompactedSchedule
 from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
-from tests.test_protocol_static import StaticRules
+from tests.test_protocol_static import StaticCompactedSchedule, StaticRules
 
 EXAMPLES = int(os.environ.get("GROUPKIT_PROTOCOL_V2_EXAMPLES", "300"))
 SKEW = 150
@@ -98,14 +98,23 @@ class VerdictStaticSchedule(StaticRules, LivenessRules, GroupSchedule):
 
 
 VerdictSchedule.TestCase.settings = settings(schedule_settings(EXAMPLES), print_blob=True)
+
+
+class VerdictStaticCompactedSchedule(StaticCompactedSchedule, VerdictStaticSchedule):
+    """Static members with a process lease, against readers of the compacted main log (without
+    two processes of one instance id at once, as version 1's: see StaticCompactedSchedule)."""
+
+
 TestVerdictSchedule = VerdictSchedule.TestCase
-for schedule in (VerdictCompactedSchedule, VerdictBoundedSchedule, VerdictStaticSchedule):
+for schedule in (VerdictCompactedSchedule, VerdictBoundedSchedule, VerdictStaticSchedule,
+                 VerdictStaticCompactedSchedule):  # fmt: skip
     schedule.TestCase.settings = settings(
         schedule_settings(max(EXAMPLES // 3, 25)), print_blob=True
     )
 TestVerdictCompactedSchedule = VerdictCompactedSchedule.TestCase
 TestVerdictBoundedSchedule = VerdictBoundedSchedule.TestCase
 TestVerdictStaticSchedule = VerdictStaticSchedule.TestCase
+TestVerdictStaticCompactedSchedule = VerdictStaticCompactedSchedule.TestCase
 
 
 # ------------------------------------------------------------------ the process lease (L7)
