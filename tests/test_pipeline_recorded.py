@@ -22,6 +22,8 @@ answer, for each, which assignor and policy would have done better and by how mu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ import pytest
 
 from groupkit.pipeline import counterfactual as cf
 from groupkit.runtime.telemetry import LagSnapshot, RebalanceEvent, decode
-from tests.spark_fixtures import spark  # noqa: F401  (the session fixture)
+from tests.spark_fixtures import spark_cluster  # noqa: F401  (the cluster fixture)
 
 DEMO = Path(__file__).parent / "data" / "demo-telemetry.jsonl"
 GROUPS = {"demo-rec": ("balanced", "load"), "demo-sticky": ("cooperative-sticky", "membership")}
@@ -62,39 +64,52 @@ def test_the_model_reproduces_the_recorded_demo(group: str) -> None:
     assert [r for r in rows if r["ran"]] != []
 
 
-def test_spark_answers_which_assignor_and_policy_for_each_recorded_group(
-    spark: Any,  # noqa: F811
+def test_a_standalone_cluster_answers_which_assignor_and_policy_for_each_group(
+    spark_cluster: Any,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    from groupkit.pipeline.report import best_combinations, write_report
-    from groupkit.pipeline.spark import read_files, run_job
+    """The recorded demo through ``groupkit replay --master spark://...`` on a real standalone
+    cluster (one worker): the same rows as the pure function, which is what ``local[*]`` runs
+    too; a best combination and a calibrated model for each group."""
+    import pandas as pd
+
+    from groupkit.pipeline.report import best_combinations
 
     out = tmp_path / "out"
-    raw = read_files(spark, [str(DEMO)])
-    res = run_job(spark, raw, out, ASSIGNORS, source=str(DEMO), policies=list(cf.POLICIES))
-    write_report(res)
-    assert res.malformed == {} and not res.failed_groups
-    best = best_combinations(res.counterfactual).set_index("group")
+    cmd = [
+        sys.executable, "-m", "groupkit.cli", "replay", "--input", str(DEMO),
+        "--master", spark_cluster.master_url, "--out", str(out),
+        "--assignors", ",".join(ASSIGNORS), "--shuffle-partitions", "2",
+        "--conf", "spark.executor.memory=512m",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    apps = (spark_cluster.state() or {}).get("completedapps", [])
+    assert [a["name"] for a in apps] == ["groupkit-replay"]  # it ran on the cluster
+    assert apps[0]["state"] == "FINISHED"
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["malformed"] == {} and not doc["failed_groups"] and doc["groups"] == len(GROUPS)
+    assert doc["calibration"]["within_target"] == len(GROUPS)
+
+    rows = pd.read_parquet(out / "counterfactual.parquet")
+    assert rows["error"].isna().all()
+    best = best_combinations(rows.drop(columns=["timeline"])).set_index("group")
     assert sorted(best.index) == sorted(GROUPS)
+    got = rows.set_index(["group", "assignor", "policy"]).sort_index()
     for group, (assignor, policy) in GROUPS.items():
-        row = best.loc[group]
-        assert row["ran"] == f"{assignor}/{policy}"
-        assert row["calibration_pct"] <= 20
-        # the best combination is at least as good as what ran, by the same model
-        assert row["vs_actual_pct"] >= 0
-    # the Spark rows are the pure function's, whatever runs them
-    got = res.counterfactual.set_index(["group", "assignor", "policy"]).sort_index()
-    for group in GROUPS:
+        assert best.loc[group, "ran"] == f"{assignor}/{policy}"
+        assert best.loc[group, "calibration_pct"] <= 20
+        assert best.loc[group, "vs_actual_pct"] >= 0  # at least as good as what ran
         snaps, events = records(group)
-        for r in cf.counterfactual_group(group, snaps, ASSIGNORS, rebalances=events):
+        expected = cf.counterfactual_group(group, snaps, ASSIGNORS, rebalances=events)
+        assert len(got.loc[group]) == len(expected)
+        for r in expected:
             g = got.loc[(group, r["assignor"], r["policy"])]
-            assert g["mean_max_member_lag"] == pytest.approx(r["mean_max_member_lag"])
-            assert g["moves"] == r["moves"]
+            assert round(g["mean_max_member_lag"], 3) == round(r["mean_max_member_lag"], 3)
+            assert (g["moves"], g["timeline"]) == (r["moves"], r["timeline"])
     report = (out / "report.md").read_text()
     assert "## What if" in report and "model error" in report
     for group in GROUPS:
         assert f"| {group} | {best.loc[group, 'ran']} | **" in report
-    doc = json.loads((out / "report.json").read_text())
-    assert doc["calibration"]["within_target"] == len(GROUPS)
     assert (out / "whatif-0.png").stat().st_size > 1000
     assert (out / "whatif.csv").exists()
