@@ -88,6 +88,7 @@ def test_a_standalone_cluster_answers_which_assignor_and_policy_for_each_group(
     assert [a["name"] for a in apps] == ["groupkit-replay"]  # it ran on the cluster
     assert apps[0]["state"] == "FINISHED"
     doc = json.loads((out / "report.json").read_text())
+    assert doc["master"] == spark_cluster.master_url
     assert doc["malformed"] == {} and not doc["failed_groups"] and doc["groups"] == len(GROUPS)
     assert doc["calibration"]["within_target"] == len(GROUPS)
 

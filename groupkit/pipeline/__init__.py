@@ -12,18 +12,22 @@
    policy of each group and by how much. Malformed telemetry is counted, skipped and reported.
 
 PySpark is an extra: ``pip install 'groupkit[spark]'``. Importing this package does not
-import PySpark; the job does. Runs on ``local[*]`` by default; ``--master`` (or
-``spark-submit``) runs the same job on any cluster.
+import PySpark; the job does. Runs on ``local[*]`` by default; ``--master spark://HOST:7077``
+(or ``spark-submit --master ... groupkit/pipeline/submit.py ...``, whose master then holds) runs
+the same job on any cluster, whose executors need groupkit installed in the Python that
+``PYSPARK_PYTHON`` names.
 
 Modules: :mod:`~groupkit.pipeline.replay` (the pure per-group replay),
 :mod:`~groupkit.pipeline.counterfactual` (the pure per-group simulation),
 :mod:`~groupkit.pipeline.synthetic` (histories), :mod:`~groupkit.pipeline.spark` (session,
-sources, the job), :mod:`~groupkit.pipeline.report` (Markdown, PNG, JSON).
+sources, the job), :mod:`~groupkit.pipeline.report` (Markdown, PNG, JSON),
+:mod:`~groupkit.pipeline.submit` (the file ``spark-submit`` runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -92,7 +96,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", default="replay-out", help="folder for Parquet, report and charts")
     p.add_argument("--open", action="store_true", help="open the report when it is written")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument(
+        "--master",
+        default=None,
+        help="Spark master, e.g. spark://HOST:7077 (default local[*], or spark-submit's)",
+    )
     p.add_argument(
         "--shuffle-partitions",
         type=int,
@@ -133,8 +141,10 @@ def run(args: argparse.Namespace) -> int:
         if pol not in POLICIES:
             raise ValueError(f"unknown policy {pol!r}: one of {', '.join(POLICIES)} or none")
     t0 = time.perf_counter()
+    # Under spark-submit (its JVM started this Python) the master is spark-submit's.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     session = spark.spark_session(
-        args.master,
+        args.master or (None if submitted else "local[*]"),
         kafka=args.bootstrap is not None,
         shuffle_partitions=args.shuffle_partitions,
         conf=_pairs(args.conf, "--conf"),

@@ -70,6 +70,9 @@ def best_combinations(cf: Any) -> Any:
                 "best_moves": int(best["moves"]),
                 "best_unowned_ps": float(best["unowned_ps"]),
                 "best_drain_s": _num(best["drain_s"]),
+                "best_peak_time_lag_s": _num(best["peak_time_lag_s"]),
+                "recorded_peak_time_lag_s": _num(rec["peak_time_lag_s"]),
+                "recorded_drain_s": _num(rec["drain_s"]),
                 "ran": None if ran.empty else f"{ran.iloc[0]['assignor']}/{ran.iloc[0]['policy']}",
                 "actual_mean_max_member_lag": float(act["mean_max_member_lag"]),
                 "recorded_mean_max_member_lag": float(rec["mean_max_member_lag"]),
@@ -157,8 +160,9 @@ def _whatif_lines(res: JobResult, best: Any, charts: list[Path]) -> list[str]:
             shown = shown.head(MAX_TABLE_ROWS)
         lines += [
             "| group | ran | best | simulated lag (mean / p95 / peak) | better than ran "
-            "| vs recorded | moves | model error |",
-            "|---|---|---|---:|---:|---:|---:|---:|",
+            "| vs recorded | moves | peak time lag, s (recorded) | drain after bursts, s "
+            "(recorded) | model error |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for _, r in shown.iterrows():
             lines.append(
@@ -166,6 +170,8 @@ def _whatif_lines(res: JobResult, best: Any, charts: list[Path]) -> list[str]:
                 f" | {_fmt(r['best_mean_max_member_lag'])} / {_fmt(r['best_p95_max_member_lag'])}"
                 f" / {_fmt(r['best_peak_max_member_lag'])} | {_fmt(r['vs_actual_pct'], 1)} % "
                 f"| {_fmt(r['vs_recorded_pct'], 1)} % | {r['best_moves']} "
+                f"| {_fmt(r['best_peak_time_lag_s'], 1)} ({_fmt(r['recorded_peak_time_lag_s'], 1)})"
+                f" | {_fmt(r['best_drain_s'], 1)} ({_fmt(r['recorded_drain_s'], 1)}) "
                 f"| {_fmt(r['calibration_pct'], 1)} % |"
             )
         lines.append("")
@@ -389,12 +395,14 @@ def write_report(res: JobResult, title: str = "groupkit replay") -> Path:
         lines += [f"- {g}: {e}" for g, e in res.failed_groups[:50]]
         lines.append("")
     lines += [
-        "Timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()),
+        f"Spark master: {res.master or '–'}. Timings (s): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()),
         "",
     ]
     (out / "report.md").write_text("\n".join(lines))
     doc = {
         "source": res.source,
+        "master": res.master,
         "records": res.records,
         "malformed": res.malformed,
         "groups": res.groups,

@@ -138,7 +138,7 @@ def kafka_connector_jars(version: str | None = None) -> list[str]:
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     kafka: bool = True,
     shuffle_partitions: int | None = None,
     app: str = "groupkit-replay",
@@ -148,16 +148,17 @@ def spark_session(
 
     ``PYSPARK_PYTHON`` is set to this interpreter, or workers would import another Python
     (one without groupkit). If a session is already running it is returned as it is.
+    ``master=None`` leaves the master to ``spark-submit --master``.
     """
     spark_version()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    cores = _cores(master)
+    cores = _cores(master or "")
+    b = SparkSession.builder if master is None else SparkSession.builder.master(master)
     b = (
-        SparkSession.builder.master(master)
-        .appName(app)
+        b.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or max(2, 2 * cores)))
@@ -323,6 +324,8 @@ class JobResult:
     assignors: list[str] = field(default_factory=list)
     rebalance_mode: str = "membership"
     policies: list[str] = field(default_factory=list)
+    #: the Spark master the job ran on
+    master: str = ""
     #: pandas: the counterfactual, one row per group and track (no timelines)
     counterfactual: Any = None
     #: pandas: ``group``, ``assignor``, ``policy``, ``timeline`` of the groups charted
@@ -352,6 +355,7 @@ def run_job(
         assignors=list(assignors),
         rebalance_mode=rebalance,
         policies=list(policies),
+        master=str(spark.sparkContext.master),
     )
     t0 = time.perf_counter()
     parsed = raw.mapInPandas(_parse_batches, PARSED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
