@@ -164,6 +164,10 @@ def spark_session(
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or max(2, 2 * cores)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.adaptive.enabled", "true")
+        # The replay and the simulation are CPU-bound Python per group over a shuffle of a few
+        # MB: coalesced by bytes, it becomes one task on one core (the simulation took 1.6x
+        # as long on local[2]). Each shuffle partition stays a task.
+        .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if kafka:
