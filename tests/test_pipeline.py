@@ -256,4 +256,6 @@ def test_cli_replay_synthetic(spark: Any, tmp_path: Path) -> None:  # noqa: F811
 def test_cli_replay_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--synthetic", "2", "--assignors", "nope"]) == 2
     assert "unknown assignor" in capsys.readouterr().err
+    assert main(["replay", "--synthetic", "2", "--policies", "membership,sometimes"]) == 2
+    assert "unknown policy 'sometimes'" in capsys.readouterr().err
     assert main(["replay"]) == 2
