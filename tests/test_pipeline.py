@@ -236,9 +236,26 @@ def test_cli_replay_synthetic(spark: Any, tmp_path: Path) -> None:  # noqa: F811
     assert doc["malformed"] == {}
     assert {b["best"] for b in doc["best"]} <= {"range", "sticky", "balanced"}
     assert (out / "timelines.png").exists() and (out / "summary.parquet").exists()
+    # the counterfactual: on local Spark, the very rows of the pure simulation
+    import pandas as pd
+
+    from groupkit.pipeline.counterfactual import counterfactual_values
+    from groupkit.pipeline.synthetic import group_name
+
+    got = pd.read_parquet(out / "counterfactual.parquet").set_index(["group", "assignor", "policy"])
+    assert len(doc["whatif"]) == 3 and doc["calibration"]["groups"] == 3
+    for i in range(3):
+        values = [v for _, v in synthetic_history(i, 8, seed=0)]
+        want = counterfactual_values(group_name(i), values, ["range", "sticky", "balanced"])
+        assert len(want) == 2 + 3 * 3  # recorded, calibration, three assignors x policies
+        for r in want:
+            g = got.loc[(r["group"], r["assignor"], r["policy"])]
+            assert (g["timeline"], g["moves"]) == (r["timeline"], r["moves"])
 
 
 def test_cli_replay_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["replay", "--synthetic", "2", "--assignors", "nope"]) == 2
     assert "unknown assignor" in capsys.readouterr().err
+    assert main(["replay", "--synthetic", "2", "--policies", "membership,sometimes"]) == 2
+    assert "unknown policy 'sometimes'" in capsys.readouterr().err
     assert main(["replay"]) == 2

@@ -202,6 +202,14 @@ def test_only_the_leader_publishes_snapshots_and_rebalances(group_run: Run, boot
     for tp, lag in last.lags().items():
         assert lag > 0 or statuses[tp] is PartitionStatus.OK, tp
     assert any(m.rate for s in snaps for m in s.members.values()), "no rate ever measured"
+    # version 2: the records behind each rate, the interval they cover, the load policy
+    for s in snaps:
+        assert s.version == 2 and s.load_interval_ms == 0  # range does not follow the load
+        for m in s.members.values():
+            assert (m.rate is None) == (m.processed is None)
+            if m.processed is not None and s.interval_ms:
+                assert m.rate == pytest.approx(m.processed / (s.interval_ms / 1000), rel=0.01)
+    assert any(s.interval_ms for s in snaps)
     joined = [e for e in events if e.moved > 0]
     assert joined and all(e.protocol == "cooperative" and e.assignor == "range" for e in events)
 

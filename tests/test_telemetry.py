@@ -19,6 +19,7 @@ from groupkit.runtime.telemetry import (
     RebalanceEvent,
     TopicOffsets,
     decode,
+    member_processed,
     member_rates,
 )
 from groupkit.types import TopicPartition as TP
@@ -33,7 +34,7 @@ def snapshot() -> LagSnapshot:
         protocol="cooperative",
         assignor="sticky",
         members={
-            "a": MemberInfo(("t0",), 12.5, None, "r1"),
+            "a": MemberInfo(("t0",), 12.5, None, "r1", processed=25),
             "b": MemberInfo(("t0", "t1"), None, 400.0, None),
         },
         topics={
@@ -49,6 +50,8 @@ def snapshot() -> LagSnapshot:
             "t1": TopicOffsets((7,), (7,), (0,), (None,)),
             "t2": TopicOffsets((0,), (None,), (0,), ("b",), (None,)),
         },
+        interval_ms=2000,
+        load_interval_ms=0,
     )
 
 
@@ -85,7 +88,7 @@ def test_round_trips() -> None:
         (b"[1, 2]", "not_telemetry"),
         (b'{"schema": "other"}', "not_telemetry"),
         (
-            b'{"schema": "groupkit.telemetry", "version": 2, "group": "g", "ts_ms": 1}',
+            b'{"schema": "groupkit.telemetry", "version": 3, "group": "g", "ts_ms": 1}',
             "future_version",
         ),
         (
@@ -153,3 +156,35 @@ def test_member_rates_from_committed_deltas() -> None:
     assert member_rates(prev, cur, 0) == {}
     # A committed offset going back (a reset) is not negative throughput.
     assert member_rates({TP("t", 0): ("a", 10)}, {TP("t", 0): ("a", 5)}, 1.0) == {"a": 0.0}
+    # the records behind the rates, counted exactly
+    assert member_processed(prev, cur) == {"a": 200}
+
+
+def test_version_1_snapshots_still_decode() -> None:
+    """A version 1 record has no processed counts, interval or load interval: ``None``."""
+    doc = json.loads(snapshot().to_json())
+    doc["version"] = 1
+    for k in ("interval_ms", "load_interval_ms"):
+        del doc[k]
+    for m in doc["members"].values():
+        del m["processed"]
+    s = decode(json.dumps(doc))
+    assert isinstance(s, LagSnapshot) and s.version == 1
+    assert s.interval_ms is None and s.load_interval_ms is None
+    assert all(i.processed is None for i in s.members.values())
+    assert s.members["a"].rate == 12.5
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [(("interval_ms",), -1), (("load_interval_ms",), 1.5), (("members", "a", "processed"), "x")],
+)
+def test_version_2_fields_are_checked(path: tuple[str, ...], value: object) -> None:
+    doc = json.loads(snapshot().to_json())
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    with pytest.raises(MalformedTelemetry) as e:
+        decode(json.dumps(doc))
+    assert e.value.reason == "bad_field"

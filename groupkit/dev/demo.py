@@ -16,9 +16,11 @@ What it does, in order:
    (``balanced``, the default, follows the load every 10 s; ``--assignor cooperative-sticky``
    shows the contrast). Every ``--churn-interval`` seconds it adds a
    member, or removes the oldest one (usually the leader), so rebalances keep happening.
-5. Writes ``status.json`` and a Prometheus config (``prometheus/prometheus.yml`` with a
+5. The leader publishes the group's lag telemetry every ``--telemetry-interval-ms`` (2 s) to
+   ``__groupkit_telemetry``: ``groupkit replay --bootstrap-servers B`` replays it.
+6. Writes ``status.json`` and a Prometheus config (``prometheus/prometheus.yml`` with a
    ``file_sd`` target list kept up to date as members come and go) into ``--state-dir``.
-6. Stops on Ctrl-C, SIGTERM or after ``--duration``: members leave cleanly (revoke, commit,
+7. Stops on Ctrl-C, SIGTERM or after ``--duration``: members leave cleanly (revoke, commit,
    tombstone), then the producer, then the broker it started.
 """
 
@@ -316,6 +318,7 @@ class Demo:
             "--session-timeout-ms", str(a.session_timeout_ms),
             "--lag-status-interval-ms", str(a.lag_status_interval_ms),
             "--load-interval-ms", str(load_interval_ms(a)),
+            "--telemetry-interval-ms", str(a.telemetry_interval_ms),
             *(["--kafka-exporter-names"] if a.kafka_exporter_names else []),
         ])  # fmt: skip
         child.port = port
@@ -636,6 +639,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=2000,
         help="members sample their partitions' Burrow status this often (0: off)",
+    )
+    p.add_argument(
+        "--telemetry-interval-ms",
+        type=int,
+        default=2000,
+        help="the leader publishes lag telemetry to __groupkit_telemetry this often, for "
+        "groupkit replay (0: off)",
     )
     p.add_argument("--kafka-exporter-names", action="store_true",
                    help="members also export their lag under kafka_exporter's names")  # fmt: skip

@@ -13,7 +13,9 @@ falls behind and its lag shows it. SIGUSR1 makes it stop handing out records whi
 in the group (its control thread keeps heartbeating), as a poll loop stuck in the app would;
 SIGUSR2 makes it go on. That is how the stopped-member alert is seen firing, and, since the
 worker samples its partitions' Burrow status (``--lag-status-interval-ms``, every 2 s here) on
-a thread of its own, its partitions turn STOP and the status alert fires too.
+a thread of its own, its partitions turn STOP and the status alert fires too. While it leads,
+it publishes the group's lag telemetry every ``--telemetry-interval-ms`` (2 s) to
+``__groupkit_telemetry``, which ``groupkit replay --bootstrap-servers B`` reads.
 
 The producer spreads ``--rate`` records a second over the partitions by a Zipf law (partition
 ``p`` gets a share proportional to ``1 / (p + 1) ** skew``), so partition 0 is the hottest.
@@ -130,6 +132,10 @@ def run_worker(args: argparse.Namespace) -> int:
     }
     if args.load_interval_ms is not None:
         conf["groupkit.load.rebalance.interval.ms"] = args.load_interval_ms
+    if args.telemetry_interval_ms > 0:
+        conf["groupkit.telemetry.enable"] = True
+        conf["groupkit.telemetry.interval.ms"] = args.telemetry_interval_ms
+        conf["groupkit.telemetry.topic"] = args.telemetry_topic
     observer = PrometheusObserver(registry, kafka_exporter_names=args.kafka_exporter_names)
     consumer = GroupConsumer(conf, observers=[observer])
     consumer.subscribe([args.topic])
@@ -246,6 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     w.add_argument("--load-interval-ms", type=int, default=None,
                    help="groupkit.load.rebalance.interval.ms (default: the library's)")  # fmt: skip
+    # A few seconds, not the library's 10 s: the demo changes its membership every 20 s, and a
+    # replay of its telemetry needs several snapshots between two changes.
+    w.add_argument(
+        "--telemetry-interval-ms",
+        type=int,
+        default=int(os.environ.get("DEMO_TELEMETRY_INTERVAL_MS", 2000)),
+        help="the leader publishes lag telemetry for groupkit replay this often (0: off)",
+    )
+    w.add_argument("--telemetry-topic", default="__groupkit_telemetry",
+                   help="groupkit.telemetry.topic")  # fmt: skip
     w.add_argument("--kafka-exporter-names", action="store_true",
                    help="also export the lag under kafka_exporter's metric names")  # fmt: skip
     w.set_defaults(func=run_worker)

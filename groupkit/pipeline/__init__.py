@@ -3,22 +3,31 @@
 1. Telemetry comes from the telemetry topic (Spark's Kafka source), from JSON-lines or Parquet
    files, or from the synthetic generator (``--synthetic GROUPS``).
 2. Each consumer group's lag snapshots are replayed, in time order, through every assignor
-   (``groupBy(group).applyInPandas``), each assignor sticky against its own past.
-3. Results go to Parquet, and a Markdown report with PNG charts names the best assignor of
-   each group and by how much. Malformed telemetry is counted, skipped and reported.
+   (``groupBy(group).applyInPandas``), each assignor sticky against its own past, and judged
+   against the lag the group really had.
+3. The counterfactual: each group's lag is simulated forward under every assignor and every
+   rebalancing policy (``--policies``), and under its recorded assignments to calibrate the
+   model against the recorded lag (:mod:`~groupkit.pipeline.counterfactual`).
+4. Results go to Parquet, and a Markdown report with PNG charts names the best assignor and
+   policy of each group and by how much. Malformed telemetry is counted, skipped and reported.
 
 PySpark is an extra: ``pip install 'groupkit[spark]'``. Importing this package does not
-import PySpark; the job does. Runs on ``local[*]`` by default; ``--master`` (or
-``spark-submit``) runs the same job on any cluster.
+import PySpark; the job does. Runs on ``local[*]`` by default; ``--master spark://HOST:7077``
+(or ``spark-submit --master ... groupkit/pipeline/submit.py ...``, whose master then holds) runs
+the same job on any cluster, whose executors need groupkit installed in the Python that
+``PYSPARK_PYTHON`` names.
 
 Modules: :mod:`~groupkit.pipeline.replay` (the pure per-group replay),
+:mod:`~groupkit.pipeline.counterfactual` (the pure per-group simulation),
 :mod:`~groupkit.pipeline.synthetic` (histories), :mod:`~groupkit.pipeline.spark` (session,
-sources, the job), :mod:`~groupkit.pipeline.report` (Markdown, PNG, JSON).
+sources, the job), :mod:`~groupkit.pipeline.report` (Markdown, PNG, JSON),
+:mod:`~groupkit.pipeline.submit` (the file ``spark-submit`` runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -79,8 +88,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "does (default), or at every snapshot, or on membership changes and by the leader's "
         "load re-plans in between (load)",
     )
+    p.add_argument(
+        "--policies",
+        default="membership,load,every",
+        help="comma-separated rebalancing policies the counterfactual simulates "
+        "(membership, load, every; default all; 'none': no counterfactual)",
+    )
     p.add_argument("--out", default="replay-out", help="folder for Parquet, report and charts")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--open", action="store_true", help="open the report when it is written")
+    p.add_argument(
+        "--master",
+        default=None,
+        help="Spark master, e.g. spark://HOST:7077 (default local[*], or spark-submit's)",
+    )
     p.add_argument(
         "--shuffle-partitions",
         type=int,
@@ -114,9 +134,17 @@ def run(args: argparse.Namespace) -> int:
     names = assignor_names() if not args.assignors else args.assignors.split(",")
     for n in names:
         get_assignor(n)  # unknown names fail now, listing the known ones
+    from groupkit.pipeline.counterfactual import POLICIES
+
+    policies = [] if args.policies in ("", "none") else args.policies.split(",")
+    for pol in policies:
+        if pol not in POLICIES:
+            raise ValueError(f"unknown policy {pol!r}: one of {', '.join(POLICIES)} or none")
     t0 = time.perf_counter()
+    # Under spark-submit (its JVM started this Python) the master is spark-submit's.
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     session = spark.spark_session(
-        args.master,
+        args.master or (None if submitted else "local[*]"),
         kafka=args.bootstrap is not None,
         shuffle_partitions=args.shuffle_partitions,
         conf=_pairs(args.conf, "--conf"),
@@ -135,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--synthetic and --snapshots must be >= 1")
         raw = spark.synthetic_source(session, args.synthetic, args.snapshots, args.seed)
         source = f"{args.synthetic:,} synthetic groups × {args.snapshots} snapshots"
-    res = spark.run_job(session, raw, Path(args.out), names, args.rebalance, source)
+    res = spark.run_job(
+        session, raw, Path(args.out), names, args.rebalance, source, policies=policies
+    )
     res.seconds = {"spark start": started, **res.seconds}
     path = report.write_report(res)
     bad = sum(res.malformed.values())
@@ -143,4 +173,8 @@ def run(args: argparse.Namespace) -> int:
         f"replayed {res.groups:,} groups, {res.evaluations:,} snapshot × assignor evaluations; "
         f"{bad:,} malformed records skipped; report: {path}"
     )
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())
     return 0

@@ -12,8 +12,17 @@ The job, as Spark runs it:
 3. **Replay** (``groupBy("group").applyInPandas``): each group's snapshots, in time order,
    through every assignor (:mod:`groupkit.pipeline.replay`, which calls
    :mod:`groupkit.assignors`).
-4. **Write** the per-snapshot results as Parquet, aggregate them per group and assignor with
-   Spark SQL, and hand the (small) aggregates to :mod:`groupkit.pipeline.report`.
+4. **Simulate** (the same ``groupBy``, snapshots and rebalance events): each group's lag
+   forward under every assignor and policy, and under its recorded assignments for the
+   calibration (:mod:`groupkit.pipeline.counterfactual`). One row per group and track.
+5. **Write** the results as Parquet, aggregate the per-snapshot ones per group and assignor
+   with Spark SQL, and hand the (small) aggregates to :mod:`groupkit.pipeline.report`.
+
+What decides how the job scales on more machines: steps 3 and 4 are pure Python, one group
+at a time in Spark's Python workers, so they spread over every executor core; the shuffle
+that gathers a group's records (``groupBy``) moves every record once across the network; and
+every row crosses the JVM/Python boundary twice, through Arrow (``mapInPandas``,
+``applyInPandas``). Few large groups scale worse than many small ones: a group is never split.
 
 Spark's Kafka source is not part of pyspark: ``spark-sql-kafka-0-10_2.13`` at the installed
 Spark's version comes from Maven Central. :func:`kafka_connector_jars` resolves it once with
@@ -36,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from groupkit.errors import PipelineError
+from groupkit.pipeline.counterfactual import CF_DDL, counterfactual_frame
 from groupkit.pipeline.replay import RESULT_DDL, replay_frame
 from groupkit.runtime.telemetry import LAG_SNAPSHOT, REBALANCE
 
@@ -128,7 +138,7 @@ def kafka_connector_jars(version: str | None = None) -> list[str]:
 
 
 def spark_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     kafka: bool = True,
     shuffle_partitions: int | None = None,
     app: str = "groupkit-replay",
@@ -138,21 +148,26 @@ def spark_session(
 
     ``PYSPARK_PYTHON`` is set to this interpreter, or workers would import another Python
     (one without groupkit). If a session is already running it is returned as it is.
+    ``master=None`` leaves the master to ``spark-submit --master``.
     """
     spark_version()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    cores = _cores(master)
+    cores = _cores(master or "")
+    b = SparkSession.builder if master is None else SparkSession.builder.master(master)
     b = (
-        SparkSession.builder.master(master)
-        .appName(app)
+        b.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or max(2, 2 * cores)))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.adaptive.enabled", "true")
+        # The replay and the simulation are CPU-bound Python per group over a shuffle of a few
+        # MB: coalesced by bytes, it becomes one task on one core (the simulation took 1.6x
+        # as long on local[2]). Each shuffle partition stays a task.
+        .config("spark.sql.adaptive.coalescePartitions.enabled", "false")
         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
     )
     if kafka:
@@ -312,6 +327,13 @@ class JobResult:
     seconds: dict[str, float] = field(default_factory=dict)
     assignors: list[str] = field(default_factory=list)
     rebalance_mode: str = "membership"
+    policies: list[str] = field(default_factory=list)
+    #: the Spark master the job ran on
+    master: str = ""
+    #: pandas: the counterfactual, one row per group and track (no timelines)
+    counterfactual: Any = None
+    #: pandas: ``group``, ``assignor``, ``policy``, ``timeline`` of the groups charted
+    counterfactual_timelines: Any = None
 
 
 def run_job(
@@ -322,14 +344,23 @@ def run_job(
     rebalance: str = "membership",
     source: str = "",
     chart_groups: int = 4,
+    policies: Sequence[str] = (),
 ) -> JobResult:
-    """Parse, replay and aggregate ``raw`` (``key``, ``value``, ``where`` rows); write Parquet
-    under ``out``. The report is written by the caller from the returned result."""
+    """Parse, replay and aggregate ``raw`` (``key``, ``value``, ``where`` rows); with
+    ``policies``, simulate every assignor under each (the counterfactual); write Parquet under
+    ``out``. The report is written by the caller from the returned result."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     out.mkdir(parents=True, exist_ok=True)
-    res = JobResult(out=out, source=source, assignors=list(assignors), rebalance_mode=rebalance)
+    res = JobResult(
+        out=out,
+        source=source,
+        assignors=list(assignors),
+        rebalance_mode=rebalance,
+        policies=list(policies),
+        master=str(spark.sparkContext.master),
+    )
     t0 = time.perf_counter()
     parsed = raw.mapInPandas(_parse_batches, PARSED_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     counts = parsed.groupBy("error").count().collect()
@@ -408,6 +439,50 @@ def run_job(
         )
     )
     res.rebalances = rebalances.toPandas()
-    parsed.unpersist()
     res.seconds["aggregate"] = time.perf_counter() - t0
+    if policies:
+        _counterfactual(spark, parsed, out, res, names, list(policies), chart_groups)
+    parsed.unpersist()
     return res
+
+
+def _counterfactual(
+    spark: Any,
+    parsed: Any,
+    out: Path,
+    res: JobResult,
+    assignors: list[str],
+    policies: list[str],
+    chart_groups: int,
+) -> None:
+    """Step 4: every group simulated under every assignor and policy, written as Parquet."""
+    from pyspark.sql import functions as F
+
+    from groupkit.pipeline.counterfactual import RECORDED
+
+    t0 = time.perf_counter()
+    rows = (
+        parsed.filter(F.col("error").isNull())
+        .select("group", "value")
+        .groupBy("group")
+        .applyInPandas(lambda pdf: counterfactual_frame(pdf, assignors, policies), CF_DDL)
+    )
+    rows.write.mode("overwrite").parquet(str(out / "counterfactual.parquet"))
+    written = spark.read.parquet(str(out / "counterfactual.parquet"))
+    res.counterfactual = written.drop("timeline").toPandas()
+    cf = res.counterfactual
+    failed = cf[cf["error"].notna()]
+    res.failed_groups += [(str(g), f"counterfactual: {e}") for g, e in zip(failed["group"],
+                          failed["error"], strict=True)]  # fmt: skip
+    recorded = cf[(cf["assignor"] == RECORDED) & cf["error"].isna()]
+    top = (
+        recorded.sort_values(["mean_max_member_lag", "group"], ascending=[False, True])["group"]
+        .head(chart_groups)
+        .tolist()
+    )
+    res.counterfactual_timelines = (
+        written.filter(F.col("group").isin(top) & F.col("error").isNull())
+        .select("group", "assignor", "policy", "timeline")
+        .toPandas()
+    )
+    res.seconds["counterfactual"] = time.perf_counter() - t0

@@ -8,15 +8,19 @@ records. What a history has, and why:
    log-normal, and about one partition in ten is hot (3–8× its topic's base rate): the skew
    that makes count-balancing assignors pile lag onto one member.
 2. **Bursts.** Now and then a topic's produce rate jumps 3–10× for 3–10 intervals.
-3. **Members joining and leaving.** 2–8 members to start; each interval a member may leave
+3. **Moving hot spots.** In half the groups one partition takes 4–10× its rate on top, and
+   every 8–20 intervals the hot spot moves to another partition (a key that goes viral, then
+   the next): an assignment placed for yesterday's load is wrong today.
+4. **Members joining and leaving.** 2–8 members to start; each interval a member may leave
    (3 %) or one may join (3 %). In a third of the groups some members subscribe to only part
    of the topics. Members differ in capacity (records/s), which decides how fast they drain.
-4. **The group's real behaviour.** The group runs one real assignor (``range``,
+5. **The group's real behaviour.** The group runs one real assignor (``range``,
    ``roundrobin``, ``sticky`` or ``cooperative-sticky``, the common defaults) through
    ``groupkit.assignors`` whenever its membership changes. Each member consumes up to its
    capacity per interval, spread over its partitions in proportion to their backlog; the
-   snapshot reports committed offsets, the lag, the owners and the members' rates computed
-   exactly as the telemetry publisher computes them (committed-offset deltas).
+   snapshot reports committed offsets, the lag, the owners and the members' rates and
+   processed records computed exactly as the telemetry publisher computes them
+   (committed-offset deltas).
 
 The records are the telemetry topic's JSON (:mod:`groupkit.runtime.telemetry`), snapshots and
 one ``rebalance`` event per membership change.
@@ -35,7 +39,7 @@ from groupkit.runtime.telemetry import (
     MemberInfo,
     RebalanceEvent,
     TopicOffsets,
-    member_rates,
+    member_processed,
 )
 from groupkit.types import MemberSubscription, TopicPartition
 
@@ -66,6 +70,11 @@ def synthetic_history(
     }
     total_rate = sum(rate.values())
     topics = sorted(counts)
+    parts = sorted(rate)
+    # the moving hot spot: (partition, extra factor, intervals until it moves), or None
+    spot: tuple[TopicPartition, float, int] | None = None
+    if rng.random() < 0.5:
+        spot = (rng.choice(parts), rng.uniform(4, 10), rng.randint(8, 20))
     partial = rng.random() < 1 / 3 and len(topics) > 1
     real = get_assignor(rng.choice(REAL_ASSIGNORS))
     protocol = (
@@ -151,9 +160,15 @@ def synthetic_history(
                     del burst[t]
             elif rng.random() < 0.04:
                 burst[t] = (rng.uniform(3, 10), rng.randint(3, 10))
+        if spot is not None:
+            hot, factor, left = spot
+            spot = (hot, factor, left - 1) if left > 1 else (
+                rng.choice(parts), rng.uniform(4, 10), rng.randint(8, 20))  # fmt: skip
         if i > 0:
             for tp, r in rate.items():
                 f = burst[tp.topic][0] if tp.topic in burst else 1.0
+                if spot is not None and tp == spot[0]:
+                    f += spot[1]
                 end[tp] += int(r * f * dt * rng.uniform(0.7, 1.3))
             for m, tps in assignment.items():
                 backlog = {tp: end[tp] - committed[tp] for tp in tps}
@@ -167,7 +182,7 @@ def synthetic_history(
         cur: dict[TopicPartition, tuple[str | None, int | None]] = {
             tp: (owner.get(tp), committed[tp]) for tp in rate
         }
-        rates = member_rates(prev, cur, dt) if prev else {}
+        processed = member_processed(prev, cur) if prev else {}
         prev = cur
         snap = LagSnapshot(
             group=group,
@@ -178,10 +193,16 @@ def synthetic_history(
             assignor=real.name,
             members={
                 m: MemberInfo(
-                    info.topics, None if m not in rates else round(rates[m], 3), None, None
+                    info.topics,
+                    None if m not in processed else round(processed[m] / dt, 3),
+                    None,
+                    None,
+                    processed.get(m),
                 )
                 for m, info in members.items()
             },
+            interval_ms=interval_ms if i > 0 else None,
+            load_interval_ms=0,
             topics={
                 t: TopicOffsets(
                     end=tuple(end[TopicPartition(t, p)] for p in range(n)),

@@ -12,10 +12,12 @@ and reject newer ones) and ``type``:
 
 ``lag_snapshot`` — every ``groupkit.telemetry.interval.ms`` (default 10 s)::
 
-    {"schema": "groupkit.telemetry", "version": 1, "type": "lag_snapshot",
+    {"schema": "groupkit.telemetry", "version": 2, "type": "lag_snapshot",
      "group": "orders", "ts_ms": 1767225600000,     # leader's wall clock, ms since epoch
      "leader": "m-1", "generation": 7, "protocol": "cooperative", "assignor": "sticky",
-     "members": {"m-1": {"topics": ["t0"], "rate": 812.5, "capacity": null, "rack": null}},
+     "interval_ms": 10012, "load_interval_ms": 30000,
+     "members": {"m-1": {"topics": ["t0"], "rate": 812.5, "processed": 8135,
+                         "capacity": null, "rack": null}},
      "topics": {"t0": {"end": [120, 80], "committed": [100, null], "lag": [20, 0],
                        "owner": ["m-1", null], "time_lag": [4.25, 0.0],
                        "status": ["WARN", "OK"]}}}
@@ -28,6 +30,14 @@ and reject newer ones) and ``type``:
   keeps up shows the produce rate of its partitions, so ``rate`` is a lower bound of what it
   could consume, not its capacity. (The alternative, each member reporting its own rate in
   its control record's ``client`` info, would put a metric into the group's replicated state.)
+  ``processed`` (version 2): the records behind ``rate``, counted exactly: what the member
+  committed since the previous snapshot on the partitions it owned at both (``null`` as
+  ``rate`` is). With ``interval_ms`` it is what a model of the group's processing is fitted to
+  (``groupkit replay``'s counterfactual): busy intervals show each member's capacity.
+- ``interval_ms`` (version 2): ms since this leadership's previous snapshot (``null`` on its
+  first): the interval ``rate`` and ``processed`` cover. ``load_interval_ms`` (version 2): the
+  leader's ``groupkit.load.rebalance.interval.ms`` (0: it does not follow the load), so a
+  replay knows which rebalancing policy the group really ran.
 - ``topics``: per topic, lists indexed by partition number: ``end`` (high watermark),
   ``committed`` (``null``: nothing committed), ``lag`` (read by :func:`~groupkit.runtime.lag.
   read_offsets`, so ``auto.offset.reset`` decides the lag of uncommitted partitions),
@@ -44,10 +54,13 @@ and reject newer ones) and ``type``:
   not, but committed offsets only, never a commit, so an offset that does not move while
   the partition lags is STOP, and STALL never shows). A new leader starts a fresh window.
 
+Version 1 records (no ``processed``, ``interval_ms``, ``load_interval_ms``) still decode,
+with those ``None``.
+
 ``rebalance`` — one per rebalance the leader finished
 (:class:`~groupkit.protocol.node.RebalanceSummary`)::
 
-    {"schema": "groupkit.telemetry", "version": 1, "type": "rebalance", "group": "orders",
+    {"schema": "groupkit.telemetry", "version": 2, "type": "rebalance", "group": "orders",
      "ts_ms": ..., "leader": "m-1", "reason": "membership_changed", "protocol": "cooperative",
      "assignor": "sticky", "first_generation": 6, "generation": 7, "generations": 2,
      "moved": 4, "revoked": 4, "duration_ms": 35.2, "outcome": "completed"}
@@ -88,7 +101,7 @@ from groupkit.types import TopicPartition
 _log = get_logger("groupkit.telemetry")
 
 SCHEMA = "groupkit.telemetry"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LAG_SNAPSHOT = "lag_snapshot"
 REBALANCE = "rebalance"
 TYPES = (LAG_SNAPSHOT, REBALANCE)
@@ -106,6 +119,8 @@ class MemberInfo:
     rate: float | None = None
     capacity: float | None = None
     rack: str | None = None
+    #: records committed over the snapshot's interval (version 2; ``None``: not measured)
+    processed: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +148,10 @@ class LagSnapshot:
     members: Mapping[str, MemberInfo]
     topics: Mapping[str, TopicOffsets]
     version: int = SCHEMA_VERSION
+    #: ms since this leadership's previous snapshot (version 2; ``None``: first or unknown)
+    interval_ms: int | None = None
+    #: the leader's load re-plan interval (version 2; 0: off, ``None``: unknown)
+    load_interval_ms: int | None = None
 
     def to_json(self) -> bytes:
         doc = {
@@ -145,10 +164,13 @@ class LagSnapshot:
             "generation": self.generation,
             "protocol": self.protocol,
             "assignor": self.assignor,
+            "interval_ms": self.interval_ms,
+            "load_interval_ms": self.load_interval_ms,
             "members": {
                 m: {
                     "topics": list(i.topics),
                     "rate": i.rate,
+                    "processed": i.processed,
                     "capacity": i.capacity,
                     "rack": i.rack,
                 }
@@ -262,6 +284,14 @@ def _opt_num(v: Any, what: str) -> float | None:
     return float(v)
 
 
+def _opt_int(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise MalformedTelemetry("bad_field", f"{what}: {v!r}")
+    return v
+
+
 def _int_list(v: Any, what: str, nullable: bool = False) -> tuple[Any, ...]:
     if not isinstance(v, list):
         raise MalformedTelemetry("bad_field", f"{what}: not a list")
@@ -324,6 +354,7 @@ def decode(raw: bytes | str | None) -> Telemetry:
             rate=_opt_num(info.get("rate"), f"members.{m}.rate"),
             capacity=_opt_num(info.get("capacity"), f"members.{m}.capacity"),
             rack=None if rack is None else str(rack),
+            processed=_opt_int(info.get("processed"), f"members.{m}.processed"),
         )
     topics_doc = _need(doc, "topics", dict, "")
     topics: dict[str, TopicOffsets] = {}
@@ -368,7 +399,25 @@ def decode(raw: bytes | str | None) -> Telemetry:
         members=members,
         topics=topics,
         version=version,
+        interval_ms=_opt_int(doc.get("interval_ms"), "interval_ms"),
+        load_interval_ms=_opt_int(doc.get("load_interval_ms"), "load_interval_ms"),
     )
+
+
+def member_processed(
+    prev: Mapping[TopicPartition, tuple[str | None, int | None]],
+    cur: Mapping[TopicPartition, tuple[str | None, int | None]],
+) -> dict[str, int]:
+    """Records each member committed between two snapshots of ``{partition: (owner,
+    committed)}``, over the partitions it owned at both; members with none are absent."""
+    out: dict[str, int] = {}
+    for tp, (owner, c1) in cur.items():
+        o0, c0 = prev.get(tp, (None, None))
+        if owner is None or owner != o0:
+            continue
+        delta = max(0, c1 - c0) if c1 is not None and c0 is not None else 0
+        out[owner] = out.get(owner, 0) + delta
+    return out
 
 
 def member_rates(
@@ -380,14 +429,7 @@ def member_rates(
     committed)}``, over the partitions it owned at both; members with none are absent."""
     if seconds <= 0:
         return {}
-    out: dict[str, float] = {}
-    for tp, (owner, c1) in cur.items():
-        o0, c0 = prev.get(tp, (None, None))
-        if owner is None or owner != o0:
-            continue
-        delta = max(0, c1 - c0) if c1 is not None and c0 is not None else 0
-        out[owner] = out.get(owner, 0.0) + delta / seconds
-    return out
+    return {m: n / seconds for m, n in member_processed(prev, cur).items()}
 
 
 # --------------------------------------------------------------------------- the publisher
@@ -581,7 +623,10 @@ class TelemetryPublisher(GroupObserver):
         cur = {tp: (c.owners.get(tp), committed.get(tp)) for tp in parts}
         # Rates need two snapshots of the same leadership.
         same = self._prev and self._prev_epoch == c.epoch
-        rates = member_rates(self._prev, cur, now - self._prev_at) if same else {}
+        processed = member_processed(self._prev, cur) if same else {}
+        seconds = now - self._prev_at
+        rates = {m: n / seconds for m, n in processed.items()} if same and seconds > 0 else {}
+        interval_ms = round(seconds * 1000) if same else None
         if not same:  # a new leadership judges from its own reads only
             self._reads.clear()
         self._reads.append((int(now * 1000), offsets))
@@ -604,6 +649,7 @@ class TelemetryPublisher(GroupObserver):
                 None if m not in rates else round(rates[m], 3),
                 i.capacity,
                 i.rack,
+                processed.get(m) if m in rates else None,
             )
             for m, i in c.members.items()
         }
@@ -616,6 +662,8 @@ class TelemetryPublisher(GroupObserver):
             assignor=c.assignor,
             members=members,
             topics=topics,
+            interval_ms=interval_ms,
+            load_interval_ms=self.cfg.load_interval_ms,
         )
 
     def _publish(self, key: str, value: bytes, kind: str) -> None:
