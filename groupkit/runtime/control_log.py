@@ -299,6 +299,40 @@ class ControlReader:
             self._consumer.close()
 
 
+class ReaderStall:
+    """When a reader has stopped fetching and should be renewed (``ControlReader.renew`` says
+    when librdkafka does that): a record of our own has been appended (its delivery report
+    says where) for half a session, at least a second, the reader has not got to it, and
+    another of ours was appended since, so the broker is up (during an outage nothing is read,
+    and nothing is appended either). A reader that merely lags reads it within that time."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self.after_s = max(1.0, session_timeout_ms / 2000)
+        #: since when (monotonic s) the reader has owed us one of our records
+        self._since: float | None = None
+
+    def reset(self) -> None:
+        """The reader returned records: whatever it owes, it may only lag."""
+        self._since = None
+
+    def due(self, appended: int, appended_at: float, position: int) -> float | None:
+        """How long the reader has stalled, if it is time to renew it (the wait then starts
+        again), else ``None``. ``appended``: the newest offset of ours appended, at monotonic
+        ``appended_at``; ``position``: the reader's."""
+        if appended < position:
+            self._since = None
+            return None
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+            return None
+        stalled = now - self._since
+        if stalled < self.after_s or appended_at <= self._since:
+            return None
+        self._since = now
+        return stalled
+
+
 def _raw(msg: Message) -> RawRecord:
     kind, ts = msg.timestamp()
     offset = msg.offset()

@@ -132,6 +132,27 @@ def ensure_control_topic(
     agreement on membership and time. Settings that only keep the log large are logged as
     warnings (:func:`check_control_topic`).
     """
+    _find_or_create(admin, name, "control topic", {**REQUIRED_CONFIG, **TUNING_CONFIG},
+                    partitions, replication_factor, create, timeout,
+                    propagation_timeout)  # fmt: skip
+    check_control_topic(admin, name, timeout, session_timeout_ms)
+    return _partition_count(admin, name, timeout)
+
+
+def _find_or_create(
+    admin: AdminClient,
+    name: str,
+    what: str,
+    config: dict[str, str],
+    partitions: int,
+    replication_factor: int,
+    create: bool,
+    timeout: float,
+    propagation_timeout: float,
+) -> None:
+    """One of groupkit's topics, ``what`` it is for: created with ``config`` if missing
+    (``create``), else waited for within ``propagation_timeout`` (it may have been created a
+    moment ago); returns once a partition of it has a leader."""
     try:
         md = admin.list_topics(topic=name, timeout=timeout)
     except KafkaException as e:
@@ -142,7 +163,7 @@ def ensure_control_topic(
             bound = min(propagation_timeout, timeout)
             if not topic_appears(admin, name, bound):
                 raise ControlTopicError(
-                    f"control topic {name!r} does not exist and groupkit.control.topic.create "
+                    f"{what} {name!r} does not exist and groupkit.control.topic.create "
                     f"is false (not in the cluster's metadata within {bound:g}s, "
                     "topic.metadata.propagation.max.ms)"
                 )
@@ -152,14 +173,13 @@ def ensure_control_topic(
                 name,
                 partitions,
                 replication_factor,
-                config={**REQUIRED_CONFIG, **TUNING_CONFIG},
+                config=config,
                 timeout=timeout,
                 exist_ok=True,  # another member may create it at the same moment
             )
-    # (one partition with a leader: the rest are counted below, whichever broker answers)
+    # (one partition with a leader: the rest are counted by _partition_count, whichever
+    # broker answers)
     wait_for_topic(admin, name, 1, timeout)
-    check_control_topic(admin, name, timeout, session_timeout_ms)
-    return _partition_count(admin, name, timeout)
 
 
 def _partition_count(admin: AdminClient, name: str, timeout: float) -> int:
@@ -265,24 +285,8 @@ def ensure_liveness_topic(
     topic: created if missing (``create``; :data:`LIVENESS_CONFIG`), else waited for within
     ``propagation_timeout`` when the metadata does not show it yet, then checked
     (:func:`check_liveness_topic`). Its partition count."""
-    try:
-        md = admin.list_topics(topic=name, timeout=timeout)
-    except KafkaException as e:
-        raise BrokerError(f"cannot reach the cluster to look up {name!r}: {e}") from e
-    topic = md.topics.get(name)
-    if topic is None or topic.error is not None:
-        if not create:
-            bound = min(propagation_timeout, timeout)
-            if not topic_appears(admin, name, bound):
-                raise ControlTopicError(
-                    f"liveness topic {name!r} does not exist and groupkit.control.topic.create "
-                    f"is false (not in the cluster's metadata within {bound:g}s, "
-                    "topic.metadata.propagation.max.ms)"
-                )
-        else:
-            create_topic(admin, name, partitions, replication_factor, config=LIVENESS_CONFIG,
-                         timeout=timeout, exist_ok=True)  # fmt: skip
-    wait_for_topic(admin, name, 1, timeout)
+    _find_or_create(admin, name, "liveness topic", LIVENESS_CONFIG, partitions,
+                    replication_factor, create, timeout, propagation_timeout)  # fmt: skip
     check_liveness_topic(admin, name, timeout)
     return _partition_count(admin, name, timeout)
 

@@ -65,7 +65,12 @@ from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase
 from groupkit.runtime.background import Background
 from groupkit.runtime.catch_up import bounded_catch_up
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.control_log import ControlClients, ControlReader, ControlWriter
+from groupkit.runtime.control_log import (
+    ControlClients,
+    ControlReader,
+    ControlWriter,
+    ReaderStall,
+)
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.counts import PartitionCounts
 from groupkit.runtime.hooks import Observers
@@ -225,11 +230,11 @@ class Coordinator:
         #: set by may_join: until then the loop catches up but writes nothing
         self._may_join = threading.Event()
         self._failure: BaseException | None = None
-        #: the newest offset one of our own records was appended at, and since when (monotonic
-        #: s) the reader has owed us one: see _watch_reader
+        #: the newest offset one of our own records was appended at, and when (monotonic s):
+        #: see _watch_reader
         self._appended = -1
         self._appended_at = 0.0
-        self._unread_since: float | None = None
+        self._reader_stall = ReaderStall(cfg.session_timeout_ms)
         #: when the reader last returned a record (monotonic s): see _watch_writer
         self._read_at = 0.0
         self._counts = PartitionCounts(admin, self.member_id)
@@ -450,32 +455,17 @@ class Coordinator:
         self.stats.writer_renewals += 1
 
     def _watch_reader(self) -> None:
-        """Renew the control reader when it has stopped fetching: a record of ours has been
-        appended (its delivery report says where) for half a session (at least a second), the
-        reader has not got to it, and another of ours was appended since (so the broker is up:
-        during an outage nothing is read, and nothing is appended either). A reader that
-        merely lags reads it within that time; one that does not would leave the member unable
-        to see its own heartbeats, lapsing again and again (ControlReader.renew says when
-        librdkafka does that)."""
-        if self._appended < self.reader.position:
-            self._unread_since = None
-            return
-        now = time.monotonic()
-        if self._unread_since is None:
-            self._unread_since = now
-            return
-        stalled = now - self._unread_since
-        # half a session, at least a second (the member lapses at its session anyway)
-        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or (
-            self._appended_at <= self._unread_since
-        ):
+        """Renew the control reader when it has stopped fetching (``ReaderStall``): one that
+        does not would leave the member unable to see its own records, lapsing again and
+        again."""
+        stalled = self._reader_stall.due(self._appended, self._appended_at, self.reader.position)
+        if stalled is None:
             return
         _log.warning("control_reader.stalled", group=self.cfg.group_id, member=self.member_id,
                      position=self.reader.position, appended=self._appended,
                      seconds=round(stalled, 1))  # fmt: skip
         self.reader.renew()
         self.stats.reader_renewals += 1
-        self._unread_since = now
 
     def _check_poll_interval(self) -> None:
         """Leave the group when the app stopped polling, as Kafka's max.poll.interval.ms does.

@@ -33,7 +33,7 @@ from groupkit.protocol.member import Write
 from groupkit.protocol.node import Node
 from groupkit.protocol.records import HeartbeatRecord
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.control_log import ControlClients, ControlReader
+from groupkit.runtime.control_log import ControlClients, ControlReader, ReaderStall
 from groupkit.runtime.control_topic import ensure_liveness_topic, partition_for_group
 
 _log = get_logger("groupkit.runtime")
@@ -102,9 +102,9 @@ class LivenessIO:
         #: snapshots delivered to the liveness log
         self.snapshots = 0
         #: the newest offset one of our heartbeats was appended at, and when (monotonic s);
-        #: since when the judge's reader has owed us one; its renewals (_watch_reader)
+        #: whether the judge's reader has stalled, and its renewals (_watch_reader)
         self._appended: tuple[int, float] = (-1, 0.0)
-        self._unread_since: float | None = None
+        self._stall = ReaderStall(cfg.session_timeout_ms)
         self.renewals = 0
         #: times this member started judging
         self.judging_starts = 0
@@ -174,7 +174,7 @@ class LivenessIO:
         if not batch:
             self._watch_reader()
             return
-        self._unread_since = None  # it reads: it may lag (a judge that starts mid-log)
+        self._stall.reset()  # it reads: it may lag (a judge that starts mid-log)
         with self.lock:
             if self.node.judge is None or self.node.judge.live is None:
                 return  # stopped meanwhile (a leave): the next turn closes the reader
@@ -183,34 +183,26 @@ class LivenessIO:
             self.judged += len(batch)
 
     def _watch_reader(self) -> None:
-        """Renew the judge's reader when it has stopped fetching, as the coordinator does its
-        control reader (``Coordinator._watch_reader``; ``ControlReader.renew`` says when
-        librdkafka does that): one of our own heartbeats has been appended for half a session
-        (at least a second) and the reader has not got to it, and another was appended since
-        (so the broker is up). A judge that reads nothing finds no end of anybody's run: safe,
-        but the group would keep a dead member's partitions."""
+        """Renew the judge's reader when it has stopped fetching (``ReaderStall``, our own
+        heartbeats being the records it owes us). A judge that reads nothing finds no end of
+        anybody's run: safe, but the group would keep a dead member's partitions."""
         reader = self.reader
         appended, at = self._appended
-        if reader is None or appended < reader.position:
-            self._unread_since = None
+        if reader is None:
+            self._stall.reset()
             return
-        now = time.monotonic()
-        if self._unread_since is None:
-            self._unread_since = now
-            return
-        stalled = now - self._unread_since
-        if stalled < max(1.0, self.cfg.session_timeout_ms / 2000) or at <= self._unread_since:
+        stalled = self._stall.due(appended, at, reader.position)
+        if stalled is None:
             return
         _log.warning("liveness_reader.stalled", group=self.cfg.group_id,
                      member=self.node.member_id, position=reader.position, appended=appended,
                      seconds=round(stalled, 1))  # fmt: skip
         reader.renew()
         self.renewals += 1
-        self._unread_since = now
 
     def _close_reader(self) -> None:
         reader, self.reader = self.reader, None
-        self._unread_since = None
+        self._stall.reset()
         if reader is not None:
             _log.info("liveness.judging_stopped", group=self.cfg.group_id,
                       member=self.node.member_id)  # fmt: skip
