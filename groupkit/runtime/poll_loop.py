@@ -21,7 +21,8 @@ lock, without weakening any of the above:
   once per session).
 - :meth:`PollLoop.service` (hand-offs, abandonment, a failed control loop, auto-commit) runs at
   once when there is a hand-off or an abandonment (``Coordinator.needs_service``, a flag read
-  without the lock), else (a failed control loop, auto-commit, the fence) at least every 10 ms.
+  without the lock), else (a failed control loop, auto-commit, the fence) at least every 10 ms
+  while the group is busy (``Coordinator.busy_until``) and every 50 ms while it is idle.
 - Ownership needs no per-message filter: ``assign``/``incremental_unassign`` return only after
   librdkafka has stopped the removed partitions' fetchers by bumping their version barrier
   (``rd_kafka_toppar_op_fetch_stop``), and ``consume``/``poll`` drop every queued message of an
@@ -60,9 +61,15 @@ from groupkit.types import TopicPartition
 
 _log = get_logger("groupkit.consumer")
 
-#: How often a waiting ``poll`` looks for hand-offs: each hop of a rebalance that needs the poll
-#: thread (revoke, assign) waits at most this long for it.
+#: How often a waiting ``poll`` looks for hand-offs while the group is busy
+#: (``Coordinator.busy_until``: a record that changed the group was read lately): each hop of a
+#: rebalance that needs the poll thread (revoke, assign) waits at most this long for it.
 SERVICE_EVERY_S = 0.01
+#: ... and while it is idle. librdkafka's wait cannot be woken from another thread, so an
+#: owner waits for records in slices; at 10 ms that was 100 wake-ups a second, most of an idle
+#: member's CPU. The first hop of a rebalance comes a leader's turn after the record that
+#: makes the group busy (a join, a leave), and the slice then waiting ends within this.
+IDLE_SERVICE_EVERY_S = 0.05
 
 _monotonic = time.monotonic
 _msg_error = Message.error
@@ -146,6 +153,10 @@ class PollLoop:
         self.next_service = 0.0
         #: set by the control thread when it queues a hand-off: a waiting ``poll`` wakes up
         self.wake = threading.Event()
+        #: the idle slice (IDLE_SERVICE_EVERY_S), no longer than the busy one at heartbeats
+        #: below 200 ms: a group tuned that tight trades CPU for the fastest hops throughout
+        hb_s = cfg.heartbeat_interval_ms / 1000
+        self._idle_every = SERVICE_EVERY_S if hb_s < 0.2 else IDLE_SERVICE_EVERY_S
         #: monotonic seconds of the latest ``poll`` (``max.poll.interval.ms`` counts from it)
         self.last_poll = time.monotonic()
 
@@ -162,17 +173,18 @@ class PollLoop:
         c = self.coordinator
         d = self._data
         if c is not None and now < self.next_service and d.owned and not c.needs_service:
+            every = SERVICE_EVERY_S if now < c.busy_until else self._idle_every
             # The fast path: nothing for service to do (see consume), one fetch. Unlike a
             # batch, Consumer.poll returns a record as it dequeues it, after any callback it
             # served, so an unassign in a callback drops it in librdkafka: only the fence
             # below can make it unowned, and _hand_out counts unassigns from here.
             self.last_poll = now
-            if timeout is not None and 0 <= timeout < SERVICE_EVERY_S:
+            if timeout is not None and 0 <= timeout < every:
                 msg = d.poll(timeout)
                 if msg is None:
                     return None
             else:
-                msg = d.poll(SERVICE_EVERY_S)
+                msg = d.poll(every)
             if msg is not None and now < d.offsets_watch_until:
                 d.watch_offset_errors((msg,))
             if msg is not None and (
@@ -202,7 +214,10 @@ class PollLoop:
                 self.service()
                 self.next_service = self._service_due(now)
             remaining = 0.1 if deadline is None else max(0.0, deadline - now)
-            wait = remaining if remaining < SERVICE_EVERY_S else SERVICE_EVERY_S
+            # Owning nothing, a hand-off sets ``wake``: the idle slice serves the rest.
+            every = (SERVICE_EVERY_S if d.owned and c is not None
+                     and (now < c.busy_until or c.needs_service) else self._idle_every)  # fmt: skip
+            wait = remaining if remaining < every else every
             msgs: list[Message] = []
             unassigns = d.unassigns
             if d.owned:
@@ -228,9 +243,10 @@ class PollLoop:
     def _service_due(self, now: float) -> float:
         """When :meth:`service` must run next at the latest: now, while the fast path is
         unsafe."""
-        if self.coordinator is None or self.closed or self._data.unassign_failed:
+        c = self.coordinator
+        if c is None or self.closed or self._data.unassign_failed:
             return 0.0
-        return now + SERVICE_EVERY_S
+        return now + (SERVICE_EVERY_S if now < c.busy_until else self._idle_every)
 
     def fast_path_off(self) -> None:
         """Serve the group on the next call, whatever is due: an unassign failed (from now on
