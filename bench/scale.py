@@ -327,6 +327,16 @@ def settled(group: Group) -> bool:
     return group.owned_once(group.parts, live)
 
 
+def native_settled(group: Group) -> bool:
+    """Every member of the native group alive and every partition owned by exactly one."""
+    group.refresh()
+    for m in group.members.values():
+        if m.proc.poll() is not None:
+            raise RuntimeError(f"{m.name} exited: {group.log_tail(m)}")
+    live = group.live()
+    return len(live) == len(group.members) and group.owned_once(group.parts, live)
+
+
 def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
              args: argparse.Namespace, version: int = 1) -> dict[str, Any]:  # fmt: skip
     """One real group of ``members`` at ``setting``, speaking protocol ``version``."""
@@ -337,10 +347,26 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
     create_topic(boot, topic, members)
     group = Group(boot, gid, topic, members, work, "gk", "cooperative", session, heartbeat,
                   control_topic=control, protocol_version=version)  # fmt: skip
+    # The anchor: a native classic group (cooperative-sticky) of the same size and session,
+    # on a topic of its own, idle over the same window.
+    native = None
+    if not args.no_native:
+        ntopic = f"bench-scale-native-{uuid.uuid4().hex[:6]}"
+        create_topic(boot, ntopic, members)
+        native = Group(boot, f"{gid}-native", ntopic, members, work, "native",
+                       "cooperative-sticky", session, heartbeat)  # fmt: skip
     # version 2's heartbeats and snapshots (config.py: the control topic's name, ".liveness")
     topics = [control, f"{control}.liveness"] if version == 2 else [control]
     t_start = time.monotonic()
+    nms: list[Any] = []
     try:
+        if native is not None:  # settled first, so that its join does not load our start
+            nms = [native.spawn() for _ in range(members)]
+            native.wait_ready(nms, timeout=args.start_timeout)
+            for m in nms:
+                m.send("subscribe")
+            wait_for(lambda: native_settled(native), args.start_timeout,
+                     f"{members} native members settled", step=0.2)  # fmt: skip
         ms = [group.spawn() for _ in range(members)]
         group.wait_ready(ms, timeout=args.start_timeout)
         for m in ms:
@@ -360,17 +386,22 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         start_s = time.monotonic() - t_start
         time.sleep(min(2.0, session / 1000))  # let the join's burst of records pass
         alive = [m for m in ms if m.alive]
+        nalive = [m for m in nms if m.alive]
         cpu0, c0 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
+        ncpu0 = {m.name: m.cpu_seconds() for m in nalive}
         rx0 = {m.name: received(m.proc.pid) for m in alive}
+        nrx0 = {m.name: received(m.proc.pid) for m in nalive}
         off0, t0 = log_end(boot, control, gid), time.monotonic()
         out0 = sum(bytes_out(pid, t) for t in topics)
         load0 = load()["load1"]
         time.sleep(args.window)
         off1, t1 = log_end(boot, control, gid), time.monotonic()
         rx1 = {m.name: received(m.proc.pid) for m in alive}
+        nrx1 = {m.name: received(m.proc.pid) for m in nalive}
         out1 = sum(bytes_out(pid, t) for t in topics)
         # the CPU over its own interval: the JMX reads take seconds on a loaded machine
         cpu1, c1 = {m.name: m.cpu_seconds() for m in alive}, time.monotonic()
+        ncpu1 = {m.name: m.cpu_seconds() for m in nalive}
         load1 = load()["load1"]
         seconds = t1 - t0
         group.refresh()
@@ -379,10 +410,14 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         others = [c for n, c in cpus.items() if leader is None or n != leader.name]
         rx = {n: received_since(rx0[n], rx1[n]) / (t1 - t0) for n in rx0}
         rx_others = [b for n, b in rx.items() if leader is None or n != leader.name]
+        ncpus = [(ncpu1[n] - ncpu0[n]) / (c1 - c0) for n in ncpu0]
+        nrx = [received_since(nrx0[n], nrx1[n]) / (t1 - t0) for n in nrx0]
         records = read_control(boot, control, gid, off0, off1)
         settled_still = settled(group)
     finally:
         group.stop_all()
+        if native is not None:
+            native.stop_all()
     out: dict[str, Any] = {
         "members": members, "setting": setting, "session_ms": session, "heartbeat_ms": heartbeat,
         "version": version,
@@ -399,7 +434,15 @@ def real_run(boot: str, pid: int | None, work: Path, members: int, setting: str,
         "leader_cpu_pct": cpus[leader.name] * 100 if leader else float("nan"),
         "members_cpu_pct_total": sum(cpus.values()) * 100,
         "load1_window": [load0, load1],
+        # the native classic group's members, over the same window (nan: not run)
+        "native_cpu_pct_median": median(ncpus) * 100 if ncpus else float("nan"),
+        "native_cpu_pct_max": max(ncpus, default=float("nan")) * 100,
+        "native_rx_bytes_s": median(nrx) if nrx else float("nan"),
     }  # fmt: skip
+    out["follower_native_cpu"] = out["member_cpu_pct_median"] / out["native_cpu_pct_median"] \
+        if ncpus and out["native_cpu_pct_median"] > 0 else float("nan")  # fmt: skip
+    out["follower_native_rx"] = out["follower_rx_bytes_s"] / out["native_rx_bytes_s"] \
+        if nrx and out["native_rx_bytes_s"] > 0 else float("nan")  # fmt: skip
     out["broker_out_per_log_byte"] = out["broker_out_bytes_s"] / out["bytes_s"] / members \
         if out["bytes_s"] else float("nan")  # fmt: skip
     return out
@@ -591,6 +634,11 @@ def main() -> None:
     ap.add_argument("--session-ms", type=int, default=1000, help="tuned session timeout")
     ap.add_argument("--heartbeat-ms", type=int, default=100, help="tuned heartbeat interval")
     ap.add_argument("--no-real", action="store_true")
+    ap.add_argument(
+        "--no-native",
+        action="store_true",
+        help="no native classic group beside each real group (the anchor)",
+    )
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--sim-from", type=Path, nargs="*", default=[],
                     help="report the sim results of these scale.json files (a later file's "
@@ -665,7 +713,9 @@ def main() -> None:
                           f"{r['follower_rx_bytes_s'] / 1e3:.2f} kB/s (leader "
                           f"{r['leader_rx_bytes_s'] / 1e3:.2f}), member CPU "
                           f"{r['member_cpu_pct_median']:.1f}% (leader "
-                          f"{r['leader_cpu_pct']:.1f}%), started in {r['start_s']:.0f} s, "
+                          f"{r['leader_cpu_pct']:.1f}%; native "
+                          f"{r['native_cpu_pct_median']:.2f}%, ×{r['follower_native_cpu']:.1f}), "
+                          f"started in {r['start_s']:.0f} s, "
                           f"load {r['load1_window']}", flush=True)  # fmt: skip
     report(sim, real, real_failed, args, started, load_sim, time.monotonic() - t_start)
 
@@ -704,6 +754,16 @@ def label(args: argparse.Namespace) -> str:
     return "default" if has_sim == has_real else "sim" if has_sim else "real"
 
 
+def native_cells(r: dict[str, Any]) -> list[object]:
+    """The native anchor's cells of a real row: its median member's CPU and received kB/s,
+    and the groupkit follower's over them ("" for a run without the anchor)."""
+    if math.isnan(r.get("native_cpu_pct_median", float("nan"))):
+        return ["", "", "", ""]
+    return [f"{r['native_cpu_pct_median']:.2f}% (max {r['native_cpu_pct_max']:.2f}%)",
+            f"{r['follower_native_cpu']:.1f}×", round(r["native_rx_bytes_s"] / 1e3, 2),
+            f"{r['follower_native_rx']:.1f}×"]  # fmt: skip
+
+
 def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: list[str],
            args: argparse.Namespace, started: dict[str, Any], load_sim: dict[str, float],
            seconds: float, loads: list[float] | None = None,
@@ -715,7 +775,8 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                "main kB/s", "liveness rec/s", "liveness kB/s", "follower fetch kB/s",
                "judge fetch kB/s", "broker out kB/s", "leader CPU", "follower CPU",
                "replay CPU", "snapshot B", "newcomer replayed", "follower rx kB/s",
-               "leader rx kB/s"]  # fmt: skip
+               "leader rx kB/s", "native CPU", "follower / native CPU", "native rx kB/s",
+               "follower / native rx"]  # fmt: skip
     rows: list[list[object]] = []
     for r in sim:
         rows.append([f"sim v{r['version']}", r["members"], f"{GK_DEFAULT[0]}/{GK_DEFAULT[1]}",
@@ -730,7 +791,8 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                      f"{r['leader_total_cpu_ms_per_s']:.2f} ms/s",
                      f"{r['follower_total_cpu_ms_per_s']:.2f} ms/s",
                      f"{r['replay_cpu_ms_per_s']:.2f} ms/s", r["snapshot_bytes"],
-                     f"{r['newcomer_replayed']} ({r['newcomer_catch_up']})", "", ""])  # fmt: skip
+                     f"{r['newcomer_replayed']} ({r['newcomer_catch_up']})", "", "",
+                     "", "", "", ""])  # fmt: skip
     for r in real:
         rx = [
             round(r.get(k, float("nan")) / 1e3, 2)
@@ -743,7 +805,7 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
                      "", "", round(r["bytes_s"] / 1e3, 2), round(r["bytes_s"] / 1e3, 2),
                      round(r["broker_out_bytes_s"] / 1e3, 1), f"{r['leader_cpu_pct']:.1f}%",
                      f"{r['member_cpu_pct_median']:.1f}% (max {r['member_cpu_pct_max']:.1f}%)",
-                     "", "", "", *rx])  # fmt: skip
+                     "", "", "", *rx, *native_cells(r)])  # fmt: skip
     if not rows:  # every run failed: the table still says so
         rows.append(["none", 0, "", *[""] * (len(columns) - 3)])
     loads = loads if loads is not None else [x for r in real for x in r["load1_window"]]
@@ -761,7 +823,12 @@ def report(sim: list[dict[str, Any]], real: list[dict[str, Any]], real_failed: l
         "topic. follower / leader rx: the kernel's bytes_received (ss) over every TCP socket "
         "of the member's process (all of its clients), per second of the window; follower: "
         "the median of the non-leaders (in version 2 the leader's two successors, which read "
-        "the liveness topic too, are among them)."
+        "the liveness topic too, are among them). native: a native classic group "
+        "(confluent-kafka Consumer, cooperative-sticky, the same session and heartbeat, one "
+        "partition a member of a topic of its own), started and settled before the groupkit "
+        "group and idle over the same window; its CPU and rx are the median member's; "
+        "follower / native: the groupkit follower's median over the native member's (the "
+        "bench's workers are alike: poll(0.1) in a loop, auto-commit every 200 ms)."
     )
     notes = [
         f"sim: GroupSim, shared replay state, cooperative / cooperative-sticky, session "

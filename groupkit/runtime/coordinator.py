@@ -84,12 +84,10 @@ from groupkit.runtime.version_guard import VersionGuard
 from groupkit.types import TopicPartition
 
 #: How long after a record that changes the group (a join or leave, an assignment, a verdict,
-#: a reset; in version 2 any member record) the group counts as busy: meanwhile this loop and
-#: the poll thread wake at their fast rates, so every hop of a rebalance is taken at once; an
-#: idle group's members wake a few times a second instead (see Coordinator.busy_until).
+#: a reset; in version 2 any member record) the group counts as busy (Coordinator.busy_until)
 BUSY_S = 2.0
-_BUSY_KINDS = frozenset({ReplayKind.LEAVE, ReplayKind.ASSIGNMENT, ReplayKind.REASSERT,
-                         ReplayKind.RESET, ReplayKind.VERDICT})  # fmt: skip
+_BUSY_KINDS = frozenset((ReplayKind.LEAVE, ReplayKind.ASSIGNMENT, ReplayKind.REASSERT,
+                         ReplayKind.RESET, ReplayKind.VERDICT))  # fmt: skip
 
 _log = get_logger("groupkit.runtime")
 
@@ -233,9 +231,7 @@ class Coordinator:
         #: Set under the lock with either; read without it (one plain read: the hot path
         #: looks at it on every call, and a change it misses is seen on the next)
         self.needs_service = False
-        #: monotonic seconds until which the group counts as busy (:data:`BUSY_S`): a record
-        #: that changes it was read lately, or a plan or a hand-off is under way. Read without
-        #: the lock by the poll thread, which waits for hand-offs in short slices only then.
+        #: monotonic s until which the group is busy (:meth:`busy`); the poll thread reads it
         self.busy_until = 0.0
         self._stop = threading.Event()
         self._caught_up = threading.Event()
@@ -334,16 +330,14 @@ class Coordinator:
             # fences by itself too, see PollLoop.fence) but no more: a tenth of the
             # heartbeat interval, within [20 ms, 100 ms] (20 ms always would cost an idle
             # member 50 wake-ups a second of CPU).
-            # While the group is idle (not busy_until), a quarter of the heartbeat interval,
-            # within [20 ms, 250 ms]: the time-driven steps of an idle member are its
-            # heartbeat and its session's and the lease's clocks, whose allowances are
-            # seconds; records wake the reader at once in either case.
+            # Idle (not busy): a quarter of it, within [20 ms, 250 ms]: an idle member's timed
+            # steps (heartbeat, session and lease clocks) have seconds of allowance.
             wait = min(0.1, max(0.02, self.cfg.heartbeat_interval_ms / 10_000))
-            idle_wait = min(0.25, max(0.02, self.cfg.heartbeat_interval_ms / 4_000))
+            idle = min(0.25, max(0.02, self.cfg.heartbeat_interval_ms / 4_000))
             while not self._stop.is_set():
                 # while a plan is being made, turn often enough to take it soon after
                 busy = self.busy()
-                self.turn(self.reader.poll(0.02 if self.plans.busy else wait if busy else idle_wait))
+                self.turn(self.reader.poll(0.02 if self.plans.busy else wait if busy else idle))
         except BaseException as e:  # the loop must never die silently
             self._failure = e
             _log.exception("control_loop.failed", member=self.member_id)
@@ -377,8 +371,8 @@ class Coordinator:
     # ------------------------------------------------------------------ one turn
 
     def busy(self) -> bool:
-        """Whether the group may be rebalancing: a record that changed it was read within
-        :data:`BUSY_S`, or a plan, a hand-off or a revocation is under way."""
+        """A record that changed the group was read within :data:`BUSY_S`, or a plan, a
+        hand-off or a revocation is under way: this loop and the poll thread wake fast."""
         if self.needs_service or self._revoking or self.plans.busy:
             self.busy_until = max(self.busy_until, time.monotonic() + BUSY_S)
             return True
@@ -394,10 +388,10 @@ class Coordinator:
                 self._check_clock(self.state.log_time - r.timestamp_ms, "log_time_went_back")
                 res = self.node.feed(r.offset, r.key, r.value, r.timestamp_ms)
                 self.stats.records_read += 1
-                # (version 1's heartbeats are member records too: only a new membership)
-                if res.kind in _BUSY_KINDS or (res.kind == ReplayKind.MEMBER
-                                               and (self.v2 is not None or res.new_membership)):
-                    busy = True  # fmt: skip
+                if res.kind in _BUSY_KINDS or (
+                    res.kind == ReplayKind.MEMBER and (self.v2 is not None or res.new_membership)
+                ):  # (version 1's heartbeats are member records too: a new membership only)
+                    busy = True
                 if isinstance(res.key, MemberKey) and res.key.member_id == self.member_id:
                     _log.debug("hop.read_own", member=self.member_id, offset=r.offset,
                                kind=res.kind, new_membership=res.new_membership)  # fmt: skip
