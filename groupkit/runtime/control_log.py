@@ -247,13 +247,16 @@ class ControlReader:
         """Records available within ``timeout`` seconds (a batch, maybe empty).
 
         Returns as soon as one record is there: ``consume(n, timeout)`` alone would wait for
-        ``n`` records or the whole timeout, adding its timeout to every hop of a rebalance.
+        ``n`` records or the whole timeout, adding its timeout to every hop of a rebalance. The
+        wait is ``consume(1, timeout)``, not ``poll``: confluent-kafka wakes a ``poll`` longer
+        than 200 ms every 200 ms to look for signals, twice the wake-ups of an idle member's
+        control loop.
         """
         self._assign()
-        first = self._consumer.poll(timeout)
-        if first is None:
+        first = self._consumer.consume(num_messages=1, timeout=timeout)
+        if not first:
             return []
-        msgs = [first, *self._consumer.consume(num_messages=500, timeout=0)]
+        msgs = [*first, *self._consumer.consume(num_messages=500, timeout=0)]
         out: list[RawRecord] = []
         for msg in msgs:
             err = msg.error()
