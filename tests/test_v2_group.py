@@ -165,3 +165,30 @@ def test_a_version_1_member_refuses_a_group_with_a_version_2_member(
     with pytest.raises(ControlLoopError):  # (close says so again)
         old.close()
     assert len(new.assignment()) == 2  # and the version-2 member went on as before
+
+
+def test_a_member_is_busy_while_its_group_changes_and_idle_after(
+    conf: dict[str, Any],
+    consumers: list[GroupConsumer],
+    topic_factory: Callable[..., str],
+) -> None:
+    """An idle member's poll thread and control loop wake at their slow rates, a busy one's at
+    their fast rates (runtime/coordinator.py, ``Coordinator.busy``): a newcomer's join makes
+    the owner busy at once, and the group is idle again once it settled."""
+    topic = topic_factory(partitions=4)
+    parts = {(topic, p) for p in range(4)}
+    conf = v2(conf)
+    members = [subscribed(consumers, {**conf, "client.id": "m0"}, [topic])]
+    pump(members, lambda: once(members, parts), 30, "one member stable")
+    owner = members[0]._coordinator
+    assert owner is not None
+    # The leases (every session / 3) keep coming, but change nothing: the owner turns idle.
+    pump(members, lambda: not owner.busy(), 15, "the owner idle")
+    assert members[0]._poll_loop._service_due(time.monotonic()) - time.monotonic() > 0.02
+    members.append(subscribed(consumers, {**conf, "client.id": "m1"}, [topic]))
+    pump(members, owner.busy, 15, "the owner busy with the newcomer's join")
+    assert members[0]._poll_loop._service_due(time.monotonic()) - time.monotonic() <= 0.01
+    pump(members, lambda: once(members, parts), 30, "two members stable")
+    coordinators = [c._coordinator for c in members]
+    pump(members, lambda: not any(c is not None and c.busy() for c in coordinators), 15,
+         "both idle again")  # fmt: skip
