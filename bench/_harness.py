@@ -73,7 +73,7 @@ class Group(harness.Group[Member]):
     def __init__(self, bootstrap: str, group: str, topic: str, partitions: int, workdir: Path,
                  kind: str, protocol: str, session_ms: int = 0, heartbeat_ms: int = 0,
                  control_topic: str = "__groupkit",
-                 protocol_version: int = 1) -> None:  # fmt: skip
+                 protocol_version: int | None = None) -> None:  # fmt: skip
         super().__init__(workdir)
         self.protocol_version = protocol_version
         self.bootstrap, self.group, self.topic = bootstrap, group, topic
@@ -95,7 +95,8 @@ class Group(harness.Group[Member]):
             "--audit", str(audit), "--protocol", self.protocol,
             "--session-ms", str(self.session_ms), "--heartbeat-ms", str(self.heartbeat_ms),
             "--control-topic", self.control_topic,
-            "--protocol-version", str(self.protocol_version),
+            *(["--protocol-version", str(self.protocol_version)]
+              if self.protocol_version is not None else []),
             *(["--instance-id", instance_id] if instance_id else []),
             *(["--at-once"] if at_once else []),
         ]  # fmt: skip

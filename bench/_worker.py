@@ -82,7 +82,7 @@ def gk_config(args: argparse.Namespace) -> dict[str, Any]:
         "groupkit.rebalance.protocol": args.protocol,
         "groupkit.assignor": args.assignor,
         "groupkit.control.topic": args.control_topic,
-        "groupkit.protocol.version": args.protocol_version,
+        **({"groupkit.protocol.version": args.protocol_version} if args.protocol_version else {}),
         "log_level": 3,
         **({"group.instance.id": args.instance_id} if args.instance_id else {}),
         **rdkafka_debug(),
@@ -120,7 +120,12 @@ def main() -> None:
     ap.add_argument("--session-ms", type=int, default=0, help="0: the client's default")
     ap.add_argument("--heartbeat-ms", type=int, default=0)
     ap.add_argument("--control-topic", default="__groupkit")
-    ap.add_argument("--protocol-version", type=int, default=1, help="groupkit.protocol.version")
+    ap.add_argument(
+        "--protocol-version",
+        type=int,
+        default=None,
+        help="groupkit.protocol.version (default: groupkit's)",
+    )
     ap.add_argument("--timeout", type=float, default=0.1, help="poll() timeout, seconds")
     ap.add_argument("--instance-id", default=None, help="group.instance.id: a static member")
     ap.add_argument("--at-once", action="store_true",

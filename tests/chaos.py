@@ -50,6 +50,7 @@ from groupkit.dev.broker import LocalBroker, LocalCluster
 from groupkit.dev.harness import TP, LoadProducer, MemberProcess, missing, tps, wait_for
 from groupkit.dev.proxy import FaultProxy
 from groupkit.runtime.admin import create_topic
+from groupkit.runtime.config import PROTOCOL_VERSION
 from tests.groupharness import CUTS, WorkerGroup, control_partition, cut_pattern
 
 FAULTS = ("kill", "zombie", "kill_leader_mid_rebalance", "broker_restart", "slow_member",
@@ -202,14 +203,17 @@ class Chaos(FaultRun):
         protocol: str = "cooperative",
         assignor: str = "cooperative-sticky",
         brokers: int = 1,
-        protocol_version: int = 1,
+        protocol_version: int | None = None,
         log: Callable[[str], None] = print,
     ) -> None:
         self.workdir = workdir
         self.members = members
         self.partitions = partitions
         self.rng = random.Random(seed)
-        extra: dict[str, object] = {"groupkit.protocol.version": protocol_version}
+        # None: the library's default version
+        extra: dict[str, object] = (
+            {} if protocol_version is None else {"groupkit.protocol.version": protocol_version}
+        )
         self.cluster: LocalCluster | None = None
         self.brokers: LocalBroker | LocalCluster
         if brokers > 1:
@@ -462,8 +466,10 @@ def main() -> int:
         help="3: a local three-broker cluster, with its faults",
     )
     ap.add_argument("--workdir", default=None, help="keep audits and logs here")
-    ap.add_argument("--protocol-version", type=int, default=1, choices=(1, 2),
-                    help="groupkit.protocol.version of every member")  # fmt: skip
+    ap.add_argument(
+        "--protocol-version", type=int, default=None, choices=(1, 2),
+        help="every member's groupkit.protocol.version (default: groupkit's)",
+    )  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="groupkit-soak-") as tmp:
         workdir = Path(args.workdir or tmp)
@@ -474,7 +480,7 @@ def main() -> int:
                       protocol_version=args.protocol_version)  # fmt: skip
         report = chaos.run(args.duration)
     print(f"seed {args.seed}, {args.protocol} / {args.assignor}, protocol version "
-          f"{args.protocol_version}: {len(report.faults)} faults")  # fmt: skip
+          f"{args.protocol_version or PROTOCOL_VERSION}: {len(report.faults)} faults")  # fmt: skip
     for f in report.faults:
         print(f"  {f}")
     print(report.summary())

@@ -55,8 +55,9 @@ def test_a_newcomer_restores_from_the_newest_snapshot(
     c = late.coordinator
     assert c is not None
     assert c.stats.catch_up == "snapshot"
-    # it replayed only the tail after the snapshot, never the log from its start
-    assert 0 < c.stats.catch_up_replayed < end_before, (c.stats, end_before)
+    # it replayed only the tail after the snapshot, never the log from its start (in protocol
+    # version 2 the tail may be empty: no heartbeats follow the snapshot in the main log)
+    assert c.stats.catch_up_replayed < end_before, (c.stats, end_before)
     # and sees the same group as the members that replayed everything
     with c.lock:
         mine = (c.state.leader, c.state.generation, c.state.assignment)

@@ -137,8 +137,13 @@ def member_acls(data: str, control: str, group: str, write_control: bool = True,
         grants.append((ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE_CONFIGS))
     if read_group:
         grants.append((ResourceType.GROUP, group, AclOperation.READ))
+    # protocol version 2's liveness topic, as README "Security" says
+    liveness = f"{control}.liveness"
+    grants += [(ResourceType.TOPIC, liveness, op) for op in (
+        AclOperation.READ, AclOperation.DESCRIBE_CONFIGS, AclOperation.CREATE)]  # fmt: skip
     if write_control:
         grants.append((ResourceType.TOPIC, control, AclOperation.WRITE))
+        grants.append((ResourceType.TOPIC, liveness, AclOperation.WRITE))
     return grants
 
 

@@ -42,6 +42,11 @@ from groupkit.protocol.records import PROTOCOLS
 from groupkit.protocol.vocab import RebalanceProtocol
 from groupkit.runtime.client_log import with_client_log
 
+#: The protocol versions a member speaks (``groupkit.protocol.version``).
+PROTOCOL_VERSIONS = (1, 2)
+#: ... and the one it speaks unless told otherwise
+PROTOCOL_VERSION = 2
+
 # groupkit.* keys: name -> (default, parser, description)
 _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.assignor": ("cooperative-sticky", "str"),
@@ -97,9 +102,10 @@ _GROUPKIT_KEYS: dict[str, tuple[Any, str]] = {
     "groupkit.load.rebalance.interval.ms": (None, "int"),
     # The protocol version the group speaks (docs/protocol-v2.md). Version 2 keeps heartbeats
     # out of the control topic: they go to the liveness topic, which only the leader and its
-    # successors read, so a follower's traffic does not grow with the group. Every member of a
-    # group must speak the same version (one refuses the other's records).
-    "groupkit.protocol.version": (1, "int"),
+    # successors read, so a follower's traffic does not grow with the group. Version 1, every
+    # member reading every heartbeat, stays for groups that run it. Every member of a group
+    # must speak the same version (one refuses the other's records).
+    "groupkit.protocol.version": (PROTOCOL_VERSION, "int"),
     # Version 2's liveness topic (heartbeats and snapshots). Default: the control topic's name
     # and ".liveness". Created like the control topic, but deleted by time, not compacted.
     "groupkit.liveness.topic": (None, "str"),
@@ -133,9 +139,6 @@ MAX_CLOCK_SKEW_MS = 1_000
 #: ``groupkit.process.lease.ms`` unless set: back within seconds of a crash, while a heartbeat
 #: or two may still be late
 PROCESS_LEASE_MS = 3_000
-
-#: The protocol versions a member speaks (``groupkit.protocol.version``).
-PROTOCOL_VERSIONS = (1, 2)
 
 #: The liveness topic's name, unless ``groupkit.liveness.topic`` says otherwise: the control
 #: topic's, and this.
@@ -275,7 +278,7 @@ class GroupConfig:
     #: ``create_control_topic`` (``topic.metadata.propagation.max.ms``)
     topic_propagation_ms: int = TOPIC_PROPAGATION_MS
     #: the protocol version the group speaks (``groupkit.protocol.version``: 1 or 2)
-    protocol_version: int = 1
+    protocol_version: int = PROTOCOL_VERSION
     #: version 2's liveness topic (``groupkit.liveness.topic``; default the control topic's
     #: name and ``.liveness``)
     liveness_topic: str = ""
