@@ -18,6 +18,7 @@ from groupkit.errors import BrokerError, ControlTopicError
 from groupkit.log import capture
 from groupkit.runtime.admin import create_topic
 from groupkit.runtime.control_topic import (
+    LIVENESS_CONFIG,
     REQUIRED_CONFIG,
     TUNING_CONFIG,
     check_control_topic,
@@ -102,11 +103,15 @@ def _local(backend: KafkaBackend) -> LocalCluster:
     return lc
 
 
-def _create_as_an_operator(creator: AdminClient, name: str) -> None:
+def _create_as_an_operator(creator: AdminClient, name: str, liveness: bool = False) -> None:
     """Create a control topic as ``kafka-topics.sh --create`` does: done once the controller has
-    it, whether or not every broker knows it yet."""
-    new = NewTopic(name, 3, -1, config={**REQUIRED_CONFIG, **TUNING_CONFIG})
-    creator.create_topics([new])[name].result(timeout=30)
+    it, whether or not every broker knows it yet. ``liveness``: and its liveness topic, the
+    same way (protocol version 2, README "Security")."""
+    new = [NewTopic(name, 3, -1, config={**REQUIRED_CONFIG, **TUNING_CONFIG})]
+    if liveness:
+        new.append(NewTopic(f"{name}.liveness", 3, -1, config=LIVENESS_CONFIG))
+    for f in creator.create_topics(new).values():
+        f.result(timeout=30)
 
 
 def test_a_control_topic_created_a_moment_ago_is_waited_for(cluster: KafkaBackend) -> None:
@@ -140,8 +145,8 @@ def test_a_member_started_right_after_its_control_topic_was_created_joins(
     try:
         for i in range(FRESH_TOPIC_ROUNDS):
             ctl = unique_name("ctl")
-            made.append(ctl)
-            _create_as_an_operator(creator, ctl)
+            made += [ctl, f"{ctl}.liveness"]
+            _create_as_an_operator(creator, ctl, liveness=True)
             c = GroupConsumer({
                 "bootstrap.servers": lc.node(1 + i % 2).bootstrap,
                 "group.id": unique_name("g"),
