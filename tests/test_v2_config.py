@@ -12,15 +12,15 @@ from groupkit.runtime.config import GroupConfig
 BASE: dict[str, Any] = {"bootstrap.servers": "localhost:9092", "group.id": "g"}
 
 
-def test_version_1_by_default_and_the_liveness_topic_follows_the_control_topic() -> None:
+def test_version_2_by_default_and_the_liveness_topic_follows_the_control_topic() -> None:
     cfg = GroupConfig.from_dict(BASE)
-    assert cfg.protocol_version == 1
+    assert cfg.protocol_version == 2
     assert cfg.liveness_topic == "__groupkit.liveness"
     assert cfg.lease_interval_ms == cfg.session_timeout_ms // 3
-    cfg = GroupConfig.from_dict({**BASE, "groupkit.control.topic": "ctl",
-                                 "groupkit.protocol.version": "2"})  # fmt: skip
-    assert cfg.protocol_version == 2
+    cfg = GroupConfig.from_dict({**BASE, "groupkit.control.topic": "ctl"})
     assert cfg.liveness_topic == "ctl.liveness"
+    cfg = GroupConfig.from_dict({**BASE, "groupkit.protocol.version": "1"})
+    assert cfg.protocol_version == 1
 
 
 def test_named_liveness_topic_and_lease_interval() -> None:
