@@ -30,6 +30,10 @@ def v2(conf: dict[str, Any]) -> dict[str, Any]:
     return {**conf, "groupkit.protocol.version": 2, "groupkit.control.topic.partitions": 2}
 
 
+def v1(conf: dict[str, Any]) -> dict[str, Any]:
+    return {**v2(conf), "groupkit.protocol.version": 1}
+
+
 def owned(c: GroupConsumer) -> set[tuple[str, int]]:
     return {(p.topic, p.partition) for p in c.assignment()}
 
@@ -139,7 +143,7 @@ def test_a_version_2_member_refuses_a_group_with_a_version_1_member(
     conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
 ) -> None:
     topic = topic_factory(partitions=2)
-    old = subscribed(consumers, conf, [topic])
+    old = subscribed(consumers, v1(conf), [topic])
     pump([old], lambda: len(old.assignment()) == 2, 20, "the version-1 member owns all")
     new = subscribed(consumers, v2(conf), [topic])
     with pytest.raises(ControlLoopError, match=r"version-1 member record.*speaks version 2"):
@@ -157,7 +161,7 @@ def test_a_version_1_member_refuses_a_group_with_a_version_2_member(
     topic = topic_factory(partitions=2)
     new = subscribed(consumers, v2(conf), [topic])
     pump([new], lambda: len(new.assignment()) == 2, 20, "the version-2 member owns all")
-    old = subscribed(consumers, conf, [topic])
+    old = subscribed(consumers, v1(conf), [topic])
     with pytest.raises(ControlLoopError, match=r"version-2 .*speaks version 1"):
         pump([new, old], lambda: False, 20, "the version-1 member refuses")
     assert not old.assignment()  # it never took a partition
