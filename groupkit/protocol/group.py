@@ -232,6 +232,10 @@ class GroupData:
     #: holds), and the newest lease accepted
     verdicts: dict[str, VerdictRecord] = field(default_factory=dict)
     lease: LeaseRecord | None = None
+    #: version 2: holders of the holds this reader took from a record's echo alone, never
+    #: having seen the record that started them (``holds.echoed``); they end with the
+    #: membership that echoed them too (``GroupState._apply_verdict``)
+    echo_holders: set[str] = field(default_factory=set, repr=False, compare=False)
 
     # ------------------------------------------------------------------ queries
 

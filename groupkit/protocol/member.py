@@ -95,6 +95,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import groupkit.protocol.holds as holds
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import FencedError, ProtocolError
 from groupkit.protocol.liveness import Confirmed, HeartbeatClock
@@ -601,8 +602,9 @@ class Member:
         if self.state == MemberPhase.LEAVING:
             # a leave's last record says so: it ends the membership by itself, in case a
             # reader sees it before the tombstone (schema.MemberRecord.leaving)
-            writes.append(self._record(now_ms, group, leaving=not self._park))
-            if not self._park:  # a parked static member keeps its seat (park)
+            # (one that echoes holds goes without its tombstone: compaction keeps the echo)
+            writes.append(last := self._record(now_ms, group, leaving=not self._park))
+            if not self._park and not (isinstance(last.value, MemberRecord) and last.value.held):
                 key, none = member_tombstone(self.group, self.member_id)
                 rk, rv = encode(key, none)
                 writes.append(Write(key, None, rk, rv))
@@ -618,7 +620,10 @@ class Member:
             lost=lost,
             revoke=revoked,
             assign=added,
-            offsets=_start_offsets(hints, resets, added),
+            # a pending reset's offset wins over any hint
+            offsets={**hints, **{p: o for p, o in resets.items() if p in added}}
+            if resets
+            else hints,
             writes=tuple(writes),
             generation=self.generation,
             state=self.state,
@@ -830,6 +835,7 @@ class Member:
             reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
             leaving=leaving,
             admitted_in=admitted,
+            held=holds.echo(group, self.member_id, self.incarnation),
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)
@@ -889,12 +895,3 @@ class Member:
                 f"member {self.member_id}: event {event.value!r} is not allowed in state "
                 f"{self.state!r}"
             ) from None
-
-
-def _start_offsets(
-    hints: Mapping[TopicPartition, int], resets: Mapping[TopicPartition, int], added: Partitions
-) -> Mapping[TopicPartition, int]:
-    """Where to start what we take: a pending reset's offset wins over any hint."""
-    if not resets:
-        return hints
-    return {**hints, **{p: o for p, o in resets.items() if p in added}}

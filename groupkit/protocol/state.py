@@ -30,9 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 
+import groupkit.protocol.holds as holds
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import RecordRejected
-from groupkit.protocol.group import NEVER, GroupData, Hold, MemberState, OffsetHint, ResetState
+from groupkit.protocol.consistent import check_consistent
+from groupkit.protocol.group import GroupData, MemberState, OffsetHint, ResetState
 from groupkit.protocol.records import (
     EMPTY,
     KIND_SNAPSHOT,
@@ -406,6 +408,8 @@ class GroupState(GroupData):
         if self.reset is not None:
             self._reset_heard(mid, v, continues)
         self.members[mid] = m
+        if v.held:
+            self._take_echo(mid, v, ts)
         for p in m.claims:
             self.claimers.setdefault(p, set()).add(mid)
         if m.admitted_in:
@@ -444,12 +448,18 @@ class GroupState(GroupData):
         return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
 
     def _hold(self, old: MemberState) -> None:
-        held = ownership.may_hold(self, old.member_id)
-        if held:
-            # version 2: until the judge's verdict on that process's run (_apply_verdict)
-            until = self.expires_at(old)
-            until = NEVER if until is None else until
-            self.holds.append(Hold(f"{old.member_id}/{old.proc}", held, until, old.run))
+        h = holds.hold_on(self, old)  # version 2: until a verdict on its run (_apply_verdict)
+        if h is not None:
+            self.holds.append(h)
+
+    def _take_echo(self, mid: str, v: MemberRecord, ts: int) -> None:
+        """The holds record ``v`` echoes that this reader lacks, or has less of (holds.py)."""
+        for h in holds.echoed(self, mid, v, ts):
+            had = [o for o in self.holds if (o.holder, o.run) == (h.holder, h.run)]
+            self.holds = [o for o in self.holds if o not in had] + [h]
+            if not had and self.version == 2:
+                self.echo_holders.add(h.holder)
+            self.changes += 1
 
     def _covered(self, member_id: str, process: str, run: int) -> bool:
         """Version 2: whether the member's newest verdict ended run ``run`` of ``process``
@@ -498,6 +508,11 @@ class GroupState(GroupData):
         m = self.members.get(mid)
         if m is not None and not m.ended and self._covered(mid, m.proc, m.run):
             m.ended = True
+            if self.echo_holders:  # what it echoed alone, this reader holds no longer
+                ended = {h.holder for h in self.holds if h.holder in self.echo_holders
+                         and holds.process_of(h.holder, mid) is not None}  # fmt: skip
+                self.holds = [h for h in self.holds if h.holder not in ended]
+                self.echo_holders -= ended
             if mid == self.leader:
                 self._elect()
                 if self.leader is None:
@@ -547,6 +562,8 @@ class GroupState(GroupData):
             process_since=ts,
         )  # fmt: skip
         m.run = v.run or 0
+        if v.held:
+            self._take_echo(mid, v, ts)
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
@@ -596,7 +613,7 @@ class GroupState(GroupData):
             raise RecordRejected(
                 RejectReason.BAD_PHASE, f"{cur.phase if cur else None} -> {a.phase}"
             )
-        _check_consistent(a)
+        check_consistent(a)
         self._check_safe(a)  # so even a buggy or forged leader cannot give a partition twice
         self.assignment = a
         self.assignment_offset = offset
@@ -841,51 +858,3 @@ def _continues(v: MemberRecord) -> bool:
 
 def _is_snapshot(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == KIND_SNAPSHOT
-
-
-def _check_consistent(a: AssignmentRecord) -> None:
-    counts = dict(a.partition_counts)
-    seen: set[TopicPartition] = set()
-    for mid, c in a.members.items():
-        if c.assigned & c.revoke or c.assigned & c.pending:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: a partition assigned and revoked"
-            )
-        if a.phase == Phase.REVOKE and (c.assigned or c.pending):
-            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: revoke phase assigns")
-        if a.protocol == _EAGER and a.phase != Phase.REVOKE and c.revoke:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: eager revokes outside the revoke phase"
-            )
-        if a.phase == Phase.COMPLETE and c.pending:
-            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
-        if c.admit and (
-            a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or not c.admit <= c.assigned
-        ):
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: admits outside its complete cooperative grant"
-            )
-        for p in c.assigned | c.pending:
-            if p.partition >= counts.get(p.topic, 0) or p.topic not in c.topics:
-                raise RecordRejected(
-                    RejectReason.INCONSISTENT, f"{mid}: {p} not subscribed or not there"
-                )
-            if p in seen:
-                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} given to two members")
-            seen.add(p)
-    heirs: set[TopicPartition] = set()
-    for mid, c in a.members.items():
-        if not c.inherit:
-            continue
-        if a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or c.inherit & c.assigned:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: inherits outside a complete cooperative one"
-            )
-        for p in c.inherit:
-            if p not in seen or p.topic not in c.topics:
-                raise RecordRejected(
-                    RejectReason.INCONSISTENT, f"{mid}: inherits {p}, nobody's or not subscribed"
-                )
-            if p in heirs:
-                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} has two heirs")
-            heirs.add(p)
