@@ -43,7 +43,7 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, invariant
+from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from groupkit.protocol import ownership
 from groupkit.protocol.records import (
@@ -62,7 +62,7 @@ from groupkit.protocol.state import GroupState
 from groupkit.testing.logs import LogRecord
 from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
-from tests.test_protocol_hypothesis import GroupSchedule, schedule_settings
+from tests.test_protocol_hypothesis import IDS, GroupSchedule, schedule_settings
 
 EXAMPLES = int(os.environ.get("GROUPKIT_COMPACTION_EXAMPLES", "150"))
 #: measuring mode (``GROUPKIT_COMPACTION_TALLY=1``): count disagreements in TALLY, do not fail
@@ -208,10 +208,56 @@ class CompactedSchedule(FullReaderRules):
         if full is not before:
             self.deadlines: dict[tuple[str, str], int] = {}
         self.check_deadlines()
+        # a member that started from the compacted log (restart_then_compacted_join) agrees
+        # with the full replay too, also when no other member is at its offset
+        view = self.sim.view()
+        for sm in self.sim.running():
+            if sm.state.offset == view.offset:
+                assert sm.state.fingerprint() == view.fingerprint(), (sm.member_id, view.offset)
         TALLY["ticks"] += 1
         err = check_compacted(self.sim, full, self.rng)
         if not TALLY_ONLY:
             assert err is None, err
+
+    @precondition(lambda self: bool(self._alive()))
+    @rule(data=st.data(), newcomer=st.sampled_from(IDS), older_leave=st.booleans())
+    def restart_then_compacted_join(
+        self, data: st.DataObject, newcomer: str, older_leave: bool
+    ) -> None:
+        """A running member restarts while its process is live (what that process may hold is
+        held), and a newcomer starts from the log as compacted now, within that session; with
+        ``older_leave``, every other member leaves, then the restarted one, so the newcomer leads
+        while the hold lasts.
+        It must agree with the members that read everything (``check``: the members that
+        replayed to the same offset agree; the log's end is an admissible cleaning point, else
+        the newcomer reads it whole)."""
+        mid = data.draw(st.sampled_from(self._alive()))
+        sm = self.sim.members[mid]
+        if mid == newcomer or sm.member.state in ("leaving", "left", "unjoined"):
+            return
+        self.sim.crash(mid)
+        self.sim.members.pop(mid)
+        self.sim.join(mid, sm.member.topics, static=sm.member.instance_id is not None)
+        self.tick(data.draw(st.integers(1, 3)))
+        old = self.sim.members.get(newcomer)
+        if old is not None and not old.crashed and old.member.state != "left":
+            return
+        self.sim.members.pop(newcomer, None)
+        full = self.full_reader()
+        if full is not None:
+            full.follow()
+        compacted = full is not None and full.admissible(self.sim.visible())
+        self.sim.join(newcomer, compacted=compacted)
+        self.tick(data.draw(st.integers(1, 3)))
+        if not older_leave:
+            return
+        # the others first, then the restarted member (which took nothing yet: its own leave
+        # would hold what the group had for it, and cover the hold this is about)
+        for group in ([m for m in self._alive() if m not in (newcomer, mid)], [mid]):
+            for other in group:
+                if self.sim.members[other].member.state not in ("leaving", "left", "unjoined"):
+                    self.sim.leave(other)
+            self.tick(data.draw(st.integers(1, 3)))
 
     def check_deadlines(self) -> None:
         """The fence deadline the runtime caches (``session_age_ms``) never moves back, but

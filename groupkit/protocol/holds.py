@@ -39,17 +39,22 @@ def process_of(holder: str, member_id: str) -> str | None:
 def echo(state: GroupData, member_id: str, incarnation: str) -> tuple[HeldEcho, ...]:
     """What a record of process ``incarnation`` of ``member_id`` echoes: the holds its
     replay has on the id's other processes, and the one its record will start if the replay
-    shows a live membership of another process under the id (a restart, a seat's takeover)."""
+    shows a live membership of another process under the id (a restart, a seat's takeover).
+    Nothing for a static seat in version 2: its holds end at ``process_ended`` verdicts, which
+    a reader of the compacted log may lack (a later process's took their key), and last a
+    process lease only (docs/protocol-v2.md, L7)."""
     out: dict[tuple[str, int], HeldEcho] = {}
+    m = state.members.get(member_id)
+    if state.version == 2 and m is not None and m.instance_id is not None:
+        return ()
     for h in state.holds:
         proc = process_of(h.holder, member_id)
         if proc is not None and proc != incarnation and h.until > state.log_time:
             out[(proc, h.run)] = _echo_of(h, proc)
-    m = state.members.get(member_id)
     if m is not None and m.proc != incarnation and state.is_live(member_id):
-        h = hold_on(state, m)
-        if h is not None:
-            out[(m.proc, h.run)] = _echo_of(h, m.proc)
+        starts = hold_on(state, m)
+        if starts is not None:
+            out[(m.proc, starts.run)] = _echo_of(starts, m.proc)
     return tuple(out[k] for k in sorted(out))
 
 
@@ -63,7 +68,9 @@ def echoed(state: GroupData, member_id: str, v: MemberRecord, ts: int) -> list[H
     after the record that names it: the writer's replay had it then); version 2, by the
     member's newest verdict (docs/protocol-v2.md, L3.2). The reader replaces its own hold on
     the same process and run with the one returned, which covers both."""
-    out = []
+    out: list[Hold] = []
+    if state.version == 2 and v.instance_id is not None:
+        return out  # (see echo)
     for e in v.held:
         if state.version == 1:
             if e.until is None:
