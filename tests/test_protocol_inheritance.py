@@ -20,6 +20,7 @@ import pytest
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol import ownership
+from groupkit.protocol.consistent import check_consistent
 from groupkit.protocol.records import (
     AssignmentRecord,
     assignment_record,
@@ -27,7 +28,6 @@ from groupkit.protocol.records import (
     decode,
     encode,
 )
-from groupkit.protocol.consistent import check_consistent
 from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_admission import stable_group

@@ -427,7 +427,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.since_generation, k.committed,
                                     k.instance_id, k.seat, k.seat_ts,
                                     k.reset_at, k.reset_done, k.leaving,
-                                    k.admitted_in)  # fmt: skip
+                                    k.admitted_in, None, k.held)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected(
             RejectReason.TOO_LARGE, f"more than {MAX_CONTAINERS} JSON objects and arrays"
@@ -443,7 +443,12 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if isinstance(key, MemberKey):
         record = _member_from(doc, version)
         if memo_key is not None:
-            held = len(record.owned) + len(record.committed) + len(record.reset_done)
+            held = (
+                len(record.owned)
+                + len(record.committed)
+                + len(record.reset_done)
+                + sum(len(h.partitions) for h in record.held)
+            )
             weight = len(memo_key) + _ENTRY_WEIGHT + _PARTITION_WEIGHT * held
             _member_memo.put(key, (memo_key, record), weight)
         return record
