@@ -72,11 +72,9 @@ clock, and step 4 holds for any skew up to ``k``. The log side is unchanged, so 
 different allowances still agree on every replay; each is safe for its own. What a skew larger
 than ``k`` looks like from here, the member measures (:meth:`Member._measure_skew`) and the
 runtime logs. ``tests/test_protocol_skew.py`` proves it over random schedules with broker
-timestamps that jump by per-leader offsets.
-
-Why ``prev_ts``: whether a record continues the membership must not depend on which of the
-member's earlier records a reader has seen, because a reader that starts from the compacted
-topic has seen only some (state.py, compaction rule 2).
+timestamps that jump by per-leader offsets. Why ``prev_ts``: whether a record continues the
+membership must not depend on which of the member's earlier records a reader has seen, because
+a reader that starts from the compacted topic has seen only some (state.py).
 
 Static members (``instance_id``: KIP-345; docs/protocol.md, "Static seats"): the member id is
 the instance id. A new process's join echoes its seat as its replay shows it, and takes it over; it
@@ -214,6 +212,8 @@ class Member:
         self.instance_id = instance_id
         #: the incarnation the log knows our seat by (ours, unless we took a seat over)
         self._seat: str | None = None
+        #: the offset of the rejected record under our key we last wrote ours again after
+        self._rewrote = -1
         #: a newer process with our instance id took our seat: we stop for good
         self.superseded = False
         #: our replay has had this process in its static seat (set by ``Node.feed``; also when
@@ -428,6 +428,9 @@ class Member:
             # FENCED_INSTANCE_ID): drop everything, write nothing more, not even a tombstone
             # (it would end the seat of the process that replaced us).
             return self._supersede()
+        if mine and group.rewrite.get(self.member_id, self._rewrote) != self._rewrote:
+            # compaction may keep a record under our key that the log rejected: say ours again
+            self._rewrote, self._dirty = group.rewrite[self.member_id], True
         if mine and me is not None:
             self._seat = me.incarnation
             if self.instance_id is not None and me.acked_generation > self.acked:

@@ -187,6 +187,14 @@ class GroupState(GroupData):
             if isinstance(k, MemberKey):
                 if v is None:
                     self.changes += 1
+                    m = self.members.get(k.member_id)
+                    if self.version == 2 and m is not None and m.instance_id is not None \
+                            and self.is_live(k.member_id):  # fmt: skip
+                        # A live seat's process leaves by its leaving record, which ends the
+                        # seat at once: this is a replaced process's, or a forged one (L7.5)
+                        raise RecordRejected(
+                            RejectReason.FENCED_INSTANCE, "a live seat's tombstone"
+                        )
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 if v.version != self.version:
@@ -235,6 +243,8 @@ class GroupState(GroupData):
     ) -> Replayed:
         self.rejections[reason] += 1
         self.changes += 1  # (a rejected record may have changed the state before its check)
+        if isinstance(key, MemberKey) and self.is_live(key.member_id):
+            self.rewrite[key.member_id] = offset
         if clobbers:
             self.assignment_clobbered = self.assignment is not None
         return Replayed(offset, ReplayKind.REJECTED, key, reason, detail)
@@ -408,6 +418,7 @@ class GroupState(GroupData):
         if self.reset is not None:
             self._reset_heard(mid, v, continues)
         self.members[mid] = m
+        self.rewrite.pop(mid, None)
         if v.held:
             self._take_echo(mid, v, ts)
         for p in m.claims:
@@ -562,6 +573,7 @@ class GroupState(GroupData):
             process_since=ts,
         )  # fmt: skip
         m.run = v.run or 0
+        self.rewrite.pop(mid, None)
         if v.held:
             self._take_echo(mid, v, ts)
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
