@@ -304,12 +304,16 @@ class GroupState(GroupData):
         # compaction keeps too), so every reader decides alike whatever compaction left it of
         # the member's earlier records.
         if v.run is None:
+            # Another process's continuation while a membership lives (a stale copy, or a
+            # process a restart replaced) is taken as at first sight: its record says what
+            # it is, as it does for a reader of the compacted log that never saw the other
+            # (docs/protocol.md, "Membership and continuation")
             continues = (
                 v.prev_ts is not None
                 and ts - v.prev_ts < self.session_timeout_ms
-                and (old is None or (same and live))
+                and (old is None or live)
             )
-            first_sight = continues and old is None
+            first_sight = continues and not same
         else:
             # Version 2 (docs/protocol-v2.md, L3): a record continues the membership of its run
             # until a verdict ends that run; one that names no joined_at starts a membership.
@@ -326,7 +330,7 @@ class GroupState(GroupData):
             cont = (
                 old is not None and same and live and v.run == old.run and v.joined_at is not None
             )
-            continues = cont or (v.joined_at is not None and not (live and not same))
+            continues = cont or v.joined_at is not None  # (as version 1's: first sight)
             first_sight = continues and not cont
         if continues and not first_sight:
             assert old is not None
