@@ -558,7 +558,7 @@ def test_a_leader_that_started_from_the_compacted_topic_grants_nothing_a_hold_co
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_a_stale_copy_of_an_earlier_processs_record_is_refused_while_a_later_one_lives(
+def test_a_stale_copy_of_an_earlier_processs_record_reads_alike_at_every_cleaning_point(
     version: int,
 ) -> None:
     # m's first process led and left; its second joined before a, so it leads. A copy of a
