@@ -46,13 +46,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from groupkit.protocol import ownership
+from groupkit.protocol.group import Hold
 from groupkit.protocol.records import (
     AssignmentKey,
     AssignmentRecord,
     MemberKey,
+    MemberRecord,
     assignment_record,
     covered_member,
     decode_key,
+    decode_value,
     encode,
     encode_key,
     encode_value,
@@ -241,16 +244,17 @@ class CompactedSchedule(FullReaderRules):
         end = full.follow() if full is not None else None
         compacted = full is not None and full.admissible(self.sim.visible())
         if end is not None and compacted:
-            # not where the full replay holds what a member id's tombstone ended: a hold that the
-            # newest record of the id, which compaction keeps, does not echo (docs/protocol.md,
-            # "Generations": safety); every other hold the newcomer must rebuild
+            # Not where the full replay has a hold that the newest record of its member id,
+            # which compaction keeps, does not echo: one a tombstone started, or a static seat's
+            # in version 2 (docs/protocol.md, "Generations": safety); every hold it echoes, the
+            # newcomer must rebuild.
             newest: dict[str, bytes | None] = {}
             for r in self.sim.log.records:
                 k = _member_key(r.key)
                 if k is not None:
                     newest[k.member_id] = r.value
-            compacted = all(newest.get(h.holder.split("/")[0]) is not None for h in end.holds)
-            TALLY["compacted join" if compacted else "compacted join after a tombstone"] += 1
+            compacted = all(_echoes(newest.get(h.holder.split("/")[0]), h) for h in end.holds)
+            TALLY["compacted join" if compacted else "compacted join, a hold not echoed"] += 1
         self.sim.join(newcomer, compacted=compacted)
         self.tick(data.draw(st.integers(1, 3)))
         if not older_leave:
@@ -305,6 +309,15 @@ def _member_key(key: bytes | None) -> MemberKey | None:
     except Exception:
         return None
     return k if isinstance(k, MemberKey) else None
+
+
+def _echoes(value: bytes | None, h: Hold) -> bool:
+    """Whether a member record's value echoes hold ``h`` (``MemberRecord.held``)."""
+    if value is None:
+        return False
+    v = decode_value(MemberKey("g", h.holder.split("/")[0]), value)
+    proc = h.holder.split("/", 1)[1]
+    return isinstance(v, MemberRecord) and any(e.process == proc for e in v.held)
 
 
 def member_offsets(sim: GroupSim, member_id: str, since: int = 0) -> list[int]:
