@@ -216,6 +216,10 @@ class CompactedSchedule(FullReaderRules):
         if not TALLY_ONLY:
             assert err is None, err
 
+    def is_static(self, member_id: str) -> bool:
+        """Whether the schedule runs ``member_id`` as a static member (none here)."""
+        return False
+
     @precondition(lambda self: bool(self._alive()))
     @rule(data=st.data(), newcomer=st.sampled_from(IDS), older_leave=st.booleans())
     def restart_then_compacted_join(
@@ -255,7 +259,7 @@ class CompactedSchedule(FullReaderRules):
                     newest[k.member_id] = r.value
             compacted = all(_echoes(newest.get(h.holder.split("/")[0]), h) for h in end.holds)
             TALLY["compacted join" if compacted else "compacted join, a hold not echoed"] += 1
-        self.sim.join(newcomer, compacted=compacted)
+        self.sim.join(newcomer, compacted=compacted, static=self.is_static(newcomer))
         self.tick(data.draw(st.integers(1, 3)))
         if not older_leave:
             return

@@ -718,8 +718,13 @@ class GroupState(GroupData):
                 if live is None:
                     live = ownership.holders(self, holds=False)
                 mine, held = EMPTY, live
+            # a static seat's process takes nothing a hold on the seat's other processes covers
+            # (ownership.held, rule 9.3): such a hold waits in the seat's grant, not before it
+            seat = held is holders and self.members[mid].instance_id is not None
             for p in c.assigned - mine:
                 others = held.get(p, set()) - {mid}
+                if seat:
+                    others = {o for o in others if holds.process_of(o, mid) is None}
                 if others:
                     raise RecordRejected(
                         RejectReason.UNSAFE_GRANT, f"{p} to {mid} still held by {sorted(others)}"
