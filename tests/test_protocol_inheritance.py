@@ -20,6 +20,7 @@ import pytest
 
 from groupkit.errors import RecordRejected
 from groupkit.protocol import ownership
+from groupkit.protocol.consistent import check_consistent
 from groupkit.protocol.records import (
     AssignmentRecord,
     assignment_record,
@@ -27,7 +28,6 @@ from groupkit.protocol.records import (
     decode,
     encode,
 )
-from groupkit.protocol.state import _check_consistent
 from groupkit.testing.sim import GroupSim
 from groupkit.types import TopicPartition
 from tests.test_protocol_admission import stable_group
@@ -136,7 +136,7 @@ def _record(
 
 def test_inherit_round_trips_and_inconsistent_heirs_are_refused() -> None:
     good = _record(a=[("t0", 2), ("t0", 3)], b=[("t0", 0), ("t0", 1)])
-    _check_consistent(good)
+    check_consistent(good)
     assert good.members["a"].inherit == {TopicPartition("t0", 2), TopicPartition("t0", 3)}
     bad = {
         "its own partition": _record(a=[("t0", 0)]),
@@ -147,5 +147,5 @@ def test_inherit_round_trips_and_inconsistent_heirs_are_refused() -> None:
     }
     for why, rec in bad.items():
         with pytest.raises(RecordRejected) as e:
-            _check_consistent(rec)
+            check_consistent(rec)
         assert e.value.reason == "inconsistent", why

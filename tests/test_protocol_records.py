@@ -19,6 +19,7 @@ from groupkit.protocol.records import (
     AssignmentKey,
     AssignmentRecord,
     AssignorFallback,
+    HeldEcho,
     HmacSigner,
     MemberKey,
     MemberRecord,
@@ -296,6 +297,30 @@ def test_decoding_rejects_with_a_reason(key: bytes, value: bytes | None, reason:
     assert e.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    ("held", "reason"),
+    [
+        ([["i1", {"t0": [1]}, 5, 0]], "bad_value"),  # the writer's own process
+        ([["i0", {}, 5, 0]], "bad_value"),  # holding nothing
+        ([["i0", {"t0": [1]}, -1, 0]], "bad_value"),
+        ([["i0", {"t0": [1]}, 5]], "wrong_type"),
+        ([["i0", {"t0": [1]}, "5", 0]], "wrong_type"),
+        ({"i0": 1}, "wrong_type"),
+    ],
+)
+def test_a_held_echo_names_another_process_and_what_it_holds(held: object, reason: str) -> None:
+    k, v = member_record("g", "m", incarnation="i1", seq=1, topics=["t0"],
+                         held=[HeldEcho("i0", frozenset({TP("t0", 1)}), None, 2)])  # fmt: skip
+    rk, rv = encode(k, v)
+    assert decode(rk, rv) == (k, v)
+    assert rv is not None and rv[1] == 0  # uncompressed: the JSON follows the two header bytes
+    doc = json.loads(rv[2:])
+    doc["held"] = held
+    with pytest.raises(RecordRejected) as e:
+        decode(rk, rv[:2] + json.dumps(doc).encode())
+    assert e.value.reason == reason
+
+
 def test_truncated_records_are_rejected() -> None:
     rk, rv = an_assignment(10, 1000)
     assert rv is not None
@@ -423,8 +448,9 @@ MEMBER_RECORD_FIELDS = (
     "joined_at", "rack", "capacity", "client", "seen_generation", "prev_ts",
     "since_generation", "committed", "instance_id", "seat", "seat_ts", "reset_at",
     "reset_done", "leaving", "admitted_in",
-    # version 2's, last: the memo holds version-1 records only, which have none
+    # version 2's: the memo holds version-1 records only, which have none
     "run",
+    "held",
 )  # fmt: skip
 
 
@@ -446,6 +472,9 @@ def test_member_record_fields_are_the_ones_the_memo_fast_path_builds() -> None:
          "leaving": True},
         # an admitted newcomer's heartbeat (docs/protocol.md, "Admission")
         {"joined_at": 50, "prev_ts": 95, "since_generation": 5, "admitted_in": 4},
+        # a restarted member's, echoing the hold on its earlier process (docs/protocol.md, rule 1)
+        {"joined_at": 50, "prev_ts": 95, "since_generation": 2,
+         "held": [HeldEcho("i0", frozenset({TP("t1", 2)}), 1_000, 0)]},
     ],
 )  # fmt: skip
 def test_a_memo_hit_keeps_every_field(extra: dict[str, object]) -> None:

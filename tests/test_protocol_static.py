@@ -48,6 +48,9 @@ class StaticRules:
     sim: GroupSim
     _alive: Callable[[], list[str]]
 
+    def is_static(self, member_id: str) -> bool:
+        return member_id in STATIC
+
     @rule(mid=st.sampled_from(IDS), rate=st.sampled_from([None, None, 4, 8]),
           topics=st.sampled_from([["t0"], ["t1"], ["t0", "t1"]]))  # fmt: skip
     def join(self, mid: str, rate: int | None, topics: list[str]) -> None:

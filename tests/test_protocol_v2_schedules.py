@@ -193,3 +193,39 @@ def test_a_member_cut_off_from_the_main_log_lets_its_run_lapse_and_its_partition
         sim.tick()
         assert not sim.violations(), sim.describe()
     assert sim.clock - started >= 2 * (session + lease) - 2 * lease, "it lapsed too soon"
+
+
+def test_a_replaced_process_that_leaves_does_not_end_its_successors_seat() -> None:
+    """A static process leaves before it has read the join that replaced it: its leaving
+    record is ``fenced_instance``, and the tombstone that follows it, which names no process,
+    must not end the seat its successor now holds (rule L7.5): no rebalance, and the new
+    process keeps its seat's partitions. Its successor writes its record again, so that a
+    reader of the compacted log, which may keep that tombstone as the key's newest, has the
+    seat too."""
+    sim = GroupSim({"t0": 4}, version=2, session_timeout_ms=SESSION, heartbeat_interval_ms=300,
+                   max_clock_skew_ms=SKEW, process_lease_ms=LEASE)  # fmt: skip
+    sim.join("a", static=True)
+    sim.join("b")
+    sim.settle()
+    old = sim.members["a"]
+    had = old.member.owned
+    old.read_rate = 0  # it never reads its replacement's join
+    new = sim.join("a", static=True)
+    sim.tick(2)
+    gen = sim.view().generation
+    old.member.leave()
+    sim.tick()
+    tombstones = sim.view().rejections["fenced_instance"]
+    for _ in range(3 * LEASE // sim.tick_ms):
+        sim.tick()
+        assert not sim.violations(), sim.describe()
+        seat = sim.view().members.get("a")
+        assert seat is not None and seat.proc == new.member.incarnation and not seat.ended
+        assert sim.view().generation == gen
+    assert tombstones >= 2  # its leaving record and its tombstone
+    assert new.member.owned == had
+    compacted = sim.new_state()
+    for r in sim.log.compacted():
+        compacted.replay(r.offset, r.key, r.value, r.timestamp)
+    assert compacted.members["a"].proc == new.member.incarnation
+    assert compacted.fingerprint() == sim.view().fingerprint()

@@ -2,10 +2,12 @@
 
 0. :mod:`~groupkit.protocol.vocab` — the closed vocabularies (``StrEnum``: phases, reasons ...).
 1. :mod:`~groupkit.protocol.records` — control records, their factories and encoding: the
-   schema (:mod:`~groupkit.protocol.schema`) and the codec (:mod:`~groupkit.protocol.codec`).
+   schema (:mod:`~groupkit.protocol.schema`) and the codec (:mod:`~groupkit.protocol.codec`,
+   reading fields with :mod:`~groupkit.protocol.fields`).
 2. :mod:`~groupkit.protocol.state` — :class:`GroupState`, built only by ``replay``; its fields
    and value classes in :mod:`~groupkit.protocol.group`, who may hold what derived from it in
-   :mod:`~groupkit.protocol.ownership`.
+   :mod:`~groupkit.protocol.ownership`, holds and their echo in :mod:`~groupkit.protocol.holds`,
+   what an assignment record must be by itself in :mod:`~groupkit.protocol.consistent`.
 3. :mod:`~groupkit.protocol.planner` — the leader's :class:`Planner` and ``adjust_cooperative``.
 4. :mod:`~groupkit.protocol.member` — a member's :class:`Member` state machine and ``diff``.
 5. :mod:`~groupkit.protocol.snapshot` — a state to and from its snapshot, and which one a

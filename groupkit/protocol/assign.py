@@ -14,9 +14,9 @@ outcome says why (:class:`~groupkit.protocol.records.AssignorFallback`, its reas
 planner writes carries it, so every member and ``groupkit describe`` see it.
 
 Why this cannot loop: the fallback's plan is valid by construction (a built-in assignor, checked
-by the same tests), so what is written passes replay (``_check_consistent``); and a generation
-planned on a fallback covers the group like any other, so the planner calls the group stable
-and does not plan again until the group changes.
+by the same tests), so what is written passes replay (``consistent.check_consistent``); and a
+generation planned on a fallback covers the group like any other, so the planner calls the group
+stable and does not plan again until the group changes.
 
 The assignor may run where it cannot delay the leader's heartbeats (a worker thread: runtime/
 planning.py): the planner hands out an :class:`AssignRequest` and takes back a

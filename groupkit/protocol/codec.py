@@ -16,6 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol.fields import get_field as _get
+from groupkit.protocol.fields import nat_field as _nat
+from groupkit.protocol.fields import opt_field as _opt
+from groupkit.protocol.fields import str_field as _str
+from groupkit.protocol.fields import topics_field as _topics
 from groupkit.protocol.keys import decode_key, encode_key, forget_key
 from groupkit.protocol.memo import BoundedMemo
 from groupkit.protocol.ranges import (
@@ -38,6 +43,7 @@ from groupkit.protocol.schema import (
     CoveredMember,
     HeartbeatKey,
     HeartbeatRecord,
+    HeldEcho,
     LeaseKey,
     LeaseRecord,
     LoadReplan,
@@ -148,6 +154,9 @@ def _member_doc(v: MemberRecord) -> dict[str, Any]:
         doc["leaving"] = True
     if v.admitted_in:  # optional: absent means 0 (and in every record that predates it)
         doc["admitted"] = v.admitted_in
+    if v.held:  # optional: absent means none (and in every record that predates it)
+        doc["held"] = [[h.process, encode_partitions(h.partitions), h.until, h.run]
+                       for h in v.held]  # fmt: skip
     return doc
 
 
@@ -418,7 +427,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
                                     k.since_generation, k.committed,
                                     k.instance_id, k.seat, k.seat_ts,
                                     k.reset_at, k.reset_done, k.leaving,
-                                    k.admitted_in)  # fmt: skip
+                                    k.admitted_in, None, k.held)  # fmt: skip
     if payload.count(b"{") + payload.count(b"[") > MAX_CONTAINERS:
         raise RecordRejected(
             RejectReason.TOO_LARGE, f"more than {MAX_CONTAINERS} JSON objects and arrays"
@@ -434,7 +443,12 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if isinstance(key, MemberKey):
         record = _member_from(doc, version)
         if memo_key is not None:
-            held = len(record.owned) + len(record.committed) + len(record.reset_done)
+            held = (
+                len(record.owned)
+                + len(record.committed)
+                + len(record.reset_done)
+                + sum(len(h.partitions) for h in record.held)
+            )
             weight = len(memo_key) + _ENTRY_WEIGHT + _PARTITION_WEIGHT * held
             _member_memo.put(key, (memo_key, record), weight)
         return record
@@ -457,47 +471,6 @@ def _check_prev_ts(prev: int | None, joined_at: int | None) -> None:
 def _once(payload: bytes, name: bytes, start: int, end: int) -> bool:
     """Whether the occurrence of ``name`` at ``start`` (matched up to ``end``) is the only one."""
     return payload.find(name, end) < 0 and payload.rfind(name, 0, start) < 0
-
-
-def _get(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
-    if name not in doc:
-        raise RecordRejected(RejectReason.MISSING_FIELD, name)
-    v = doc[name]
-    # bool is an int subclass; never accept it where a number is meant
-    if not isinstance(v, typ) or (isinstance(v, bool) and bool not in _as_tuple(typ)):
-        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: {type(v).__name__}")
-    return v
-
-
-def _as_tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
-    return t if isinstance(t, tuple) else (t,)
-
-
-def _str(doc: Mapping[str, Any], name: str, allow_empty: bool = False) -> str:
-    v: str = _get(doc, name, str)
-    if not v and not allow_empty:
-        raise RecordRejected(RejectReason.BAD_VALUE, f"{name} is empty")
-    return v
-
-
-def _nat(doc: Mapping[str, Any], name: str) -> int:
-    v: int = _get(doc, name, int)
-    if v < 0:
-        raise RecordRejected(RejectReason.BAD_VALUE, f"{name} < 0")
-    return v
-
-
-def _opt(doc: Mapping[str, Any], name: str, typ: type | tuple[type, ...]) -> Any:
-    if name not in doc:
-        raise RecordRejected(RejectReason.MISSING_FIELD, name)
-    return None if doc[name] is None else _get(doc, name, typ)
-
-
-def _topics(doc: Mapping[str, Any], name: str) -> tuple[str, ...]:
-    v = _get(doc, name, list)
-    if not all(isinstance(t, str) and t for t in v):
-        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: topics must be non-empty strings")
-    return tuple(sorted(set(v)))
 
 
 def _member_from(doc: Mapping[str, Any], version: int = SCHEMA_VERSION) -> MemberRecord:
@@ -558,7 +531,29 @@ def _member_from(doc: Mapping[str, Any], version: int = SCHEMA_VERSION) -> Membe
         leaving=_get(doc, "leaving", bool) if "leaving" in doc else False,
         admitted_in=_admitted(doc, seen),
         run=run,
+        held=_held(doc, _str(doc, "inc"), budget) if "held" in doc else (),
     )
+
+
+def _held(doc: Mapping[str, Any], inc: str, budget: PartitionBudget) -> tuple[HeldEcho, ...]:
+    """``held`` (optional): ``[[process, partitions, until or null, run], ...]``, each on
+    another process than the writer's, holding some partition."""
+    out = []
+    for h in _get(doc, "held", list):
+        if not isinstance(h, list) or len(h) != 4:
+            raise RecordRejected(
+                RejectReason.WRONG_TYPE, "held: not [process, partitions, until, run]"
+            )
+        e = dict(zip(("process", "partitions", "until", "run"), h, strict=True))
+        parts = decode_partitions(_get(e, "partitions", dict), "held", budget)
+        process = _str(e, "process")
+        if process == inc or not parts:
+            raise RecordRejected(
+                RejectReason.BAD_VALUE, "held: the writer's own process, or nothing"
+            )
+        until = None if e["until"] is None else _nat(e, "until")
+        out.append(HeldEcho(process, parts, until, _nat(e, "run")))
+    return tuple(out)
 
 
 def _admitted(doc: Mapping[str, Any], seen: int) -> int:

@@ -232,6 +232,15 @@ class GroupData:
     #: holds), and the newest lease accepted
     verdicts: dict[str, VerdictRecord] = field(default_factory=dict)
     lease: LeaseRecord | None = None
+    #: version 2: holders of the holds this reader took from a record's echo alone, never
+    #: having seen the record that started them (``holds.echoed``); they end with the
+    #: membership that echoed them too (``GroupState._apply_verdict``)
+    echo_holders: set[str] = field(default_factory=set, repr=False, compare=False)
+    #: member id -> offset of a record under its key that this reader rejected while the
+    #: membership lived, until the membership's next accepted record: compaction may keep the
+    #: rejected one as the key's newest, so the member writes its record again (version 2,
+    #: where no heartbeat does: docs/protocol-v2.md, L7.5)
+    rewrite: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ queries
 

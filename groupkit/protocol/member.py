@@ -72,11 +72,9 @@ clock, and step 4 holds for any skew up to ``k``. The log side is unchanged, so 
 different allowances still agree on every replay; each is safe for its own. What a skew larger
 than ``k`` looks like from here, the member measures (:meth:`Member._measure_skew`) and the
 runtime logs. ``tests/test_protocol_skew.py`` proves it over random schedules with broker
-timestamps that jump by per-leader offsets.
-
-Why ``prev_ts``: whether a record continues the membership must not depend on which of the
-member's earlier records a reader has seen, because a reader that starts from the compacted
-topic has seen only some (state.py, compaction rule 2).
+timestamps that jump by per-leader offsets. Why ``prev_ts``: whether a record continues the
+membership must not depend on which of the member's earlier records a reader has seen, because
+a reader that starts from the compacted topic has seen only some (state.py).
 
 Static members (``instance_id``: KIP-345; docs/protocol.md, "Static seats"): the member id is
 the instance id. A new process's join echoes its seat as its replay shows it, and takes it over; it
@@ -95,6 +93,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+import groupkit.protocol.holds as holds
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import FencedError, ProtocolError
 from groupkit.protocol.liveness import Confirmed, HeartbeatClock
@@ -213,6 +212,8 @@ class Member:
         self.instance_id = instance_id
         #: the incarnation the log knows our seat by (ours, unless we took a seat over)
         self._seat: str | None = None
+        #: the offset of the rejected record under our key we last wrote ours again after
+        self._rewrote = -1
         #: a newer process with our instance id took our seat: we stop for good
         self.superseded = False
         #: our replay has had this process in its static seat (set by ``Node.feed``; also when
@@ -427,6 +428,9 @@ class Member:
             # FENCED_INSTANCE_ID): drop everything, write nothing more, not even a tombstone
             # (it would end the seat of the process that replaced us).
             return self._supersede()
+        if mine and group.rewrite.get(self.member_id, self._rewrote) != self._rewrote:
+            # compaction may keep a record under our key that the log rejected: say ours again
+            self._rewrote, self._dirty = group.rewrite[self.member_id], True
         if mine and me is not None:
             self._seat = me.incarnation
             if self.instance_id is not None and me.acked_generation > self.acked:
@@ -601,8 +605,9 @@ class Member:
         if self.state == MemberPhase.LEAVING:
             # a leave's last record says so: it ends the membership by itself, in case a
             # reader sees it before the tombstone (schema.MemberRecord.leaving)
-            writes.append(self._record(now_ms, group, leaving=not self._park))
-            if not self._park:  # a parked static member keeps its seat (park)
+            # (one that echoes holds goes without its tombstone: compaction keeps the echo)
+            writes.append(last := self._record(now_ms, group, leaving=not self._park))
+            if not self._park and not (isinstance(last.value, MemberRecord) and last.value.held):
                 key, none = member_tombstone(self.group, self.member_id)
                 rk, rv = encode(key, none)
                 writes.append(Write(key, None, rk, rv))
@@ -618,7 +623,10 @@ class Member:
             lost=lost,
             revoke=revoked,
             assign=added,
-            offsets=_start_offsets(hints, resets, added),
+            # a pending reset's offset wins over any hint
+            offsets={**hints, **{p: o for p, o in resets.items() if p in added}}
+            if resets
+            else hints,
             writes=tuple(writes),
             generation=self.generation,
             state=self.state,
@@ -830,6 +838,7 @@ class Member:
             reset=(self.reset_at, self._reset_done) if self.reset_at >= 0 else None,
             leaving=leaving,
             admitted_in=admitted,
+            held=holds.echo(group, self.member_id, self.incarnation),
         )
         rk, rv = encode(key, value, self.signer)
         return Write(key, value, rk, rv)
@@ -889,12 +898,3 @@ class Member:
                 f"member {self.member_id}: event {event.value!r} is not allowed in state "
                 f"{self.state!r}"
             ) from None
-
-
-def _start_offsets(
-    hints: Mapping[TopicPartition, int], resets: Mapping[TopicPartition, int], added: Partitions
-) -> Mapping[TopicPartition, int]:
-    """Where to start what we take: a pending reset's offset wins over any hint."""
-    if not resets:
-        return hints
-    return {**hints, **{p: o for p, o in resets.items() if p in added}}

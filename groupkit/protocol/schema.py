@@ -106,6 +106,20 @@ RecordKey = (
 
 
 @dataclass(frozen=True, slots=True)
+class HeldEcho:
+    """A hold on another process of the writer's member id, as the writer's replay has it
+    (:attr:`MemberRecord.held`; docs/protocol.md, "Membership and continuation")."""
+
+    #: the incarnation of the process the hold is on
+    process: str
+    partitions: Partitions
+    #: version 1: the log time the hold ends; ``None`` in version 2, where a verdict ends it
+    until: int | None
+    #: version 2: the liveness run of that process (``Hold.run``)
+    run: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class MemberRecord:
     """A member's whole current state. Build with :func:`member_record`."""
 
@@ -171,6 +185,12 @@ class MemberRecord:
     #: membership lives in one run: a verdict that ends the run ends it. ``None``: a version-1
     #: record.
     run: int | None = None
+    #: the holds the writer's replay has on other processes of its member id (a restart's or a
+    #: seat takeover's), or on the live membership of another process its record replaces:
+    #: a reader of the compacted topic, which never saw the record that started them, builds
+    #: them from here (docs/protocol.md, "Membership and continuation"). Absent (empty) in
+    #: records that predate it.
+    held: tuple[HeldEcho, ...] = ()
 
     @property
     def version(self) -> int:
@@ -468,6 +488,7 @@ def member_record(
     leaving: bool = False,
     admitted_in: int = 0,
     run: int | None = None,
+    held: Iterable[HeldEcho] = (),
 ) -> tuple[MemberKey, MemberRecord]:
     """The key and value of a member record (join, heartbeat, or any change of what it owns).
 
@@ -479,7 +500,8 @@ def member_record(
     in a join that takes a seat over (:attr:`MemberRecord.seat_ts`). ``leaving``: the last
     record of a clean leave (:attr:`MemberRecord.leaving`). ``admitted_in``: the generation
     that admitted the member's join (:attr:`MemberRecord.admitted_in`). ``run``: a version-2
-    record (:attr:`MemberRecord.run`), which names no ``prev_ts``.
+    record (:attr:`MemberRecord.run`), which names no ``prev_ts``. ``held``: the holds on
+    other processes of the member id (:attr:`MemberRecord.held`).
     """
     _check_id("group", group)
     _check_id("member_id", member_id)
@@ -501,6 +523,9 @@ def member_record(
     if seat_ts is not None and (seat is None or seat == incarnation or joined_at is None
                                 or prev_ts is not None or seat_ts < 0):  # fmt: skip
         raise ValueError("seat_ts needs another seat, joined_at and no prev_ts")
+    echoes = tuple(sorted(held, key=lambda h: (h.process, h.run)))
+    if any(h.process == incarnation or not h.partitions for h in echoes):
+        raise ValueError("a held echo names another process and some partition")
     owned_set = _tps(owned)
     hints = tuple(sorted((TopicPartition(t, int(p)), int(o)) for (t, p), o in
                          (committed or {}).items()))  # fmt: skip
@@ -530,6 +555,7 @@ def member_record(
         leaving=leaving,
         admitted_in=admitted_in,
         run=run,
+        held=echoes,
     )
 
 

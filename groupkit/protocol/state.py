@@ -30,9 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 
+import groupkit.protocol.holds as holds
 import groupkit.protocol.ownership as ownership
 from groupkit.errors import RecordRejected
-from groupkit.protocol.group import NEVER, GroupData, Hold, MemberState, OffsetHint, ResetState
+from groupkit.protocol.consistent import check_consistent
+from groupkit.protocol.group import GroupData, MemberState, OffsetHint, ResetState
 from groupkit.protocol.records import (
     EMPTY,
     KIND_SNAPSHOT,
@@ -185,6 +187,14 @@ class GroupState(GroupData):
             if isinstance(k, MemberKey):
                 if v is None:
                     self.changes += 1
+                    m = self.members.get(k.member_id)
+                    if self.version == 2 and m is not None and m.instance_id is not None \
+                            and self.is_live(k.member_id):  # fmt: skip
+                        # A live seat's process leaves by its leaving record, which ends the
+                        # seat at once: this is a replaced process's, or a forged one (L7.5)
+                        raise RecordRejected(
+                            RejectReason.FENCED_INSTANCE, "a live seat's tombstone"
+                        )
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 if v.version != self.version:
@@ -233,6 +243,8 @@ class GroupState(GroupData):
     ) -> Replayed:
         self.rejections[reason] += 1
         self.changes += 1  # (a rejected record may have changed the state before its check)
+        if isinstance(key, MemberKey) and self.is_live(key.member_id):
+            self.rewrite[key.member_id] = offset
         if clobbers:
             self.assignment_clobbered = self.assignment is not None
         return Replayed(offset, ReplayKind.REJECTED, key, reason, detail)
@@ -292,12 +304,16 @@ class GroupState(GroupData):
         # compaction keeps too), so every reader decides alike whatever compaction left it of
         # the member's earlier records.
         if v.run is None:
+            # Another process's continuation while a membership lives (a stale copy, or a
+            # process a restart replaced) is taken as at first sight: its record says what
+            # it is, as it does for a reader of the compacted log that never saw the other
+            # (docs/protocol.md, "Membership and continuation")
             continues = (
                 v.prev_ts is not None
                 and ts - v.prev_ts < self.session_timeout_ms
-                and (old is None or (same and live))
+                and (old is None or live)
             )
-            first_sight = continues and old is None
+            first_sight = continues and not same
         else:
             # Version 2 (docs/protocol-v2.md, L3): a record continues the membership of its run
             # until a verdict ends that run; one that names no joined_at starts a membership.
@@ -314,7 +330,7 @@ class GroupState(GroupData):
             cont = (
                 old is not None and same and live and v.run == old.run and v.joined_at is not None
             )
-            continues = cont or (v.joined_at is not None and not (live and not same))
+            continues = cont or v.joined_at is not None  # (as version 1's: first sight)
             first_sight = continues and not cont
         if continues and not first_sight:
             assert old is not None
@@ -406,6 +422,9 @@ class GroupState(GroupData):
         if self.reset is not None:
             self._reset_heard(mid, v, continues)
         self.members[mid] = m
+        self.rewrite.pop(mid, None)
+        if v.held:
+            self._take_echo(mid, v, ts)
         for p in m.claims:
             self.claimers.setdefault(p, set()).add(mid)
         if m.admitted_in:
@@ -444,12 +463,18 @@ class GroupState(GroupData):
         return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
 
     def _hold(self, old: MemberState) -> None:
-        held = ownership.may_hold(self, old.member_id)
-        if held:
-            # version 2: until the judge's verdict on that process's run (_apply_verdict)
-            until = self.expires_at(old)
-            until = NEVER if until is None else until
-            self.holds.append(Hold(f"{old.member_id}/{old.proc}", held, until, old.run))
+        h = holds.hold_on(self, old)  # version 2: until a verdict on its run (_apply_verdict)
+        if h is not None:
+            self.holds.append(h)
+
+    def _take_echo(self, mid: str, v: MemberRecord, ts: int) -> None:
+        """The holds record ``v`` echoes that this reader lacks, or has less of (holds.py)."""
+        for h in holds.echoed(self, mid, v, ts):
+            had = [o for o in self.holds if (o.holder, o.run) == (h.holder, h.run)]
+            self.holds = [o for o in self.holds if o not in had] + [h]
+            if not had and self.version == 2:
+                self.echo_holders.add(h.holder)
+            self.changes += 1
 
     def _covered(self, member_id: str, process: str, run: int) -> bool:
         """Version 2: whether the member's newest verdict ended run ``run`` of ``process``
@@ -498,6 +523,11 @@ class GroupState(GroupData):
         m = self.members.get(mid)
         if m is not None and not m.ended and self._covered(mid, m.proc, m.run):
             m.ended = True
+            if self.echo_holders:  # what it echoed alone, this reader holds no longer
+                ended = {h.holder for h in self.holds if h.holder in self.echo_holders
+                         and holds.process_of(h.holder, mid) is not None}  # fmt: skip
+                self.holds = [h for h in self.holds if h.holder not in ended]
+                self.echo_holders -= ended
             if mid == self.leader:
                 self._elect()
                 if self.leader is None:
@@ -547,6 +577,9 @@ class GroupState(GroupData):
             process_since=ts,
         )  # fmt: skip
         m.run = v.run or 0
+        self.rewrite.pop(mid, None)
+        if v.held:
+            self._take_echo(mid, v, ts)
         # the seat keeps its joined_at, so the leader stays where it was (as in _apply_member)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
@@ -596,7 +629,7 @@ class GroupState(GroupData):
             raise RecordRejected(
                 RejectReason.BAD_PHASE, f"{cur.phase if cur else None} -> {a.phase}"
             )
-        _check_consistent(a)
+        check_consistent(a)
         self._check_safe(a)  # so even a buggy or forged leader cannot give a partition twice
         self.assignment = a
         self.assignment_offset = offset
@@ -685,8 +718,13 @@ class GroupState(GroupData):
                 if live is None:
                     live = ownership.holders(self, holds=False)
                 mine, held = EMPTY, live
+            # a static seat's process takes nothing a hold on the seat's other processes covers
+            # (ownership.held, rule 9.3): such a hold waits in the seat's grant, not before it
+            seat = held is holders and self.members[mid].instance_id is not None
             for p in c.assigned - mine:
                 others = held.get(p, set()) - {mid}
+                if seat:
+                    others = {o for o in others if holds.process_of(o, mid) is None}
                 if others:
                     raise RecordRejected(
                         RejectReason.UNSAFE_GRANT, f"{p} to {mid} still held by {sorted(others)}"
@@ -841,51 +879,3 @@ def _continues(v: MemberRecord) -> bool:
 
 def _is_snapshot(key: bytes | None) -> bool:
     return isinstance(key, bytes) and len(key) > 1 and key[1] == KIND_SNAPSHOT
-
-
-def _check_consistent(a: AssignmentRecord) -> None:
-    counts = dict(a.partition_counts)
-    seen: set[TopicPartition] = set()
-    for mid, c in a.members.items():
-        if c.assigned & c.revoke or c.assigned & c.pending:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: a partition assigned and revoked"
-            )
-        if a.phase == Phase.REVOKE and (c.assigned or c.pending):
-            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: revoke phase assigns")
-        if a.protocol == _EAGER and a.phase != Phase.REVOKE and c.revoke:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: eager revokes outside the revoke phase"
-            )
-        if a.phase == Phase.COMPLETE and c.pending:
-            raise RecordRejected(RejectReason.INCONSISTENT, f"{mid}: complete phase with pending")
-        if c.admit and (
-            a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or not c.admit <= c.assigned
-        ):
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: admits outside its complete cooperative grant"
-            )
-        for p in c.assigned | c.pending:
-            if p.partition >= counts.get(p.topic, 0) or p.topic not in c.topics:
-                raise RecordRejected(
-                    RejectReason.INCONSISTENT, f"{mid}: {p} not subscribed or not there"
-                )
-            if p in seen:
-                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} given to two members")
-            seen.add(p)
-    heirs: set[TopicPartition] = set()
-    for mid, c in a.members.items():
-        if not c.inherit:
-            continue
-        if a.protocol != _COOPERATIVE or a.phase != Phase.COMPLETE or c.inherit & c.assigned:
-            raise RecordRejected(
-                RejectReason.INCONSISTENT, f"{mid}: inherits outside a complete cooperative one"
-            )
-        for p in c.inherit:
-            if p not in seen or p.topic not in c.topics:
-                raise RecordRejected(
-                    RejectReason.INCONSISTENT, f"{mid}: inherits {p}, nobody's or not subscribed"
-                )
-            if p in heirs:
-                raise RecordRejected(RejectReason.INCONSISTENT, f"{p} has two heirs")
-            heirs.add(p)
