@@ -151,7 +151,8 @@ def run_contender(
     session, heartbeat = settings_for(kind, protocol, setting, args)
     gid = f"bench-{kind}-{protocol}-{setting}-{uuid.uuid4().hex[:6]}"
     group = Group(boot, gid, topic, args.partitions, workdir, kind, protocol, session, heartbeat,
-                  control_topic=f"__gk_{gid}")  # fmt: skip
+                  control_topic=f"__gk_{gid}",
+                  protocol_version=args.protocol_version)  # fmt: skip
     if protocol == "consumer" and session:
         set_group_timeouts(boot, gid, session, heartbeat)
     # Default sessions make a kill cost ~45 s a trial: fewer trials there (said in the results).
@@ -300,6 +301,13 @@ def main() -> None:
         help="a property of the local broker (again for more), e.g. "
         "group.coordinator.append.linger.ms=0; the results name them",
     )  # fmt: skip
+    ap.add_argument(
+        "--protocol-version",
+        type=int,
+        default=None,
+        choices=(1, 2),
+        help="the groupkit contenders' groupkit.protocol.version (default: groupkit's)",
+    )
     ap.add_argument("--results-dir", type=Path, default=None)
     ap.add_argument(
         "--label",
