@@ -3,8 +3,9 @@
 A client that may write the control topic (and the group has no signing key) writes, into the
 partition of a stable two-member group: unknown key and schema versions, an assignment forged
 by the member that is not the leader, stale generations posing as the leader, exact copies of
-earlier records, and oversized records (900 KB of JSON claiming 130,000 partitions, a zlib bomb,
-a range bomb). The group must keep working: still stable, same leader, same ownership, still
+earlier records, a record of the other protocol version posing as a member (which must stop no
+one), and oversized records (900 KB of JSON claiming 130,000 partitions, a zlib bomb, a range
+bomb). The group must keep working: still stable, same leader, same ownership, still
 consuming, and every rejection counted by reason in ``coordinator.state.rejections`` and
 reported to the observers (which feed the metrics). The garbage-bytes case lives in
 ``test_group_consumer_edges.py``.
@@ -138,15 +139,16 @@ def test_a_live_group_shrugs_off_bad_control_records(
                                            [(data, p) for p in range(4)])},
         ))  # fmt: skip
 
-    def member_value(**fields: Any) -> bytes:
+    def member_value(version: int = st.version, **fields: Any) -> bytes:
         # the other member's next record, as its process would write it: it continues the
-        # membership (prev_ts names the record of it this state saw last)
+        # membership (version 1: prev_ts names the record of it this state saw last; version
+        # 2: the liveness run it lives in), with the value's header (version, no flags)
         doc = {"inc": om.incarnation, "seq": om.seq + 10_000, "topics": [data], "owned": {},
                "owned_gen": gen, "acked_gen": gen, "joined_at": om.joined_at, "rack": None,
-               "capacity": None, "client": {}, "prev_ts": om.last_seen,
-               "since_gen": om.since_generation}  # fmt: skip
+               "capacity": None, "client": {}, "since_gen": om.since_generation}  # fmt: skip
+        doc.update({"prev_ts": om.last_seen} if version == 1 else {"run": max(om.run, 1)})
         doc.update(fields)
-        return json.dumps(doc, separators=(",", ":")).encode()
+        return bytes([version, 0]) + json.dumps(doc, separators=(",", ":")).encode()
 
     akey = encode_key(AssignmentKey(group))
     okey = encode_key(MemberKey(group, other))
@@ -159,7 +161,10 @@ def test_a_live_group_shrugs_off_bad_control_records(
 
     # unknown versions: of the key, and of the value under a valid key
     attack("unknown_version", b"\x02" + akey[1:], b"\x01\x00{}")
-    attack("unknown_version", okey, b"\x03\x00" + member_value())  # (2 is version 2)
+    attack("unknown_version", okey, b"\x03" + member_value()[1:])
+    # the other member's record in the other protocol version: no member of that version is in
+    # the group (its incarnation is a live member's of this one), so it stops no one
+    attack("other_version", okey, member_value(version=3 - st.version))
     # an assignment forged by the member that is not the leader: valid encoding, real identity
     attack("not_leader", *assignment(gen + 1, other, other))
     # stale generations posing as the leader
@@ -174,15 +179,17 @@ def test_a_live_group_shrugs_off_bad_control_records(
     if gen > 1:
         attack("stale_generation", *first_assignment)
     # oversized: 900 KB of plain JSON claiming 130,000 partitions never granted
-    huge = b"\x01\x00" + member_value(owned={data: list(range(0, 260_000, 2))})
+    huge = member_value(owned={data: list(range(0, 260_000, 2))})
     assert 850_000 < len(huge) < 1_000_000
     attack("unowned_claim", okey, huge)
     # oversized once inflated: 3 KB of zlib that would be 9 MB of JSON
-    bomb = b"\x01\x01" + zlib.compress(member_value(client={"pad": " " * 9_000_000}), 9)
+    bomb = bytes([st.version, 1]) + zlib.compress(
+        member_value(client={"pad": " " * 9_000_000})[2:], 9
+    )
     assert len(bomb) < 20_000
     attack("too_large", okey, bomb)
     # a range bomb: 40 bytes per million partitions
-    attack("too_large", okey, b"\x01\x00" + member_value(owned={data: [[0, 1048575]] * 64}))
+    attack("too_large", okey, member_value(owned={data: [[0, 1048575]] * 64}))
 
     p = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2_000_000})
     for k, v in attacks:

@@ -142,6 +142,26 @@ def test_each_version_rejects_the_others_member_records() -> None:
     assert not v2.members and not v1.members
 
 
+def test_another_versions_record_posing_as_a_live_member_is_told_apart() -> None:
+    """A record of the other version with a live member's incarnation is no member of that
+    version (the runtime's version guard stops for those alone); with another incarnation, or
+    under another member id, it may be one."""
+    log = Log([])
+    log.member("a", 2, 1)
+    st = log.read()
+    posing = encode(*member_record("g", "a", incarnation="i", seq=9, topics=["t"], joined_at=0,
+                                   prev_ts=0))  # fmt: skip
+    res = st.replay(st.offset + 1, *posing, log.t)
+    assert (res.reason, res.posing) == ("other_version", True) and live(st) == {"a"}
+    other = encode(*member_record("g", "a", incarnation="j", seq=1, topics=["t"]))
+    res = st.replay(st.offset + 1, *other, log.t)
+    assert (res.reason, res.posing) == ("other_version", False)
+    stranger = encode(*member_record("g", "z", incarnation="i", seq=1, topics=["t"]))
+    res = st.replay(st.offset + 1, *stranger, log.t)
+    assert (res.reason, res.posing) == ("other_version", False)
+    assert st.rejections["other_version"] == 3 and live(st) == {"a"}
+
+
 def test_a_membership_lasts_until_a_verdict_on_its_run_not_a_session() -> None:
     log = Log([])
     log.member("a", 2, 1)

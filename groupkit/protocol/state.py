@@ -94,6 +94,10 @@ class Replayed:
     detail: str = ""
     #: a member record that started a new membership (join, restart, return after expiry)
     new_membership: bool = False
+    #: a rejected record of the other protocol version that carries the incarnation of a live
+    #: member of this one: no member of the other version wrote it (that process writes this
+    #: version's records only), so it says nothing of one being in the group
+    posing: bool = False
 
 
 class GroupState(GroupData):
@@ -198,10 +202,15 @@ class GroupState(GroupData):
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 if v.version != self.version:
-                    raise RecordRejected(
-                        RejectReason.OTHER_VERSION,
-                        f"a version-{v.version} member record in a version-{self.version} group",
+                    detail = (
+                        f"a version-{v.version} member record in a version-{self.version} group"
                     )
+                    if self._posing(k.member_id, v):
+                        res = self._reject(offset, k, RejectReason.OTHER_VERSION, detail)
+                        return replace(
+                            res, detail=detail + ", posing as a live member", posing=True
+                        )
+                    raise RecordRejected(RejectReason.OTHER_VERSION, detail)
                 return self._apply_member(offset, k, v, timestamp_ms)  # (counts its changes)
             if isinstance(k, VerdictKey | LeaseKey):
                 if self.version == 1:
@@ -237,6 +246,16 @@ class GroupState(GroupData):
             return self._reject(offset, None, e.reason, e.detail)
         kind = ReplayKind.SNAPSHOT if k.group == self.group else ReplayKind.OTHER_GROUP
         return Replayed(offset, kind, k)
+
+    def _posing(self, member_id: str, v: MemberRecord) -> bool:
+        """Whether ``v`` (of the other version) carries the incarnation of the live member
+        ``member_id`` of this version (:attr:`Replayed.posing`)."""
+        m = self.members.get(member_id)
+        return (
+            m is not None
+            and v.incarnation in (m.incarnation, m.process)
+            and self.is_live(member_id)
+        )
 
     def _reject(
         self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False

@@ -5,7 +5,9 @@ of different versions in one group would each see the other as absent and hand o
 partitions. A member therefore refuses to take part once its replay has met a member record of
 the other version less than a session older than the log's time: that member is in the group.
 An older record is a member long gone whose record the compacted log still keeps (a group that
-changed its version), which must not keep the new version out.
+changed its version), which must not keep the new version out. Nor does a record that poses as a
+live member of this version (``Replayed.posing``): its process writes this version's records, so
+another wrote it, and a forged record must not stop a group.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ class VersionGuard:
 
     def rejected(self, res: Replayed, ts: int) -> None:
         """Note a record the main log's replay refused."""
-        if res.reason != RejectReason.OTHER_VERSION:
-            return
+        if res.reason != RejectReason.OTHER_VERSION or res.posing:
+            return  # (posing: a forged or corrupted record, counted by the replay alone)
         # a member's record; in a version-2 group also its leader's lease and its judges'
         # verdicts, which only a running group writes
         if isinstance(res.key, MemberKey | VerdictKey):
