@@ -173,7 +173,7 @@ class PollLoop:
         c = self.coordinator
         d = self._data
         if c is not None and now < self.next_service and d.owned and not c.needs_service:
-            every = SERVICE_EVERY_S if now < c.busy_until else self._idle_every
+            every = self._slice(c, now)
             # The fast path: nothing for service to do (see consume), one fetch. Unlike a
             # batch, Consumer.poll returns a record as it dequeues it, after any callback it
             # served, so an unassign in a callback drops it in librdkafka: only the fence
@@ -215,8 +215,7 @@ class PollLoop:
                 self.next_service = self._service_due(now)
             remaining = 0.1 if deadline is None else max(0.0, deadline - now)
             # Owning nothing, a hand-off sets ``wake``: the idle slice serves the rest.
-            every = (SERVICE_EVERY_S if d.owned and c is not None
-                     and (now < c.busy_until or c.needs_service) else self._idle_every)  # fmt: skip
+            every = self._slice(c, now) if d.owned and c is not None else self._idle_every
             wait = remaining if remaining < every else every
             msgs: list[Message] = []
             unassigns = d.unassigns
@@ -246,7 +245,12 @@ class PollLoop:
         c = self.coordinator
         if c is None or self.closed or self._data.unassign_failed:
             return 0.0
-        return now + (SERVICE_EVERY_S if now < c.busy_until else self._idle_every)
+        return now + self._slice(c, now)
+
+    def _slice(self, c: Coordinator, now: float) -> float:
+        """How long one wait for records may last: the service slice while the group is busy
+        (``Coordinator.busy_until``) or a hand-off waits, the idle slice otherwise."""
+        return SERVICE_EVERY_S if now < c.busy_until or c.needs_service else self._idle_every
 
     def fast_path_off(self) -> None:
         """Serve the group on the next call, whatever is due: an unassign failed (from now on
