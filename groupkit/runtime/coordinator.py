@@ -149,6 +149,12 @@ class Stats:
     writer_renewals: int = 0
 
 
+#: The control loop's wait for records between turns, (at most, heartbeat interval / n), at
+#: least 20 ms: busy, idle (timed steps have seconds of allowance), and a version-2 member that
+#: does not judge, whose one timed step is its own heartbeat (verdicts and leases are judges').
+_TURN_SLICES = ((0.1, 10_000), (0.25, 4_000), (0.5, 2_000))
+
+
 class Coordinator:
     """Runs the member's side of the protocol (and the leader's, when it leads) in a thread."""
 
@@ -325,19 +331,14 @@ class Coordinator:
             # delayed joining the group by up to that long).
             if not self._stop.is_set():
                 self.turn(self.reader.poll(0))
-            # A turn runs on every record at once; without records, often enough for the
-            # time-driven steps (a heartbeat due, our own session lapsing: the poll thread
-            # fences by itself too, see PollLoop.fence) but no more: a tenth of the
-            # heartbeat interval, within [20 ms, 100 ms] (20 ms always would cost an idle
-            # member 50 wake-ups a second of CPU).
-            # Idle (not busy): a quarter of it, within [20 ms, 250 ms]: an idle member's timed
-            # steps (heartbeat, session and lease clocks) have seconds of allowance.
-            wait = min(0.1, max(0.02, self.cfg.heartbeat_interval_ms / 10_000))
-            idle = min(0.25, max(0.02, self.cfg.heartbeat_interval_ms / 4_000))
-            while not self._stop.is_set():
-                # while a plan is being made, turn often enough to take it soon after
-                busy = self.busy()
-                self.turn(self.reader.poll(0.02 if self.plans.busy else wait if busy else idle))
+            # A turn runs on every record at once; without, often enough for the timed steps
+            # (a heartbeat due, our session lapsing: see PollLoop.fence too) (_TURN_SLICES).
+            hb = self.cfg.heartbeat_interval_ms
+            wait, idle, quiet = (min(top, max(0.02, hb / n)) for top, n in _TURN_SLICES)
+            while not self._stop.is_set():  # (a plan being made: taken soon after it is done)
+                rest = quiet if self.v2 is not None and not self.v2.judging else idle
+                rest = 0.02 if self.plans.busy else wait if self.busy() else rest
+                self.turn(self.reader.poll(rest))
         except BaseException as e:  # the loop must never die silently
             self._failure = e
             _log.exception("control_loop.failed", member=self.member_id)

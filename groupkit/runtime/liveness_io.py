@@ -145,6 +145,11 @@ class LivenessIO:
 
         self.writer.write_liveness(key, value, delivered)
 
+    @property
+    def judging(self) -> bool:
+        """Whether the node judges now (its reader of the liveness log is open)."""
+        return self.reader is not None
+
     def snapshot_reader(self) -> ControlReader:
         """A reader of the liveness partition, for a newcomer's catch-up (catch_up.py)."""
         return ControlReader(self.cfg, self.topic, self.partition, "liveness-reader")

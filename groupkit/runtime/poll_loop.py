@@ -70,6 +70,8 @@ SERVICE_EVERY_S = 0.01
 #: member's CPU. The first hop of a rebalance comes a leader's turn after the record that
 #: makes the group busy (a join, a leave), and the slice then waiting ends within this.
 IDLE_SERVICE_EVERY_S = 0.05
+#: the shortest wait librdkafka takes (its timeouts are whole milliseconds)
+_MIN_WAIT_S = 0.001
 
 _monotonic = time.monotonic
 _msg_error = Message.error
@@ -236,7 +238,9 @@ class PollLoop:
                     if self._observers:
                         self._observers.consumed(self.member_id or "", _LazyCounts(msgs))
                     return msgs
-            if deadline is not None and now >= deadline:
+            # librdkafka waits whole milliseconds: a wait of less than one returns at once,
+            # so the last fraction of a millisecond before the deadline would spin
+            if deadline is not None and now >= deadline - _MIN_WAIT_S:
                 return []
 
     def _service_due(self, now: float) -> float:
