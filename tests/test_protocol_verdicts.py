@@ -14,6 +14,7 @@ from groupkit.protocol import ownership
 from groupkit.protocol.group import NEVER
 from groupkit.protocol.records import (
     HeartbeatRecord,
+    HeldEcho,
     LeaseRecord,
     MemberRef,
     SnapshotKey,
@@ -308,6 +309,43 @@ def test_a_hold_on_a_replaced_process_lasts_until_a_verdict_on_its_run() -> None
     log.append(verdict("b", 1, proc="i"))
     log.read(st)
     assert not st.holds and live(st) == {"a", "b"}, "the verdict on the old process ends it"
+
+
+def test_a_hold_echoed_by_a_process_that_left_ends_for_every_reader_at_either_verdict() -> None:
+    # b restarts while its first process i may still run: the join of b/j starts a hold on
+    # what b/i may hold, and echoes it; b/j leaves, and its leaving record (no tombstone, so
+    # compaction keeps the echo) echoes it too. A judge ends b/i's run, which ends the hold, then
+    # b/j's: the two verdicts share b's key, so a reader of the log compacted past the second has
+    # only that one, and took the hold from the echo alone. It kept it for good and refused the
+    # generation that grants b/i's partitions to a, which the full reader accepted; it ends with
+    # the run that echoed it (docs/protocol-v2.md, L3.8).
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    echo = [HeldEcho("i", frozenset({TP("t", 2), TP("t", 3)}), None, 1)]
+    log.member("b", 1, 1, inc="j", held=echo)  # b/j replaces b/i
+    log.member("b", 2, 1, inc="j", held=echo, leaving=True)
+    log.append(verdict("b", 1, proc="i"))
+    log.append(verdict("b", 1, proc="j"))
+    grant(log, 2, "a", {"a": [0, 1, 2, 3]})
+    full = GroupState("g", SESSION, version=2)
+    seen = []
+    for off, k, v, ts in log.records:
+        full.replay(off, k, v, ts)
+        seen.append((full.leader, full.generation, full.assignment, tuple(full.holds)))
+    assert full.generation == 2 and not full.rejections
+    for clean_to in range(len(log.records) + 1):  # every cleaning point, and every offset
+        newest = {r[1]: r[0] for r in log.records[:clean_to]}  # from it on
+        fresh = GroupState("g", SESSION, version=2)
+        for off, k, v, ts in log.records:
+            if off >= clean_to or newest[k] == off:
+                fresh.replay(off, k, v, ts)
+            if off >= clean_to - 1:
+                got = (fresh.leader, fresh.generation, fresh.assignment, tuple(fresh.holds))
+                assert got == seen[off], (clean_to, off)
+        assert not fresh.rejections, clean_to
 
 
 def test_a_v2_state_survives_a_snapshot() -> None:

@@ -233,9 +233,12 @@ class GroupData:
     verdicts: dict[str, VerdictRecord] = field(default_factory=dict)
     lease: LeaseRecord | None = None
     #: version 2: holders of the holds this reader took from a record's echo alone, never
-    #: having seen the record that started them (``holds.echoed``); they end with the
-    #: membership that echoed them too (``GroupState._apply_verdict``)
-    echo_holders: set[str] = field(default_factory=set, repr=False, compare=False)
+    #: having seen the record that started them (``holds.echoed``), each with the process and
+    #: run of the newest record that echoed it; they end with the membership that echoed them
+    #: too, or with that run if the membership had already left (``GroupState._apply_verdict``)
+    echo_holders: dict[str, tuple[str, int]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: member id -> offset of a record under its key that this reader rejected while the
     #: membership lived, until the membership's next accepted record: compaction may keep the
     #: rejected one as the key's newest, so the member writes its record again (version 2,

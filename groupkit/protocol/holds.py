@@ -92,3 +92,23 @@ def echoed(state: GroupData, member_id: str, v: MemberRecord, ts: int) -> list[H
         out.append(Hold(holder, e.partitions | (own.partitions if own else frozenset()), until,
                         e.run))  # fmt: skip
     return out
+
+
+def end_echoed(state: GroupData, member_id: str, run: tuple[str, int] | None = None) -> None:
+    """Version 2: end the holds on ``member_id``'s processes that ``state`` took from an echo
+    alone (``GroupData.echo_holders``): every one when a verdict ends the membership that
+    echoed them (``run`` ``None``), else those whose newest echo came from a record of process
+    ``run[0]`` in a run up to ``run[1]``, which an ``expired`` verdict ended.
+
+    The second is for a membership that left before the verdict on its run: its leaving record,
+    which compaction keeps as its key's newest, echoes the hold, and the verdict on the held
+    process, which ended the hold for the full reader, shares its key with the verdict on the
+    echoing run, which a judge writes no earlier, so a reader of the compacted log may have only
+    the latter (docs/protocol-v2.md, L3.8)."""
+    ended = {h for h, (proc, r) in state.echo_holders.items()
+             if process_of(h, member_id) is not None
+             and (run is None or (proc == run[0] and r <= run[1]))}  # fmt: skip
+    if ended:
+        state.holds = [h for h in state.holds if h.holder not in ended]
+        for h in ended:
+            del state.echo_holders[h]

@@ -214,13 +214,16 @@ class Judge:
             return
         now = lv.time
         wait = self.session_ms + 2 * self.skew_ms
-        named: list[tuple[str, str, int, int]] = [
-            (mid, m.proc, m.run, m.last_seen) for mid, m in state.members.items() if not m.ended
-        ]
+        # Holds first, oldest first: a verdict is written as it is found, and one on a held
+        # process must come before one on the run that echoes its hold, which takes its key
+        # (docs/protocol-v2.md, L3.8)
+        named: list[tuple[str, str, int, int]] = []
         for h in state.holds:
             mid, _, proc = h.holder.partition("/")
             # (the hold's process wrote its newest record before the main log's time now)
             named.append((mid, proc, h.run, state.log_time))
+        named += [(mid, m.proc, m.run, m.last_seen) for mid, m in state.members.items()
+                  if not m.ended]  # fmt: skip
         for mid, proc, run, at in named:
             seen = lv.runs.get((mid, proc))
             if seen is not None:

@@ -485,6 +485,7 @@ class GroupState(GroupData):
         h = holds.hold_on(self, old)  # version 2: until a verdict on its run (_apply_verdict)
         if h is not None:
             self.holds.append(h)
+            self.echo_holders.pop(h.holder, None)  # this reader saw the hold start
 
     def _take_echo(self, mid: str, v: MemberRecord, ts: int) -> None:
         """The holds record ``v`` echoes that this reader lacks, or has less of (holds.py)."""
@@ -492,8 +493,12 @@ class GroupState(GroupData):
             had = [o for o in self.holds if (o.holder, o.run) == (h.holder, h.run)]
             self.holds = [o for o in self.holds if o not in had] + [h]
             if not had and self.version == 2:
-                self.echo_holders.add(h.holder)
+                self.echo_holders[h.holder] = (v.incarnation, v.run or 0)
             self.changes += 1
+        for e in v.held:  # the newest record that echoes a hold is what compaction keeps
+            holder = f"{mid}/{e.process}"
+            if holder in self.echo_holders:
+                self.echo_holders[holder] = (v.incarnation, v.run or 0)
 
     def _covered(self, member_id: str, process: str, run: int) -> bool:
         """Version 2: whether the member's newest verdict ended run ``run`` of ``process``
@@ -539,14 +544,12 @@ class GroupState(GroupData):
         holder = f"{mid}/{v.process}"
         if any(h.holder == holder and h.run <= v.run for h in self.holds):
             self.holds = [h for h in self.holds if not (h.holder == holder and h.run <= v.run)]
+        if v.kind == "expired":  # what the run echoed alone ends with it (holds.end_echoed)
+            holds.end_echoed(self, mid, (v.process, v.run))
         m = self.members.get(mid)
         if m is not None and not m.ended and self._covered(mid, m.proc, m.run):
             m.ended = True
-            if self.echo_holders:  # what it echoed alone, this reader holds no longer
-                ended = {h.holder for h in self.holds if h.holder in self.echo_holders
-                         and holds.process_of(h.holder, mid) is not None}  # fmt: skip
-                self.holds = [h for h in self.holds if h.holder not in ended]
-                self.echo_holders -= ended
+            holds.end_echoed(self, mid)  # what it echoed alone, this reader holds no longer
             if mid == self.leader:
                 self._elect()
                 if self.leader is None:
