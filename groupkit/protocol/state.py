@@ -205,10 +205,12 @@ class GroupState(GroupData):
                     detail = (
                         f"a version-{v.version} member record in a version-{self.version} group"
                     )
-                    if self._posing(k.member_id, v):
+                    m = self.members.get(k.member_id)  # (Replayed.posing)
+                    live = m is not None and self.is_live(k.member_id)
+                    if live and m is not None and v.incarnation in (m.incarnation, m.process):
                         res = self._reject(offset, k, RejectReason.OTHER_VERSION, detail)
                         return replace(
-                            res, detail=detail + ", posing as a live member", posing=True
+                            res, detail=f"{detail}, posing as a live member", posing=True
                         )
                     raise RecordRejected(RejectReason.OTHER_VERSION, detail)
                 return self._apply_member(offset, k, v, timestamp_ms)  # (counts its changes)
@@ -246,16 +248,6 @@ class GroupState(GroupData):
             return self._reject(offset, None, e.reason, e.detail)
         kind = ReplayKind.SNAPSHOT if k.group == self.group else ReplayKind.OTHER_GROUP
         return Replayed(offset, kind, k)
-
-    def _posing(self, member_id: str, v: MemberRecord) -> bool:
-        """Whether ``v`` (of the other version) carries the incarnation of the live member
-        ``member_id`` of this version (:attr:`Replayed.posing`)."""
-        m = self.members.get(member_id)
-        return (
-            m is not None
-            and v.incarnation in (m.incarnation, m.process)
-            and self.is_live(member_id)
-        )
 
     def _reject(
         self, offset: int, key: RecordKey | None, reason: str, detail: str, clobbers: bool = False
