@@ -104,6 +104,18 @@ def grant(log: Log, gen: int, leader: str, owners: dict[str, list[int]]) -> None
     ))  # fmt: skip
 
 
+def granted(b_claims: bool = False) -> Log:
+    """Members a and b, and generation 1 from leader a: a has t-0 and t-1, b t-2 and t-3 (with
+    ``b_claims``, b's record that claims them too)."""
+    log = Log([])
+    log.member("a", 2, 1)
+    log.member("b", 2, 1)
+    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    if b_claims:
+        log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    return log
+
+
 def live(st: GroupState) -> set[str]:
     return set(st.live_members())
 
@@ -185,11 +197,7 @@ def test_a_membership_lasts_until_a_verdict_on_its_run_not_a_session() -> None:
 
 
 def test_a_verdict_frees_claims_and_a_record_in_flight_cannot_claim_them_again() -> None:
-    log = Log([])
-    log.member("a", 2, 1)
-    log.member("b", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
-    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    log = granted(b_claims=True)
     st = log.read()
     assert st.members["b"].claims == {TP("t", 2), TP("t", 3)}
     assert ownership.holders(st).get(TP("t", 2)) == {"b"}
@@ -205,10 +213,7 @@ def test_a_grant_a_newer_generation_revokes_is_still_the_members_to_take() -> No
     """A member that reads the main log slowly (its heartbeats keep it live meanwhile) takes an
     old generation's grant after newer ones revoked part of it. A reader of the compacted log
     has only the newest generation's record: it finds that grant in its ``revoke``."""
-    log = Log([])
-    log.member("a", 2, 1)
-    log.member("b", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log = granted()
     log.append(assignment_record(
         "g", generation=2, leader_id="a", leader_incarnation="i", leader_joined_at=0,
         protocol="cooperative", phase="partial", assignor="range", partition_counts={"t": 4},
@@ -233,10 +238,7 @@ def test_a_claim_from_a_generation_compacted_away_is_trusted_as_the_full_reader_
     """A slow reader that a newer generation no longer names (it lagged) takes an old grant.
     A reader that started from the compacted log lacks that generation's record: it trusts
     the claim, as the full reader accepts it, instead of rejecting the member's record."""
-    log = Log([])
-    log.member("a", 2, 1)
-    log.member("b", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
+    log = granted()
     log.append(assignment_record(
         "g", generation=2, leader_id="a", leader_incarnation="i", leader_joined_at=0,
         protocol="cooperative", phase="partial", assignor="range", partition_counts={"t": 4},
@@ -297,11 +299,7 @@ def test_the_lease_moves_the_clock_and_names_where_judging_starts() -> None:
 
 
 def test_a_hold_on_a_replaced_process_lasts_until_a_verdict_on_its_run() -> None:
-    log = Log([])
-    log.member("a", 2, 1)
-    log.member("b", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
-    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    log = granted(b_claims=True)
     log.member("b", 2, 1, inc="j")  # b restarted while its old process may still run
     log.append(lease_record("g", leader=("a", "i"), lease_seq=1), dt=10 * SESSION)
     st = log.read()
@@ -319,11 +317,7 @@ def test_a_hold_echoed_by_a_process_that_left_ends_for_every_reader_at_either_ve
     # only that one, and took the hold from the echo alone. It kept it for good and refused the
     # generation that grants b/i's partitions to a, which the full reader accepted; it ends with
     # the run that echoed it (docs/protocol-v2.md, L3.8).
-    log = Log([])
-    log.member("a", 2, 1)
-    log.member("b", 2, 1)
-    grant(log, 1, "a", {"a": [0, 1], "b": [2, 3]})
-    log.member("b", 3, 1, owned=[("t", 2), ("t", 3)], owned_generation=1, acked_generation=1)
+    log = granted(b_claims=True)
     echo = [HeldEcho("i", frozenset({TP("t", 2), TP("t", 3)}), None, 1)]
     log.member("b", 1, 1, inc="j", held=echo)  # b/j replaces b/i
     log.member("b", 2, 1, inc="j", held=echo, leaving=True)

@@ -206,8 +206,8 @@ class GroupState(GroupData):
                         f"a version-{v.version} member record in a version-{self.version} group"
                     )
                     m = self.members.get(k.member_id)  # (Replayed.posing)
-                    live = m is not None and self.is_live(k.member_id)
-                    if live and m is not None and v.incarnation in (m.incarnation, m.process):
+                    if (m is not None and self.is_live(k.member_id)
+                            and v.incarnation in (m.incarnation, m.process)):  # fmt: skip
                         res = self._reject(offset, k, RejectReason.OTHER_VERSION, detail)
                         return replace(
                             res, detail=f"{detail}, posing as a live member", posing=True
