@@ -195,6 +195,17 @@ def stop_demo(demo: subprocess.Popen[Any]) -> int:
         return demo.wait()
 
 
+def hung(demo_dir: Path) -> str:
+    """The end of each log with a stack dump: the demo sends SIGQUIT to a process that did not
+    stop in time, before killing it."""
+    tails = []
+    for log in sorted(demo_dir.glob("*.log")):
+        text = log.read_text(errors="replace")
+        if "most recent call first" in text:
+            tails.append(f"\n--- {log.name}:\n{text[-6000:]}")
+    return "".join(tails)
+
+
 def admin_lag(admin: AdminClient, group: str, topic: str) -> int:
     """The group's lag by the AdminClient: log end minus committed (earliest if none)."""
     tps = [KTP(topic, p) for p in range(PARTITIONS)]
@@ -404,7 +415,7 @@ def test_demo_scraped_by_prometheus(
     text = out_path.read_text()
     assert code == 0, text[-3000:]
     assert "stopping ..." in text, text[-3000:]  # by the SIGINT, not by --duration
-    assert "exited cleanly" in text and "killed" not in text, text[-3000:]
+    assert "exited cleanly" in text and "killed" not in text, text[-3000:] + hung(demo_dir)
 
 
 def test_alert_rules_fire_in_the_demo(tmp_path: Path, bootstrap: str, admin: AdminClient) -> None:

@@ -253,7 +253,9 @@ class Demo:
         self.rebalances: deque[dict[str, Any]] = deque(maxlen=20)
         self.events: deque[str] = deque(maxlen=20)
         self.started = time.monotonic()
-        self.next_churn = self.started + args.churn_interval if args.churn_interval > 0 else None
+        self.next_churn: float | None = None  # set once the first members are up
+        #: when churning began: ``--churn-for`` counts from there
+        self.churn_from = self.started
         self.seq = 0
         self.tty = sys.stdout.isatty() and not args.no_table
         self.prom_dir = self.state_dir / "prometheus"
@@ -405,6 +407,11 @@ class Demo:
             self._pump()
             time.sleep(0.2)
         self._say("")
+        # The churn's clock starts with the group, not with the demo: on a busy machine the
+        # members' start can take a good part of ``--churn-for``.
+        self.churn_from = time.monotonic()
+        if a.churn_interval > 0:
+            self.next_churn = self.churn_from + a.churn_interval
         for w in self.workers:
             self._say(f"  {w.name} metrics: {w.url}")
         self._say(f"  Prometheus config scraping them all: {prom_config}")
@@ -519,7 +526,8 @@ class Demo:
         a = self.args
         if self.next_churn is None or now < self.next_churn:
             return
-        if a.churn_for and now - self.started > a.churn_for:
+        # By the schedule, not by when this turn came: a slow turn does not skip a step.
+        if a.churn_for and self.next_churn - self.churn_from > a.churn_for:
             self.next_churn = None
             return
         self.next_churn = now + a.churn_interval
@@ -553,18 +561,23 @@ class Demo:
                     c.proc.wait(max(0.1, deadline - time.monotonic()))
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: kill what is left
-        unclean = []
+        unclean = [c for c in children if c.proc.poll() is None]
+        for c in unclean:  # their threads' stacks to their logs, then SIGKILL
+            with contextlib.suppress(ProcessLookupError):
+                c.proc.send_signal(signal.SIGQUIT)
+        for c in unclean:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                c.proc.wait(1)
+            c.proc.kill()
+            c.proc.wait()
         for c in children:
-            if c.proc.poll() is None:
-                c.proc.kill()
-                c.proc.wait()
-                unclean.append(c.name)
             c.done = True
         if self.prom_dir.exists():
             self._write_status()
-        left = ", ".join(w.name for w in children if w.name not in unclean)
+        left = ", ".join(w.name for w in children if w not in unclean)
+        killed = ", ".join(f"{c.name} (stacks in {c.log})" for c in unclean)
         self._say(f"stopped: {left or 'nothing'} exited cleanly"
-                  + (f"; killed {', '.join(unclean)}" if unclean else ""))  # fmt: skip
+                  + (f"; killed {killed}" if unclean else ""))  # fmt: skip
         if self.broker is not None and not self.args.keep_broker:
             self.broker.stop()
             self._say("stopped the local broker this demo started")
@@ -624,7 +637,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--churn-for",
         type=float,
         default=0.0,
-        help="stop churning after this many seconds (0: never)",
+        help="stop churning this many seconds after the first members are up (0: never)",
     )
     p.add_argument(
         "--metrics-port",

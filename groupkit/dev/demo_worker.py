@@ -24,6 +24,7 @@ The producer spreads ``--rate`` records a second over the partitions by a Zipf l
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import random
 import signal
@@ -52,6 +53,9 @@ def _stop_event() -> threading.Event:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    # A process that does not stop in time is sent SIGQUIT before SIGKILL (``groupkit demo``'s
+    # stop): its threads' stacks go to its log, to say where it hung.
+    faulthandler.register(signal.SIGQUIT, all_threads=True)
     parent = os.getppid()
     if os.environ.get("GROUPKIT_DEMO_CHILD") == "1":
 
@@ -156,6 +160,7 @@ def run_worker(args: argparse.Namespace) -> int:
             if msgs and args.max_rate > 0:
                 stop.wait(max(0.0, len(msgs) / args.max_rate - (time.monotonic() - t0)))
     finally:
+        logger.info("demo.worker.closing", member=name)
         consumer.close()
         server.shutdown()
         logger.info("demo.worker.closed", member=name)
