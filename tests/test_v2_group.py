@@ -20,9 +20,11 @@ from groupkit import GroupConsumer
 from groupkit.dev.broker import live_client_handles
 from groupkit.dev.harness import wait_for
 from groupkit.errors import ControlLoopError
+from groupkit.runtime.config import GroupConfig
+from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.runtime.describe import describe_group, group_state, list_groups
-from groupkit.runtime.liveness_io import LivenessIO
+from groupkit.runtime.liveness_io import LivenessIO, bind_liveness_log
 from tests.groupharness import pump, subscribed
 
 
@@ -196,3 +198,37 @@ def test_a_member_is_busy_while_its_group_changes_and_idle_after(
     coordinators = [c._coordinator for c in members]
     pump(members, lambda: not any(c is not None and c.busy() for c in coordinators), 15,
          "both idle again")  # fmt: skip
+
+
+def test_the_catch_up_reads_snapshots_through_a_client_warmed_with_the_others(
+    conf: dict[str, Any],
+    admin: AdminClient,
+    consumers: list[GroupConsumer],
+    topic_factory: Callable[..., str],
+) -> None:
+    """A version-2 newcomer's catch-up starts on the liveness log (its snapshots): the client
+    for that read is opened and warmed with the control clients, not when the catch-up needs
+    it; closed with them if the catch-up never takes it."""
+    cfg = GroupConfig.from_dict(v2(conf))
+    # One member creates the control and liveness topics.
+    subscribed(consumers, v2(conf), [topic_factory(partitions=2)])
+    gc.collect()
+    baseline = live_client_handles()
+    control = ControlClients(cfg, cfg.control_topic)
+    try:
+        control.bind(0)
+        bind_liveness_log(admin, cfg, control)
+        assert control.liveness is not None
+        reader = control.take_snapshot_reader()
+        assert reader is not None and control.take_snapshot_reader() is None
+        assert (reader.topic, reader.partition) == control.liveness
+        assert reader.warmed, "the liveness topic's metadata was not learned"
+        reader.close()
+    finally:
+        control.close(0)
+    # Not taken: closed with the others.
+    control = ControlClients(cfg, cfg.control_topic)
+    control.close(0)
+    gc.collect()
+    wait_for(lambda: live_client_handles() == baseline, 10,
+             f"librdkafka clients left: {live_client_handles() - baseline}")  # fmt: skip

@@ -91,6 +91,7 @@ class LivenessIO:
         self.lock = lock
         self.writer = control.writer
         self.topic, self.partition = control.liveness
+        self._control = control
         #: the judge's reader, while the node judges
         self.reader: ControlReader | None = None
         #: heartbeats written, confirmed, and failed (for stats and tests)
@@ -151,8 +152,12 @@ class LivenessIO:
         return self.reader is not None
 
     def snapshot_reader(self) -> ControlReader:
-        """A reader of the liveness partition, for a newcomer's catch-up (catch_up.py)."""
-        return ControlReader(self.cfg, self.topic, self.partition, "liveness-reader")
+        """A reader of the liveness partition, for a newcomer's catch-up (catch_up.py): the
+        one the control clients opened and warmed, else (a second catch-up) a new one."""
+        reader = self._control.take_snapshot_reader()
+        if reader is None:
+            reader = ControlReader(self.cfg, self.topic, self.partition, "liveness-reader")
+        return reader
 
     # ------------------------------------------------------------------ judging
 
