@@ -232,3 +232,26 @@ def test_the_catch_up_reads_snapshots_through_a_client_warmed_with_the_others(
     gc.collect()
     wait_for(lambda: live_client_handles() == baseline, 10,
              f"librdkafka clients left: {live_client_handles() - baseline}")  # fmt: skip
+
+
+def test_a_generation_covers_a_newcomer_once_it_claims_its_share_and_its_leave_moves_at_once(
+    conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
+) -> None:
+    """A newcomer owns its share by admission handoffs; then a generation covers it. Version 2's
+    main log has no heartbeats: its clock moves by the leader's lease, a third of a session
+    apart, so a plan that waited a heartbeat of log time to cover the newcomer waited up to a
+    lease (10 s here). A newcomer that left meanwhile left its share held for a session."""
+    topic = topic_factory(partitions=8)
+    parts = {(topic, p) for p in range(8)}
+    conf = {**v2(conf), "session.timeout.ms": 30_000, "heartbeat.interval.ms": 1_000}
+    members = [subscribed(consumers, {**conf, "client.id": f"m{i}"}, [topic]) for i in range(3)]
+    pump(members, lambda: once(members, parts), 30, "3 members stable")
+    for trial in range(3):
+        newcomer = subscribed(consumers, {**conf, "client.id": f"n{trial}"}, [topic])
+        group = [*members, newcomer]
+        pump(group, lambda g=group: once(g, parts), 30, "the newcomer claims its share")
+        took = pump(group, lambda n=newcomer: n.generation > 0, 30, "a generation covers it")
+        assert took < 3, f"trial {trial}: covered {took:.1f} s after it claimed its share"
+        newcomer.close()
+        took = pump(members, lambda: once(members, parts), 30, "its share back with the others")
+        assert took < 5, f"trial {trial}: its share came back {took:.1f} s after its leave"

@@ -32,7 +32,13 @@ from groupkit.protocol.member import (
     diff,
 )
 from groupkit.protocol.node import Lead, Node, NodeStep
-from groupkit.protocol.planner import Adjusted, Decision, Planner, adjust_cooperative
+from groupkit.protocol.planner import (
+    Adjusted,
+    Decision,
+    Planner,
+    adjust_cooperative,
+    default_cover_after_ms,
+)
 from groupkit.protocol.records import (
     AssignmentKey,
     AssignmentRecord,
@@ -89,6 +95,7 @@ __all__ = [
     "decode",
     "decode_key",
     "decode_value",
+    "default_cover_after_ms",
     "diff",
     "encode",
     "member_record",

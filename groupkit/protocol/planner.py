@@ -147,6 +147,15 @@ def adjust_cooperative(
     return out
 
 
+def default_cover_after_ms(version: int, heartbeat_interval_ms: int) -> int:
+    """The runtime's :attr:`Planner.cover_after_ms`: a heartbeat interval on protocol version 1;
+    none on version 2. Its wait is in log time, and version 2's main log has no heartbeats:
+    its clock moves by the leader's lease, a third of a session apart. A wait of a heartbeat
+    there lasted up to a lease interval (3.3 s at the default session), and a newcomer that
+    left meanwhile, before a generation covered it, held its admitted share for a session."""
+    return heartbeat_interval_ms if version == 1 else 0
+
+
 class Planner:
     """Plans generations for a group with one assignor and one protocol. Stateless."""
 

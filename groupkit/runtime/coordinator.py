@@ -56,7 +56,7 @@ from confluent_kafka.admin import AdminClient
 
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
-from groupkit.protocol import GroupState, Member, Planner
+from groupkit.protocol import GroupState, Member, Planner, default_cover_after_ms
 from groupkit.protocol.assign import PlanOutcome
 from groupkit.protocol.member import Actions, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
@@ -210,8 +210,8 @@ class Coordinator:
             version=cfg.protocol_version,
             process_lease_ms=cfg.process_lease_ms,
         )
-        self.planner = Planner(cfg.assignor, cfg.protocol,
-                               cover_after_ms=cfg.heartbeat_interval_ms)  # fmt: skip
+        cover_after = default_cover_after_ms(cfg.protocol_version, cfg.heartbeat_interval_ms)
+        self.planner = Planner(cfg.assignor, cfg.protocol, cover_after_ms=cover_after)
         #: the protocol's rules (replay, the member's step, when to lead); this class does I/O
         self.node = Node(self.member, self.state, self.planner, defer_plans=True,
                          lease_interval_ms=cfg.lease_interval_ms)  # fmt: skip

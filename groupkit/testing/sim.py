@@ -74,7 +74,7 @@ from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcom
 from groupkit.protocol.member import Actions, Member
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.placement import Replan
-from groupkit.protocol.planner import Planner
+from groupkit.protocol.planner import Planner, default_cover_after_ms
 from groupkit.protocol.records import Signer, encode, reset_record
 from groupkit.protocol.snapshot import CatchUp
 from groupkit.protocol.state import GroupState, Replayed
@@ -139,12 +139,10 @@ class GroupSim(LivenessLogs):
         self.process_lease_ms = process_lease_ms
         self.liveness = ControlLog()
         self.partitions = dict(partitions)
-        # Planner.cover_after_ms: by default the runtime's, a heartbeat
-        self.planner = Planner(
-            assignor,
-            protocol,
-            cover_after_ms=heartbeat_interval_ms if cover_after_ms is None else cover_after_ms,
-        )
+        # Planner.cover_after_ms: by default the runtime's
+        if cover_after_ms is None:
+            cover_after_ms = default_cover_after_ms(version, heartbeat_interval_ms)
+        self.planner = Planner(assignor, protocol, cover_after_ms=cover_after_ms)
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.rebalance_timeout_ms = rebalance_timeout_ms
