@@ -183,8 +183,14 @@ def test_a_steady_even_load_makes_no_move(
     c = members[0].consumer.coordinator
     assert c is not None
     ids = {m.consumer.member_id for m in members}
-    # (a newcomer owns its share before the generation that covers it: wait for that one)
-    wait_for(lambda: all(c.state.covers(i) for i in ids), 30, "a generation covering both")
+
+    # (a newcomer owns its share before the generation that covers it: wait for that one, and
+    # for its completion, if it revoked what a giver released after it was planned)
+    def covered() -> bool:
+        a = c.state.assignment
+        return all(c.state.covers(i) for i in ids) and a is not None and a.phase == "complete"
+
+    wait_for(covered, 30, "a complete generation covering both")
     generation = c.state.generation
     # 2 x 30 = 60 records/s a member, which processes 150: it keeps up
     running.append(Load(bootstrap, topic, dict.fromkeys(range(PARTITIONS), 30.0)))
