@@ -787,8 +787,11 @@ class ControlClients:
         reader = self._snapshot_reader
         if reader is not None and reader.topic == topic:
             reader.partition = partition
-        else:
-            self._open_snapshot_reader(topic, partition)
+            return
+        if reader is not None:  # (opened for another topic: never used, so closed here)
+            self.take_snapshot_reader()
+            reader.close()
+        self._open_snapshot_reader(topic, partition)
 
     def _open_snapshot_reader(self, topic: str, partition: int) -> None:
         """The catch-up reads the group's newest snapshot on the liveness log first. A fresh
