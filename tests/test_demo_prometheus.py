@@ -206,8 +206,9 @@ def hung(demo_dir: Path) -> str:
     return "".join(tails)
 
 
-def admin_lag(admin: AdminClient, group: str, topic: str) -> int:
-    """The group's lag by the AdminClient: log end minus committed (earliest if none)."""
+def admin_lags(admin: AdminClient, group: str, topic: str) -> dict[int, int]:
+    """The lag of each partition by the AdminClient: log end minus committed (earliest if
+    none)."""
     tps = [KTP(topic, p) for p in range(PARTITIONS)]
     latest = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=10)
     ends = {tp.partition: f.result().offset for tp, f in latest.items()}
@@ -218,10 +219,22 @@ def admin_lag(admin: AdminClient, group: str, topic: str) -> int:
     if missing:
         earliest = admin.list_offsets({tp: OffsetSpec.earliest() for tp in missing})
         starts = {tp.partition: f.result().offset for tp, f in earliest.items()}
-    return sum(
-        max(0, ends[p] - (committed[p] if committed[p] >= 0 else starts[p]))
+    return {
+        p: max(0, ends[p] - (committed[p] if committed[p] >= 0 else starts[p]))
         for p in range(PARTITIONS)
-    )
+    }
+
+
+def scraped_lags(prom: Prometheus, group: str, at: float) -> str:
+    """Each partition's lag and committed offset as scraped at ``at``, by member: what a
+    failed comparison with the AdminClient's measurement is read against."""
+    rows: dict[str, dict[str, str]] = {}
+    for name in ("lag", "committed_offset"):
+        for r in prom.query(f'groupkit_consumergroup_{name}{{group="{group}"}}', at):
+            m = r["metric"]
+            key = f"p{m['partition']:>2} {m['member']}"
+            rows.setdefault(key, {})[name] = f"{r['value'][1]}@{r['value'][0]}"
+    return "\n".join(f"{k}: {v}" for k, v in sorted(rows.items()))
 
 
 def test_demo_scraped_by_prometheus(
@@ -266,6 +279,9 @@ def test_demo_scraped_by_prometheus(
         # The churn (a 4th member at 6 s, the oldest removed at 12 s) and the producer's end.
         wait_for(lambda: (status().get("producer") or {}).get("done") is True, 60,
                  f"the producer to stop:\n{why()}")  # fmt: skip
+        #: after the producer's last record: only samples from scrapes begun later have a
+        #: log end that no longer moves
+        produced_by = time.time()
 
         def stable() -> bool:
             members = len(status().get("members", {}))
@@ -356,7 +372,10 @@ def test_demo_scraped_by_prometheus(
             # start and ingests it at the scrape's end, so a scrape that began before "now" may
             # land between two queries at "now". Each member is scraped one scrape after
             # another, so no sample stamped at or before every member's newest is still due.
-            wait_for(lambda: prom.scalar(last_scrape) is not None, 15, "a scrape of every member")
+            # A member's newest sample may be seconds old (a slow scrape): its lag would be of
+            # a log end the producer has moved since, below the measurement.
+            wait_for(lambda: (prom.scalar(last_scrape) or 0) > produced_by, 15,
+                     "a scrape of every member begun after the producer stopped")  # fmt: skip
             t1 = prom.scalar(last_scrape) or 0.0
             before = prom.scalar(members_sum, at=t1)
             gen_before = prom.scalar(generation, at=t1)
@@ -374,7 +393,8 @@ def test_demo_scraped_by_prometheus(
             # t1, the scrapes stamped before it are over.
             wait_for(lambda t1=t1: (prom.scalar(last_scrape) or 0) > t1, 15,  # type: ignore[misc]
                      "a scrape of every member begun after the Prometheus sums")  # fmt: skip
-            measured = admin_lag(admin, group, topic)
+            measured_by_partition = admin_lags(admin, group, topic)
+            measured = sum(measured_by_partition.values())
             t2 = time.time()
             # Each member's next scrape must ask the brokers after t2 (its offsets are reused
             # for 0.5 s), so wait for scrapes well after it.
@@ -397,7 +417,11 @@ def test_demo_scraped_by_prometheus(
         print(
             f"\nlag: Prometheus before {before:.0f} >= AdminClient {measured} >= after {after:.0f}"
         )
-        assert before >= measured >= after, (before, measured, after)
+        assert before >= measured >= after, (
+            f"{(before, measured, after)}\nAdminClient by partition: {measured_by_partition}"
+            f"\nscraped at {t1}:\n{scraped_lags(prom, group, t1)}"
+            f"\nscraped at {t3}:\n{scraped_lags(prom, group, t3)}"
+        )
         assert measured > 0, "the producer was meant to outrun the members"
         # kafka_exporter's names, read by its dashboard's panel and its alert rule's sum: the
         # same lag (each sample may come from the scrape's own reading of the offsets).
