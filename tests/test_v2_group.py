@@ -253,3 +253,33 @@ def test_a_generation_covers_a_newcomer_once_it_claims_its_share_and_its_leave_m
         newcomer.close()
         took = pump(members, lambda: once(members, parts), 30, "its share back with the others")
         assert took < 5, f"trial {trial}: its share came back {took:.1f} s after its leave"
+
+
+def test_a_newcomer_that_leaves_while_it_takes_its_share_holds_none_of_it(
+    conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
+) -> None:
+    """A newcomer closes once it owns the part of its share one giver handed over, before the
+    other giver's part and before any generation covers it. It takes nothing more while it
+    closes, and its leaving record holds only what it claims (nothing, once released), so its
+    share goes back to the others at once, not after its session (30 s here)."""
+    topic = topic_factory(partitions=8)
+    parts = {(topic, p) for p in range(8)}
+    conf = {**v2(conf), "session.timeout.ms": 30_000, "heartbeat.interval.ms": 1_000}
+    members = [subscribed(consumers, {**conf, "client.id": f"m{i}"}, [topic]) for i in range(3)]
+    pump(members, lambda: once(members, parts), 30, "3 members stable")
+    for trial in range(3):
+        co = members[0]._coordinator
+        assert co is not None
+        with co.lock:
+            a = co.state.assignment
+            assert a is not None
+            givers = [c for c in members if a.members[c.member_id].admit]
+        assert len(givers) == 2  # 3, 3 and 2 partitions: the two owners of 3 give one each
+        newcomer = subscribed(consumers, {**conf, "client.id": f"n{trial}"}, [topic])
+        # Only the first giver polls beside it: a giver releases on its poll thread, so the
+        # newcomer gets that part alone, and nothing covers it before it claims its share.
+        pump([givers[0], newcomer], lambda n=newcomer: bool(owned(n)), 30, "the first part")
+        assert len(owned(newcomer)) == 1 and newcomer.generation == 0, trial
+        newcomer.close()
+        took = pump(members, lambda: once(members, parts), 30, "its share back with the others")
+        assert took < 5, f"trial {trial}: its share came back {took:.1f} s after its leave"

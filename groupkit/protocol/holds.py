@@ -18,10 +18,15 @@ from groupkit.protocol.group import NEVER, GroupData, Hold, MemberState
 from groupkit.protocol.records import HeldEcho, MemberRecord
 
 
-def hold_on(state: GroupData, old: MemberState) -> Hold | None:
+def hold_on(state: GroupData, old: MemberState, leaving: bool = False) -> Hold | None:
     """The hold on live membership ``old``, which a record about to be applied ends: what it
-    may hold, until its session would have ended (version 2: until a verdict ends its run)."""
-    held = ownership.may_hold(state, old.member_id)
+    may hold, until its session would have ended (version 2: until a verdict ends its run).
+
+    ``leaving``: that record is the membership's own leaving record (``old`` is its state).
+    Its process takes nothing after writing it, and claims in it everything it may still run
+    (docs/protocol.md, "Expiry and tombstones"), so its claims are all it holds: not the
+    grants it never took, nor what was reserved for it."""
+    held = old.claims if leaving else ownership.may_hold(state, old.member_id)
     if not held:
         return None
     until = state.expires_at(old)

@@ -37,14 +37,14 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    one without ``prev_ts``, or appended a session or more after its ``prev_ts`` (state.py).
    Only then may the leader grant them to another member.
 4. The member fences itself at its own time ``s + session.timeout`` (less the clock-skew
-   allowance, below), where ``s`` is the send time
-   of its newest confirmed record, except that while a record written with an older
-   ``prev_ts`` is still on its way, ``s`` is the send time of that older record (and while one
-   without ``prev_ts`` is, the member stays lapsed). Either way ``s + session.timeout`` is no
-   later than the log time at which (a) or (b) can happen: it has stopped before the grant can
-   exist. ``s`` never moves back, so the runtime may cache the deadline. A process frozen longer
-   than that (a zombie) is fenced by the first :meth:`Member.poll` after it resumes, before it
-   processes anything; ``check_commit`` refuses its commits.
+   allowance, below), where ``s`` is the send time of its newest confirmed record, except that
+   while a record written with an older ``prev_ts`` is still on its way, ``s`` is the send time
+   of that older record (and while one without ``prev_ts`` is, the member stays lapsed). Either
+   way ``s + session.timeout`` is no later than the log time at which (a) or (b) can happen: it
+   has stopped before the grant can exist. ``s`` never moves back, so the runtime may cache the
+   deadline. A process frozen longer than that (a zombie) is fenced by the first
+   :meth:`Member.poll` after it resumes, before it processes anything; ``check_commit`` refuses
+   its commits.
 5. After fencing it writes a fresh record without ``prev_ts``: a *new* membership that owns
    nothing, so it only gets partitions again through a new generation. It writes no other until
    it has read that one back (or a session has passed), since each would restart the membership
@@ -221,6 +221,7 @@ class Member:
         self.seated = False
         #: :meth:`park` rather than :meth:`leave`: say goodbye without the tombstone
         self._park = False
+        self.closing = False  # stop_taking(): a closing process takes nothing more
         self.member_id = member_id
         self.incarnation = incarnation
         self.topics = tuple(sorted(set(topics)))
@@ -230,11 +231,9 @@ class Member:
             raise ValueError(
                 f"max_clock_skew_ms must be in [0, session_timeout_ms), got {max_clock_skew_ms}"
             )
-        #: How far the clocks of the brokers that may lead the control partition can differ.
-        #: Log time is their ``LogAppendTime``: when the partition moves to a broker whose clock
-        #: is ahead by up to this much, the log may expire us (or restart our membership) that
-        #: much early, measured from our record's send. So we fence ourselves that much early
-        #: (see "Clock skew" in the module docstring).
+        #: How far the clocks of the brokers that may lead the control partition can differ: a
+        #: move to one ahead by this much may expire us (or restart our membership) that much
+        #: early, so we fence ourselves that much early ("Clock skew" in the module docstring).
         self.max_clock_skew_ms = max_clock_skew_ms
         #: the session, by our own clock, after which we hold ourselves fenced
         self.fence_after_ms = session_timeout_ms - max_clock_skew_ms
@@ -246,9 +245,8 @@ class Member:
         self.client = dict(client or {})
         self.signer = signer
         #: A runtime that revokes on another thread (commit, ``on_revoke``) sets this: revoked
-        #: partitions stay claimed in the member's records until :meth:`revoked` says they are
-        #: committed and stopped, so the leader cannot grant them while they are still in use.
-        #: The simulator carries out revocations between ``poll`` and the write, so it need not.
+        #: partitions stay claimed until :meth:`revoked` says they are committed and stopped, so
+        #: the leader cannot grant them while in use (the simulator revokes before the write).
         self.defer_revocations = defer_revocations
         self.state = MemberPhase.UNJOINED
         #: what this process owns and processes now (local truth)
@@ -351,6 +349,10 @@ class Member:
     def leave(self) -> None:
         """Start a clean leave; the next :meth:`poll` revokes everything and says goodbye."""
         self._fire(MemberEvent.LEAVE)
+
+    def stop_taking(self) -> None:
+        """Take nothing more (the process is closing): its leaving record holds its claims."""
+        self.closing = True
 
     def park(self) -> None:
         """Stop without leaving (a static member's close, as Kafka's): the next :meth:`poll`
@@ -541,7 +543,7 @@ class Member:
         )
         fresh = group.generation != self.acked
         added, revoked = diff(self.owned, target)
-        added -= blocked
+        added = EMPTY if self.closing else added - blocked
         if not (healthy and fresh):
             # Never take anything while our session is in doubt, and take a generation's grants
             # only in the poll that acknowledges it: once our record says "acked g" the log stops
@@ -560,7 +562,7 @@ class Member:
                 events.append(f"generation {group.generation}")
         if covered:
             self.generation = group.generation
-        if fresh and healthy and not blocked:  # acked with taking its grants, never apart
+        if fresh and healthy and not blocked and not self.closing:  # acked with its grants taken
             self.acked = group.generation
             self._dirty = True
         self._granted = target if covered and self.acked == group.generation else EMPTY
@@ -573,10 +575,9 @@ class Member:
 
         writes: list[Write] = []
         if self.version == 2:
-            # heartbeats go to the liveness log; member records only when something changed,
-            # or the group has a generation we have seen and not said so: the log reserves
-            # older grants for us until our record says we have seen past them
-            # (ownership.may_hold), so a member that stays silent would pin the history
+            # heartbeats go to the liveness log; member records only on a change, or a newer
+            # generation seen: the log reserves older grants for us until our record says we
+            # have seen past them (may_hold), so a silent member would pin the history
             if self._read_at is None or group.offset != self._read_at[0]:
                 self._read_at = (group.offset, now_ms)
             if now_ms - self._read_at[1] < self.read_timeout_ms:  # else cut off: lapse (L4.5)
@@ -588,8 +589,7 @@ class Member:
         )
         # A record without prev_ts starts a new membership (state.py), so while one is on its
         # way another would only restart it again: wait until we read it back (the next record
-        # then says prev_ts, and goes out at once), or resend once a session has passed.
-        # Records are whole: what changed meanwhile goes out with the next one.
+        # then says prev_ts, and goes out at once, whole), or resend once a session has passed.
         hold_back = (
             lapsed
             and self._unready_sent is not None

@@ -324,6 +324,10 @@ class Node:
         """Start a clean leave: the next poll revokes everything and writes the tombstone."""
         self.member.leave()
 
+    def stop_taking(self) -> None:
+        """The process is closing: take nothing more (``Member.stop_taking``)."""
+        self.member.stop_taking()
+
     def park(self) -> None:
         """A static member's close: revoke everything and write a record owning nothing, but
         keep the seat for the next process with our instance id (``Member.park``)."""

@@ -452,10 +452,10 @@ class GroupState(GroupData):
             # which a reader may see later) takes effect right here, so nobody plans for the
             # member in between. A leader that read this record alone would see a member that
             # acknowledged its generation yet claims less than its grant (partitions_lost),
-            # grant those again, and the tombstone would then hold them a session. It frees
-            # nothing the tombstone would not: a forged one is a forged member record and a
-            # forged tombstone, which signing and holds shut out.
-            return self._apply_leave(offset, k)
+            # grant those again, and the tombstone would then hold them a session. It holds
+            # only what it claims: its writer takes nothing more (holds.hold_on). A forged one
+            # is a forged member record, which signing shuts out.
+            return self._apply_leave(offset, k, leaving=True)
         if self.leader is None or not self.is_live(self.leader):
             self._elect()
         elif self.leader == mid:
@@ -473,8 +473,8 @@ class GroupState(GroupData):
             self.changes += 1
         return Replayed(offset, ReplayKind.MEMBER, k, new_membership=new_membership)
 
-    def _hold(self, old: MemberState) -> None:
-        h = holds.hold_on(self, old)  # version 2: until a verdict on its run (_apply_verdict)
+    def _hold(self, old: MemberState, leaving: bool = False) -> None:
+        h = holds.hold_on(self, old, leaving)  # version 2: until a verdict on its run
         if h is not None:
             self.holds.append(h)
             self.echo_holders.pop(h.holder, None)  # this reader saw the hold start
@@ -604,7 +604,7 @@ class GroupState(GroupData):
             self.leader = mid
         return Replayed(offset, ReplayKind.MEMBER, k)
 
-    def _apply_leave(self, offset: int, k: MemberKey) -> Replayed:
+    def _apply_leave(self, offset: int, k: MemberKey, leaving: bool = False) -> Replayed:
         old = self.members.pop(k.member_id, None)
         self.started.pop(k.member_id, None)
         if old is not None:
@@ -614,7 +614,7 @@ class GroupState(GroupData):
                 # tombstone cannot be signed, so it must not free what a running process has.
                 # (So tombstones must outlive a session: delete.retention.ms >= the session.)
                 self.members[k.member_id] = old  # may_hold needs it present and live
-                self._hold(old)
+                self._hold(old, leaving)  # a leaving record holds only its claims
                 del self.members[k.member_id]
             if self.leader == k.member_id:
                 self._elect()

@@ -233,9 +233,8 @@ class Coordinator:
         self.load = LoadFollower.of(cfg, admin, self.member_id, self.planner)  # or None: off
         #: set when the app did not poll within max.poll.interval.ms and the member left
         self.abandoned = False
-        #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``.
-        #: Set under the lock with either; read without it (one plain read: the hot path
-        #: looks at it on every call, and a change it misses is seen on the next)
+        #: whether the ``poll`` thread has work from us: a hand-off queued, or ``abandoned``. Set
+        #: under the lock; read without it by the hot path (a change it misses, the next sees)
         self.needs_service = False
         #: monotonic s until which the group is busy (:meth:`busy`); the poll thread reads it
         self.busy_until = 0.0
@@ -302,9 +301,8 @@ class Coordinator:
 
     def _run(self) -> None:
         try:
-            # The reader's warm-up (GroupConsumer() started it) is done before it is used. The
-            # writer's (its metadata, then its producer id: ControlWriter.warm) goes on while
-            # we read the history, and is done before the first write.
+            # The reader's warm-up (GroupConsumer() started it) is done before it is used; the
+            # writer's (metadata, producer id: ControlWriter.warm) before the first write.
             self.control.wait_warm(writer=False)
             started = monotonic_ms()
 
@@ -327,8 +325,7 @@ class Coordinator:
             while not self._may_join.wait(0.05) and not self._stop.is_set():
                 self._replay(self.reader.poll(0))  # keep up meanwhile (no turn: no record)
             # The first turn at once, on what arrived meanwhile: it writes our join record,
-            # which says the generation we have seen (waiting the poll timer first only
-            # delayed joining the group by up to that long).
+            # which says the generation we have seen (a wait for the poll timer only delays it).
             if not self._stop.is_set():
                 self.turn(self.reader.poll(0))
             # A turn runs on every record at once; without, often enough for the timed steps
@@ -556,10 +553,9 @@ class Coordinator:
                           what=e, generation=acts.generation)  # fmt: skip
         # A record written after a loss may end our claims where it lands (a lapsed member's
         # has no prev_ts), and others are granted them at once. So it waits until the poll
-        # thread has stopped the lost partitions (``lost``): the protocol's member stops
-        # owning in the same step that writes it, and only then is the runtime the same.
-        # Holding it back costs nothing safety needs: without it the log expires us a
-        # session after our last heartbeat, later than our own fence.
+        # thread has stopped the lost partitions (``lost``), as the protocol's member stops
+        # owning in the step that writes it. Safety loses nothing: without it the log expires
+        # us a session after our last heartbeat, later than our own fence.
         self._stopping |= acts.lost
         for w in acts.writes:
             if self._stopping:
@@ -655,12 +651,16 @@ class Coordinator:
             )
 
     def leave(self) -> None:
-        """Start a clean leave (unless one is under way): the next turn revokes everything
-        still claimed and writes the tombstone; or, if ``keep_seat``, a static member's close:
-        a last record owning nothing, no tombstone (``Member.park``)."""
+        """Start a clean leave (unless one is under way): the next turn revokes all still
+        claimed and writes the tombstone; ``keep_seat``: no tombstone (``Member.park``)."""
         with self.lock:
             if self.member.state not in (MemberPhase.LEAVING, MemberPhase.LEFT):
                 self._leave_or_park()
+
+    def stop_taking(self) -> None:
+        """The process is closing: its member takes nothing more (``Member.stop_taking``)."""
+        with self.lock:
+            self.node.stop_taking()
 
     def _leave_or_park(self) -> None:
         if self.keep_seat:

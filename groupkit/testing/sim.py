@@ -302,7 +302,9 @@ class GroupSim(LivenessLogs):
         if self.release_delay_ms is None:
             sm.member.leave()
         elif sm.leave_at is None:
-            # as the runtime's close: commit what it owns, then release it with the leave
+            # as the runtime's close: take nothing more, commit what it owns, then release it
+            # with the leave
+            sm.node.stop_taking()
             sm.releasing.append((self.clock + self.release_delay_ms, sm.member.owned))
             sm.stopped |= sm.member.owned
             sm.leave_at = self.clock + self.release_delay_ms
