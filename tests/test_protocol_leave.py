@@ -35,6 +35,44 @@ EXAMPLES = max(20, int(os.environ.get("GROUPKIT_PROTOCOL_EXAMPLES", "1000")) // 
 SESSION_MS = 3_000
 
 
+LEAVE_SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    # as schedule_settings (test_protocol_hypothesis.py): a fixed seed unless asked otherwise
+    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
+)
+
+
+def _stable(sim: GroupSim, members: int, rates: list[int | None]) -> list[str]:
+    """``members`` members m0, m1, ... join ``sim`` (reading ``rates[i]`` records a tick) and
+    settle; their ids."""
+    sim.lags = {}
+    ids = [f"m{i}" for i in range(members)]
+    for i, mid in enumerate(ids):
+        # read_rate: records a member replays per tick; 1 is a leader that may see the leave's
+        # last record alone, a tick before its tombstone
+        sim.join(mid, read_rate=rates[i])
+    sim.settle()
+    assert sim.is_stable(), sim.describe()
+    return ids
+
+
+def _leave_and_settle(sim: GroupSim, gone: str) -> None:
+    """``gone`` leaves cleanly: no partition has two running owners meanwhile, and the group is
+    stable again, without it, within half a session."""
+    t0 = sim.clock
+    sim.leave(gone)
+    for _ in range(SESSION_MS // 10):
+        if sim.is_stable() and sim.members[gone].member.state == "left":
+            break
+        sim.tick()
+        assert not sim.violations(), sim.violations()
+    else:
+        raise AssertionError(f"not stable a session after the leave\n{sim.describe()}")
+    assert sim.clock - t0 < SESSION_MS // 2, sim.describe()
+
+
 def _leave_offsets(sim: GroupSim, member_id: str) -> tuple[int, int]:
     """The offsets of the leaver's last record (the one that says ``leaving``) and of the
     tombstone after it."""
@@ -50,13 +88,7 @@ def _leave_offsets(sim: GroupSim, member_id: str) -> tuple[int, int]:
     raise AssertionError(f"{member_id} wrote no leaving record and tombstone after it")
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    # as schedule_settings (test_protocol_hypothesis.py): a fixed seed unless asked otherwise
-    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
-)
+@LEAVE_SETTINGS
 @given(
     protocol=st.sampled_from(["eager", "cooperative"]),
     assignor=st.sampled_from(assignor_names()),
@@ -87,25 +119,9 @@ def test_a_clean_leave_ends_the_membership_at_its_last_record(
         produce_delay_ms=produce, fetch_delay_ms=fetch, release_delay_ms=release,
         produce_jitter_ms=jitter, seed=seed,
     )  # fmt: skip
-    sim.lags = {}
-    ids = [f"m{i}" for i in range(members)]
-    for i, mid in enumerate(ids):
-        # read_rate: records a member replays per tick; 1 is a leader that may see the leave's
-        # last record alone, a tick before its tombstone
-        sim.join(mid, read_rate=rates[i])
-    sim.settle()
-    assert sim.is_stable(), sim.describe()
+    ids = _stable(sim, members, rates)
     gone = ids[leaver % members]
-    t0 = sim.clock
-    sim.leave(gone)
-    for _ in range(SESSION_MS // 10):
-        if sim.is_stable() and sim.members[gone].member.state == "left":
-            break
-        sim.tick()
-        assert not sim.violations(), sim.violations()
-    else:
-        raise AssertionError(f"not stable a session after the leave\n{sim.describe()}")
-    assert sim.clock - t0 < SESSION_MS // 2, sim.describe()
+    _leave_and_settle(sim, gone)
 
     # (1) the leave's last record alone ends the membership, as record + tombstone do
     at, tomb = _leave_offsets(sim, gone)
@@ -120,12 +136,7 @@ def test_a_clean_leave_ends_the_membership_at_its_last_record(
     assert before.leader == after.leader and before.holds == after.holds
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=os.environ.get("GROUPKIT_PROTOCOL_RANDOM") != "1",
-)
+@LEAVE_SETTINGS
 @given(
     version=st.sampled_from([1, 2]),
     assignor=st.sampled_from(["cooperative-sticky", "sticky"]),
@@ -159,12 +170,7 @@ def test_a_newcomer_that_leaves_before_a_generation_covers_it_holds_only_its_cla
         session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300, tick_ms=10,
         produce_delay_ms=produce, fetch_delay_ms=fetch, release_delay_ms=release, seed=seed,
     )  # fmt: skip
-    sim.lags = {}
-    ids = [f"m{i}" for i in range(members)]
-    for i, mid in enumerate(ids):
-        sim.join(mid, read_rate=rates[i])
-    sim.settle()
-    assert sim.is_stable(), sim.describe()
+    _stable(sim, members, rates)
     g = sim.view().generation
     sim.join("new", read_rate=rates[-1])
     ticks = 0
@@ -175,16 +181,7 @@ def test_a_newcomer_that_leaves_before_a_generation_covers_it_holds_only_its_cla
         assert ticks < SESSION_MS // 10, sim.describe()
     assume(sim.view().members["new"].admitted_in == g)  # (a slow reader may join unadmitted)
     assume(sim.view().generation == g)  # nothing covers it yet
-    t0 = sim.clock
-    sim.leave("new")
-    for _ in range(SESSION_MS // 10):
-        if sim.is_stable() and sim.members["new"].member.state == "left":
-            break
-        sim.tick()
-        assert not sim.violations(), sim.violations()
-    else:
-        raise AssertionError(f"not stable a session after the leave\n{sim.describe()}")
-    assert sim.clock - t0 < SESSION_MS // 2, sim.describe()
+    _leave_and_settle(sim, "new")
     at, _tomb = _leave_offsets(sim, "new")
     last = decode(sim.log.records[at].key, sim.log.records[at].value)[1]
     assert isinstance(last, MemberRecord)

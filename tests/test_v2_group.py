@@ -232,6 +232,19 @@ def test_the_catch_up_reads_snapshots_through_a_client_warmed_with_the_others(
     assert untaken._closed
 
 
+def three_of_eight(
+    conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
+) -> tuple[str, set[tuple[str, int]], dict[str, Any], list[GroupConsumer]]:
+    """A stable version-2 group of 3 members sharing a topic of 8 partitions, at a 30 s session
+    and 1 s heartbeat: its topic, partitions, configuration and members."""
+    topic = topic_factory(partitions=8)
+    parts = {(topic, p) for p in range(8)}
+    conf = {**v2(conf), "session.timeout.ms": 30_000, "heartbeat.interval.ms": 1_000}
+    members = [subscribed(consumers, {**conf, "client.id": f"m{i}"}, [topic]) for i in range(3)]
+    pump(members, lambda: once(members, parts), 30, "3 members stable")
+    return topic, parts, conf, members
+
+
 def test_a_generation_covers_a_newcomer_once_it_claims_its_share_and_its_leave_moves_at_once(
     conf: dict[str, Any], consumers: list[GroupConsumer], topic_factory: Callable[..., str]
 ) -> None:
@@ -239,11 +252,7 @@ def test_a_generation_covers_a_newcomer_once_it_claims_its_share_and_its_leave_m
     main log has no heartbeats: its clock moves by the leader's lease, a third of a session
     apart, so a plan that waited a heartbeat of log time to cover the newcomer waited up to a
     lease (10 s here). A newcomer that left meanwhile left its share held for a session."""
-    topic = topic_factory(partitions=8)
-    parts = {(topic, p) for p in range(8)}
-    conf = {**v2(conf), "session.timeout.ms": 30_000, "heartbeat.interval.ms": 1_000}
-    members = [subscribed(consumers, {**conf, "client.id": f"m{i}"}, [topic]) for i in range(3)]
-    pump(members, lambda: once(members, parts), 30, "3 members stable")
+    topic, parts, conf, members = three_of_eight(conf, consumers, topic_factory)
     for trial in range(3):
         newcomer = subscribed(consumers, {**conf, "client.id": f"n{trial}"}, [topic])
         group = [*members, newcomer]
@@ -262,11 +271,7 @@ def test_a_newcomer_that_leaves_while_it_takes_its_share_holds_none_of_it(
     other giver's part and before any generation covers it. It takes nothing more while it
     closes, and its leaving record holds only what it claims (nothing, once released), so its
     share goes back to the others at once, not after its session (30 s here)."""
-    topic = topic_factory(partitions=8)
-    parts = {(topic, p) for p in range(8)}
-    conf = {**v2(conf), "session.timeout.ms": 30_000, "heartbeat.interval.ms": 1_000}
-    members = [subscribed(consumers, {**conf, "client.id": f"m{i}"}, [topic]) for i in range(3)]
-    pump(members, lambda: once(members, parts), 30, "3 members stable")
+    topic, parts, conf, members = three_of_eight(conf, consumers, topic_factory)
     for trial in range(3):
         co = members[0]._coordinator
         assert co is not None
