@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
@@ -284,15 +284,36 @@ def subscribed(
     return c
 
 
+#: What a broker answers a read of committed offsets with while it loads the group's
+#: coordinator (just started, or restarted); librdkafka's ``committed()`` does not retry them.
+COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
+
+
 def committed_offsets(
     bootstrap: str, group: str, topic: str, partitions: int, **conf: Any
 ) -> dict[TP, int]:
     """The group's committed offset of each of ``topic``'s partitions ``0..partitions-1``
     (-1001: none), as a consumer with the group's id that joins nothing reads them (``conf``:
-    more of its configuration, e.g. ``**{"isolation.level": "read_committed"}``)."""
+    more of its configuration, e.g. ``**{"isolation.level": "read_committed"}``), once the
+    group's coordinator answers (:data:`COORDINATOR_MOVING`)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **conf})
+    got: list[KTP] = []
+
+    def read() -> bool:
+        try:
+            got[:] = c.committed([KTP(topic, p) for p in range(partitions)], timeout=10)
+        except KafkaException as e:
+            if e.args[0].code() not in COORDINATOR_MOVING:
+                raise
+            return False
+        return True
+
     try:
-        got = c.committed([KTP(topic, p) for p in range(partitions)], timeout=10)
+        wait_for(read, 60, f"the committed offsets of group {group}", step=0.2)
         return {(p.topic, p.partition): p.offset for p in got}
     finally:
         c.close()
