@@ -595,7 +595,7 @@ class GroupConsumer:
             self._coordinator = None
             c.close(5)
             return
-        # Nothing taken from here on: the leaving record holds what it claims a session.
+        # Nothing taken from here on: the leaving record holds only what it still claims.
         c.stop_taking()
         self._poll_loop.service()
         # Revoke everything on this thread (commit first), then say goodbye through the log.
