@@ -46,7 +46,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -73,6 +73,7 @@ from groupkit.runtime.control_log import (
 )
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
 from groupkit.runtime.counts import PartitionCounts
+from groupkit.runtime.handoff_queue import Handoff, HandoffQueue, awaited
 from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.liveness_io import LivenessIO, bind_liveness_log
@@ -94,26 +95,6 @@ _log = get_logger("groupkit.runtime")
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """Work for the ``poll`` thread, in the order it must be done."""
-
-    lost: Partitions
-    revoke: Partitions
-    assign: Partitions
-    generation: int
-    #: where to start some of ``assign``: the offsets their previous owner committed and named
-    #: in its release (``Actions.offsets``); the others look their committed offset up
-    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
-    #: an offset reset to carry out after ``assign`` (``Actions.reset``): start these at these
-    #: offsets, commit them, then report :meth:`Coordinator.reset_applied` with ``reset_at``
-    reset: Mapping[TopicPartition, int] = field(default_factory=dict)
-    reset_at: int = -1
-    #: ``time.monotonic()`` when the control thread queued it (hop events: how long the
-    #: ``poll`` thread took to start it)
-    queued_at: float = field(default_factory=time.monotonic)
 
 
 class Fence(NamedTuple):
@@ -221,7 +202,7 @@ class Coordinator:
         #: (generation, reason) of the newest assignor failure logged
         self._failure_logged: tuple[int, str] | None = None
         self.stats = Stats()
-        self._handoffs: deque[Handoff] = deque()
+        self._handoffs = HandoffQueue()
         self._revoking: set[TopicPartition] = set()
         #: what the member lost that the poll thread has not stopped yet, and the member's
         #: records held back meanwhile (see _carry_out)
@@ -534,17 +515,10 @@ class Coordinator:
         if acts.lost or new_revoke or acts.assign or acts.reset:
             self._revoking |= new_revoke
             self._revoking -= acts.lost
-            self._handoffs.append(
-                Handoff(
-                    acts.lost,
-                    new_revoke,
-                    acts.assign,
-                    acts.generation,
-                    acts.offsets,
-                    acts.reset,
-                    acts.reset_at,
-                )
-            )
+            h = Handoff(acts.lost, new_revoke, acts.assign, acts.generation, acts.offsets,
+                        acts.reset, acts.reset_at)  # fmt: skip
+            owned = self.member.owned
+            self._handoffs.put(h, owned, awaited(self.state, self.member_id, owned))
             self.needs_service = True
             _log.debug("hop.handoff", member=self.member_id, assign=len(acts.assign),
                        revoke=len(new_revoke), lost=len(acts.lost))  # fmt: skip
@@ -591,9 +565,8 @@ class Coordinator:
         if not self._handoffs:
             return []
         with self.lock:
-            handoffs = list(self._handoffs)
-            self._handoffs.clear()
-            self.needs_service = self.abandoned
+            handoffs = self._handoffs.take(time.monotonic())
+            self.needs_service = self.abandoned or bool(self._handoffs)  # held: look again
         return handoffs
 
     def fence(self, owned: Set[TopicPartition]) -> Fence:
@@ -658,9 +631,11 @@ class Coordinator:
                 self._leave_or_park()
 
     def stop_taking(self) -> None:
-        """The process is closing: its member takes nothing more (``Member.stop_taking``)."""
+        """The process is closing: its member takes nothing more (``Member.stop_taking``), and
+        what it was handed starts now, to be given up with the rest."""
         with self.lock:
             self.node.stop_taking()
+            self._handoffs.release()
 
     def _leave_or_park(self) -> None:
         if self.keep_seat:

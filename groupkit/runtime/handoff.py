@@ -58,8 +58,9 @@ from confluent_kafka import TopicPartition as KTopicPartition
 from groupkit.errors import FencedError
 from groupkit.log import get_logger
 from groupkit.protocol.records import EMPTY, Partitions
-from groupkit.runtime.coordinator import Coordinator, Handoff
+from groupkit.runtime.coordinator import Coordinator
 from groupkit.runtime.data_consumer import DataConsumer, ktps
+from groupkit.runtime.handoff_queue import Handoff
 from groupkit.runtime.hooks import Observers
 from groupkit.types import TopicPartition
 

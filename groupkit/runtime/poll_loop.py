@@ -216,8 +216,12 @@ class PollLoop:
                 self.service()
                 self.next_service = self._service_due(now)
             remaining = 0.1 if deadline is None else max(0.0, deadline - now)
-            # Owning nothing, a hand-off sets ``wake``: the idle slice serves the rest.
-            every = self._slice(c, now) if d.owned and c is not None else self._idle_every
+            # Owning nothing, a hand-off sets ``wake``: the idle slice serves the rest, but
+            # for hand-offs held back (runtime/handoff_queue.py), looked at again in a slice.
+            if c is not None and (d.owned or c.needs_service):
+                every = self._slice(c, now)
+            else:
+                every = self._idle_every
             wait = remaining if remaining < every else every
             msgs: list[Message] = []
             unassigns = d.unassigns
