@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -217,6 +218,8 @@ class Frozen(NamedTuple):
     owned: set[TP]
     paused_at: float
     resumed_at: float
+    #: wall clock just before the freeze: a record created later was fetched after it
+    paused_wall: float
 
 
 def freeze_and_wake(g: WorkerGroup, parts: set[TP], producer: LoadProducer) -> Frozen:
@@ -227,6 +230,7 @@ def freeze_and_wake(g: WorkerGroup, parts: set[TP], producer: LoadProducer) -> F
         a, z = g.spawn(), g.spawn()
         g.wait_stable(parts)
         frozen = z.owned()
+        paused_wall = time.time()
         paused_at = z.pause()
         # The group reassigns the zombie's partitions once the log expires it.
         wait_for(lambda: a.owned() == parts, 30, f"a to take over: {g.describe()}")
@@ -234,7 +238,7 @@ def freeze_and_wake(g: WorkerGroup, parts: set[TP], producer: LoadProducer) -> F
         wait_for(lambda: set(z.events("lost")) >= frozen, 30, "the zombie to report them lost")
     finally:
         producer.stop()
-    return Frozen(z, frozen, paused_at, resumed_at)
+    return Frozen(z, frozen, paused_at, resumed_at, paused_wall)
 
 
 # --------------------------------------------------------------------------- in-process apps

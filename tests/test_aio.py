@@ -411,10 +411,10 @@ def test_an_aio_zombie_fences_itself_when_it_wakes(
     parts: set[TP] = {(topic, p) for p in range(4)}
     g = make_group([topic], session_timeout_ms=2000)
     producer = LoadProducer.keyed(bootstrap, topic, 100).start()
-    z, frozen, paused_at, resumed_at = freeze_and_wake(g, parts, producer)
+    z, frozen, paused_at, resumed_at, paused_wall = freeze_and_wake(g, parts, producer)
     lost_at = min(f["t"] for f in z.facts() if f["e"] == "lost")
     assert lost_at >= resumed_at
-    assert late_records(z, frozen, paused_at) == []
+    assert late_records(z, frozen, paused_at, paused_wall) == []
     assert {"kind": "lost", "on_loop": True} in [
         {k: f[k] for k in ("kind", "on_loop")} for f in z.facts() if f["e"] == "cb_thread"
     ]
