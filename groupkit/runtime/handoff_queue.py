@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from groupkit.protocol import GroupState
 from groupkit.protocol.ownership import admission
-from groupkit.protocol.records import Partitions
+from groupkit.protocol.records import EMPTY, Partitions
 from groupkit.types import TopicPartition
 
 #: the longest a member's first partitions wait for the rest of its share: about the spread
@@ -48,8 +48,8 @@ class Handoff:
     #: offsets, commit them, then report :meth:`Coordinator.reset_applied` with ``reset_at``
     reset: Mapping[TopicPartition, int] = field(default_factory=dict)
     reset_at: int = -1
-    #: ``time.monotonic()`` when the control thread queued it (hop events: how long the
-    #: ``poll`` thread took to start it)
+    #: ``time.monotonic()`` when the control thread queued it, the first of merged ones (hop
+    #: events: how long until the ``poll`` thread started it, a hold included)
     queued_at: float = field(default_factory=time.monotonic)
 
     @property
@@ -62,7 +62,7 @@ def awaited(state: GroupState, member_id: str, owned: Partitions) -> Partitions:
     it, pending partitions included, or, for the newcomer it admitted, what its members give
     it."""
     a = state.assignment
-    share = a.target(member_id) if a is not None else frozenset()
+    share = a.target(member_id) if a is not None else EMPTY
     adm = admission(state)
     if adm is not None and adm[0] == member_id:
         share |= adm[1]
