@@ -154,19 +154,29 @@ def test_members_get_and_fetch_rack_local_partitions(
 
         wait_for(settled, 90, "every member to own 4 partitions, all with a replica in its rack")
 
+        # A member may have read a partition before the group settled and handed it on: the
+        # records count by partition, over the members, not by member.
+        everything = [(t, p) for t in (solo, pair) for p in range(PARTITIONS)]
+
         def fetching_locally() -> bool:
             for m in members:
                 m.step()
-            return all(
-                sum(m.got.values()) == 4 * RECORDS
-                and all(m.fetching_from(t, p)[0] == int(m.rack[1]) for t, p in m.owned())
-                for m in members
-            )
+            unread = [tp for tp in everything if sum(m.got.get(tp, 0) for m in members) < RECORDS]
+            remote = {m.rack: [(tp, m.fetching_from(*tp)) for tp in sorted(m.owned())
+                               if m.fetching_from(*tp)[0] != int(m.rack[1])]
+                      for m in members}  # fmt: skip
+            waiting.update(unread=unread, remote={r: f for r, f in remote.items() if f})
+            return not unread and not any(remote.values())
+
+        waiting: dict[str, Any] = {}
 
         t0 = time.monotonic()
         # (the leader redirects a consumer to its rack's replica in a fetch response, once that
         # follower is in sync: on a loaded machine that took more than a minute once)
-        wait_for(fetching_locally, 120, "every member to fetch every partition from its rack")
+        try:
+            wait_for(fetching_locally, 120, "every member to fetch every partition from its rack")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; still {waiting}") from None
         followers = [(m.rack, p, m.fetching_from(pair, p)) for m in members[1:]
                      for t, p in sorted(m.owned()) if t == pair]  # fmt: skip
         print(
