@@ -279,3 +279,29 @@ def test_the_plan_that_covers_a_newcomer_waits_its_cover_time_only() -> None:
     writes = [t for t, a in calls if a in (DecisionAction.NEED_PLAN, DecisionAction.WRITE)]
     cover = sim.planner.cover_after_ms
     assert writes and claimed + cover <= writes[0] < claimed + cover + 1_000
+
+
+def test_a_version_2_member_says_when_its_next_heartbeat_is_due() -> None:
+    """The runtime's control loop sleeps until ``beat_due_in_ms``: it must be the moment
+    ``poll`` writes the next heartbeat, not later (a late heartbeat shortens the session)."""
+    v1 = Member("g", "a", "i1", ["t"], session_timeout_ms=SESSION, heartbeat_interval_ms=1_000)
+    v1.poll(GroupState("g", SESSION, 30_000), 0)
+    assert v1.beat_due_in_ms(0) is None  # version 1 heartbeats with its member record
+
+    m = Member("g", "a", "i1", ["t"], session_timeout_ms=SESSION, heartbeat_interval_ms=1_000,
+               version=2)  # fmt: skip
+    group = GroupState("g", SESSION, 30_000, version=2)
+    assert m.beat_due_in_ms(0) is None  # none sent yet
+
+    def beats(now: int) -> list[Any]:
+        return [w for w in m.poll(group, now).writes if w.liveness]
+
+    (first,) = beats(0)
+    m.heartbeat_confirmed(first.value.seq, 5)
+    for now in (0, 400, 999):
+        assert m.beat_due_in_ms(now) == 1_000 - now
+        assert not beats(now)
+    assert m.beat_due_in_ms(1_000) == 0
+    assert beats(1_000)
+    assert m.beat_due_in_ms(1_000) == 1_000
+    assert m.beat_due_in_ms(5_000) == 0  # overdue: due now

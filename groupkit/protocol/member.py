@@ -707,6 +707,11 @@ class Member:
             return None
         return basis
 
+    def beat_due_in_ms(self, now_ms: int) -> int | None:
+        """Version 2: ms until our next heartbeat is due (:meth:`_beat`); else ``None``."""
+        last = self._last_beat if self.version == 2 else None
+        return None if last is None else max(0, self._beat_every - now_ms + last)
+
     def _beat(self, now_ms: int) -> list[Write]:
         """Version 2: a heartbeat, if one is due (rule L1). One that names no ``prev_ts`` (we
         have lapsed, or never ran) starts a run, and our membership moves to it; while one is
@@ -723,15 +728,10 @@ class Member:
             self._run, self._joined_at, self._dirty = self._seq, None, True
         self._last_beat = now_ms
         key, value = heartbeat_record(
-            self.group,
-            self.member_id,
-            incarnation=self.incarnation,
-            seq=self._seq,
-            prev_ts=prev,
-            lease_ms=self.clock.lease_ms,
-            skew_ms=self.clock.skew_ms,
+            self.group, self.member_id, incarnation=self.incarnation, seq=self._seq,
+            prev_ts=prev, lease_ms=self.clock.lease_ms, skew_ms=self.clock.skew_ms,
             acked_generation=self.acked,
-        )
+        )  # fmt: skip
         rk, rv = encode(key, value, self.signer)
         return [Write(key, value, rk, rv)]
 
