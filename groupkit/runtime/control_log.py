@@ -154,9 +154,13 @@ class ControlReader:
                 # fetch.min.bytes=1 makes the broker answer a waiting fetch as soon as a
                 # record is appended; fetch.wait.max.ms only bounds an idle fetch. At 10 ms
                 # ten idle members kept 42% of a broker core busy answering empty fetches;
-                # at 500 ms, 26%, and no hop is slower (bench/rebalance.py). (A seek waits
-                # for the fetch in flight: only catch-up and reset-offsets seek.)
-                "fetch.wait.max.ms": 500,
+                # at 500 ms, 26%, and no hop is slower (bench/rebalance.py). Version 2's
+                # main log is quiet for up to a third of a session (the leader's lease), and
+                # a second halves what an idle follower receives from it. (A seek waits for
+                # the fetch in flight: only catch-up and reset-offsets seek. Version 2's
+                # catch-up seeks once, before any fetch, but after a snapshot whose records
+                # the cleaner has been through; version 1's re-reads from the log's end.)
+                "fetch.wait.max.ms": 1000 if cfg.protocol_version == 2 else 500,
                 "fetch.min.bytes": 1,
                 "fetch.error.backoff.ms": 50,
                 "socket.nagle.disable": True,
