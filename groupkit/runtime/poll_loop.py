@@ -65,11 +65,14 @@ _log = get_logger("groupkit.consumer")
 #: (``Coordinator.busy_until``: a record that changed the group was read lately): each hop of a
 #: rebalance that needs the poll thread (revoke, assign) waits at most this long for it.
 SERVICE_EVERY_S = 0.01
-#: ... and while it is idle. librdkafka's wait cannot be woken from another thread, so an
-#: owner waits for records in slices; at 10 ms that was 100 wake-ups a second, most of an idle
-#: member's CPU. The first hop of a rebalance comes a leader's turn after the record that
-#: makes the group busy (a join, a leave), and the slice then waiting ends within this.
+#: ... and while it is idle: a tenth of a heartbeat, 50-100 ms. librdkafka's wait cannot be
+#: woken from another thread, so an owner waits for records in slices, each a wake-up: at
+#: 10 ms, 100 a second, most of an idle member's CPU (a native consumer's ``poll(0.1)`` loop
+#: wakes 10 times). A rebalance's first hop on an owner (a giver's revoke for a newcomer)
+#: waits for the slice under way: up to 100 ms at the default 1 s heartbeat, where Kafka's own
+#: protocols take seconds.
 IDLE_SERVICE_EVERY_S = 0.05
+IDLE_SERVICE_MAX_S = 0.1
 #: the shortest wait librdkafka takes (its timeouts are whole milliseconds)
 _MIN_WAIT_S = 0.001
 
@@ -158,7 +161,8 @@ class PollLoop:
         #: the idle slice (IDLE_SERVICE_EVERY_S), no longer than the busy one at heartbeats
         #: below 200 ms: a group tuned that tight trades CPU for the fastest hops throughout
         hb_s = cfg.heartbeat_interval_ms / 1000
-        self._idle_every = SERVICE_EVERY_S if hb_s < 0.2 else IDLE_SERVICE_EVERY_S
+        self._idle_every = SERVICE_EVERY_S if hb_s < 0.2 else \
+            min(IDLE_SERVICE_MAX_S, max(IDLE_SERVICE_EVERY_S, hb_s / 10))  # fmt: skip
         #: monotonic seconds of the latest ``poll`` (``max.poll.interval.ms`` counts from it)
         self.last_poll = time.monotonic()
 
