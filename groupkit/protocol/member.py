@@ -717,9 +717,9 @@ class Member:
         have lapsed, or never ran) starts a run, and our membership moves to it; while one is
         on its way another would only start a run again where it lands, so we wait for its
         report, or a session."""
-        last = self._last_beat
-        if last is not None and now_ms - last < self._beat_every:
+        if self.beat_due_in_ms(now_ms):  # (None: none sent yet)
             return []
+        last = self._last_beat
         if last is not None and self.clock.restarting and now_ms - last < self.session_timeout_ms:
             return []
         self._seq += 1
