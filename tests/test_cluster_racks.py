@@ -157,6 +157,7 @@ def test_members_get_and_fetch_rack_local_partitions(
         # A member may have read a partition before the group settled and handed it on: the
         # records count by partition, over the members, not by member.
         everything = [(t, p) for t in (solo, pair) for p in range(PARTITIONS)]
+        waiting: dict[str, Any] = {}  # what the wait is still for, for its failure message
 
         def fetching_locally() -> bool:
             for m in members:
@@ -167,8 +168,6 @@ def test_members_get_and_fetch_rack_local_partitions(
                       for m in members}  # fmt: skip
             waiting.update(unread=unread, remote={r: f for r, f in remote.items() if f})
             return not unread and not any(remote.values())
-
-        waiting: dict[str, Any] = {}
 
         t0 = time.monotonic()
         # (the leader redirects a consumer to its rack's replica in a fetch response, once that
