@@ -61,28 +61,16 @@ Self-fencing, step by step (why the member can drop its partitions before anyone
    for this membership (``may_hold``), and the member takes it only once it has read its own
    record back within its session (steps 2-4).
 
-Clock skew. ``T`` and the log times that expire us are stamped by whichever broker leads the
-control partition when each record is appended; when leadership moves, the two may come from
-brokers whose clocks differ. If every two brokers differ by at most ``max_clock_skew_ms`` (say
-``k``), a stamp ``S`` of one broker and ``T`` of another satisfy ``real(S) - real(T) >= S - T -
-k``: so the log reaches ``T + session.timeout`` (or a record ``session.timeout`` after
-``prev_ts``) no earlier than real time ``s + session.timeout - k``. The member therefore fences
-itself at ``s + session.timeout - k`` (:attr:`Member.fence_after_ms`), by its own monotonic
-clock, and step 4 holds for any skew up to ``k``. The log side is unchanged, so members with
-different allowances still agree on every replay; each is safe for its own. What a skew larger
-than ``k`` looks like from here, the member measures (:meth:`Member._measure_skew`) and the
-runtime logs. ``tests/test_protocol_skew.py`` proves it over random schedules with broker
-timestamps that jump by per-leader offsets. Why ``prev_ts``: whether a record continues the
-membership must not depend on which of the member's earlier records a reader has seen, because
-a reader that starts from the compacted topic has seen only some (state.py).
+Clock skew (docs/protocol.md, "Clock skew"): the log's times come from whichever broker leads
+the control partition, so with brokers ``k`` = ``max_clock_skew_ms`` apart the member fences at
+``s + session.timeout - k`` (:attr:`Member.fence_after_ms`), and step 4 holds for any skew up to
+``k``; it measures larger ones (:meth:`Member._measure_skew`) for the runtime to log.
 
 Static members (``instance_id``: KIP-345; docs/protocol.md, "Static seats"): the member id is
-the instance id. A new process's join echoes its seat as its replay shows it, and takes it over; it
-then takes the seat's grant once no hold covers it (a process it replaced may still run it).
-:meth:`Member.park` is a static member's close: revoke everything, write a record owning nothing,
-no tombstone, so the seat waits a session for the next process. A process that has been in its seat
-and sees another process there was replaced by a newer join: it drops everything and stops for good
-(``superseded``, state ``left``), writing nothing more, not even a tombstone.
+the instance id. A new process's join echoes its seat and takes it over, and the seat's grant once
+no hold covers it. :meth:`Member.park` is a static member's close: revoke everything, write a
+record owning nothing, no tombstone. A process that sees another in its seat was replaced by a
+newer join: it drops everything and stops for good (``superseded``), writing nothing more.
 
 Member states and the events that move them: :data:`~groupkit.protocol.vocab.MEMBER_TRANSITIONS`
 (an event missing from the table raises :class:`ProtocolError`).
@@ -311,6 +299,16 @@ class Member:
         #: version 2: (run, our clock, seq) of the newest record that started a membership:
         #: until we read it back, another would only start one again where it lands
         self._start_sent: tuple[int, int, int] | None = None
+        #: version 2: our clock when we took part of our admitted share unclaimed (_claim_later)
+        self._claim_held: int | None = None
+
+    def _claim_later(self, group: GroupState, revoked: Partitions, now_ms: int) -> bool:
+        """Version 2: what we just took is part of our admitted share and more is to come: claim
+        it with the rest, a heartbeat interval later at most (docs/protocol.md, rule 6.6)."""
+        held = self.version == 2 and not revoked and self.state == MemberPhase.JOINING and \
+            ownership.share_awaited(group, self.member_id, self.owned)  # fmt: skip
+        self._claim_held = now_ms if held and self._claim_held is None else self._claim_held
+        return held
 
     # ------------------------------------------------------------------ inputs
 
@@ -558,8 +556,10 @@ class Member:
             owned = (self.owned - revoked) | added | kept
             if owned != self.owned:  # a deferred revocation repeats until done: no new record
                 self.owned = owned
-                self._dirty = True
+                self._dirty = self._dirty or not self._claim_later(group, revoked, now_ms)
                 events.append(f"generation {group.generation}")
+        if self._claim_held is not None and now_ms - self._claim_held >= self._beat_every:
+            self._dirty = True  # the rest of the share is late: claim what we took
         if covered:
             self.generation = group.generation
         if fresh and healthy and not blocked and not self.closing:  # acked with its grants taken
@@ -769,7 +769,7 @@ class Member:
         assert self._run is not None
         self._seq += 1
         self._records += 1
-        self._seen_written = group.generation
+        self._seen_written, self._claim_held = group.generation, None
         if self._joined_at is None:
             self._start_sent = (self._run, now_ms, self._seq)
         self._dirty = False

@@ -259,6 +259,14 @@ def admission_handoffs(state: GroupData, member_id: str) -> Partitions:
     return _handed(state, member_id, adm[1])
 
 
+def share_awaited(state: GroupData, member_id: str, owned: Partitions) -> bool:
+    """Whether the current generation admitted ``member_id`` and part of what its members give
+    it is still to come: a newcomer then claims what it took together with the rest
+    (docs/protocol.md, "Admission", rule 6)."""
+    adm = admission(state)
+    return adm is not None and adm[0] == member_id and not adm[1] <= owned
+
+
 def handoffs(state: GroupData, member_id: str) -> Partitions:
     """Pending partitions of the current generation the member may take now, without the
     leader's follow-up: nobody else may hold them any more (their owner's record let go,
