@@ -447,7 +447,8 @@ def test_a_newcomer_claims_its_share_in_one_record_in_version_2() -> None:
         for _ in range(400):
             sim.tick()
             assert not sim.violations(), sim.violations()
-            claims = sim.view().members["e"].claims if "e" in sim.view().members else frozenset()
+            me = sim.view().members.get("e")
+            claims = me.claims if me is not None else frozenset()
             claimed_partly |= bool(claims) and claims != share
             owned_partly |= bool(e.member.owned) and e.member.owned != share
             if claims == share:
