@@ -256,15 +256,23 @@ class GroupConsumer:
     def _check_topics(self, sub: Subscription) -> list[str]:
         """The topics ``sub`` names and matches; :class:`ConfigError` unless every named one
         exists. Asked of the data consumer, so it knows the topics before its first assign (no
-        ~500 ms metadata wait for a new owner's first record)."""
-        md = self._data.handle.list_topics(timeout=10)
-        missing = [t for t in sub.names if t not in md.topics or md.topics[t].error is not None]
+        ~500 ms metadata wait for a new owner's first record). A named topic is asked for by
+        name: librdkafka then keeps it as a local topic with its partitions on their leaders'
+        threads, and a first assign fetches at once. Known only from a look-up of the whole
+        cluster, the topic and its partitions are made by the first assign, on librdkafka's
+        main thread, before any fetch: 1 ms more on an idle machine, a further wait for a core
+        on a loaded one, at the end of a newcomer's join."""
+        handle = self._data.handle
+        topics = dict(handle.list_topics(timeout=10).topics) if sub.patterns else {}
+        for name in sub.names:
+            topics.update(handle.list_topics(name, timeout=10).topics)
+        missing = [t for t in sub.names if t not in topics or topics[t].error is not None]
         if missing:
             raise ConfigError(
                 f"topic(s) {', '.join(missing)} do not exist on the cluster "
                 "(or this principal lacks DESCRIBE on them)"
             )
-        return sub.resolve(md.topics)
+        return sub.resolve(topics)
 
     def _set_callbacks(
         self, on_assign: Callback | None, on_revoke: Callback | None, on_lost: Callback | None
