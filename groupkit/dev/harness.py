@@ -457,6 +457,9 @@ class LoadProducer:
                 self._renew.clear()
                 producer.flush(1)  # what it cannot deliver now is dropped: never acknowledged
                 producer = self._producer = Producer(self._conf)
+            # Serve the reports that came while waiting first: ``len(producer)`` counts a
+            # delivered record until its report is served, and would skip a round for it.
+            producer.poll(0)
             self._tick(producer)
             producer.poll(0)
             if self.partitions is not None:
