@@ -7,8 +7,9 @@ the producer thread); what is the benches' own:
 - :class:`Group` spawns ``bench._worker`` members (idle until told to ``subscribe``) and calls
   a group stable only when every partition is consuming again;
 - :func:`measure` turns the facts around one event into the numbers the benches report. The
-  load is ``LoadProducer.every_partition``: a partition that is owned and fetching yields a
-  record within its period (consuming again).
+  load is ``LoadProducer.every_partition`` (in its own process, ``bench._pacer``): a partition
+  that is owned and fetching yields a record within its period (consuming again), as long as
+  the machine carries that rate (:func:`append_gaps` says whether it did).
 """
 
 from __future__ import annotations
@@ -296,3 +297,43 @@ def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any
             left = wait_clients_closed(10.0)
             if left:
                 print(f"bench: {left} librdkafka client(s) outlived the run", file=sys.stderr)
+
+
+def append_gaps(bootstrap: str, topic: str, partitions: Iterable[int], t0: float,
+                t1: float) -> dict[str, float]:  # fmt: skip
+    """Milliseconds between consecutive records of each of ``partitions`` that the broker
+    appended between wall times ``t0`` and ``t1`` (the topic stamps append time): p50, p99 and
+    max over all of them. A new owner is consuming again only once a record follows its
+    position, so these gaps are the resolution of "consuming again" while that load ran."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-append-gaps",
+                  "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
+    try:
+        parts = list(partitions)
+        starts = c.offsets_for_times([TopicPartition(topic, p, int(t0 * 1000)) for p in parts],
+                                     timeout=10)  # fmt: skip
+        c.assign([tp for tp in starts if tp.offset >= 0])
+        last: dict[int, int] = {}
+        gaps: list[float] = []
+        open_parts = {tp.partition for tp in starts if tp.offset >= 0}
+        end_ms = int(t1 * 1000)
+        deadline = time.monotonic() + 60
+        while open_parts and time.monotonic() < deadline:
+            for m in c.consume(1000, 1.0):
+                p = m.partition()
+                if m.error() is not None or p not in open_parts:
+                    open_parts.discard(p)  # end of the partition (or an error): done with it
+                    continue
+                ts = m.timestamp()[1]
+                if ts > end_ms:
+                    open_parts.discard(p)
+                    continue
+                if p in last:
+                    gaps.append(float(ts - last[p]))
+                last[p] = ts
+    finally:
+        c.close()
+    if not gaps:
+        return {"p50": math.nan, "p99": math.nan, "max": math.nan, "n": 0}
+    return {"p50": pct(gaps, 0.5), "p99": pct(gaps, 0.99), "max": max(gaps), "n": len(gaps)}

@@ -51,10 +51,11 @@ from confluent_kafka.aio import AIOConsumer
 
 from bench._common import Chart, begin, write_results
 from bench._harness import broker, create_topic, load
+from bench._pacer import Pacer
 from bench.rebalance import broker_properties
 from groupkit import GroupConsumer, GroupkitError
 from groupkit.aio import AIOGroupConsumer
-from groupkit.dev.harness import LoadProducer, wait_for
+from groupkit.dev.harness import wait_for
 
 KINDS = (
     "confluent AIOConsumer (anchor)",
@@ -255,14 +256,11 @@ def main() -> None:
             broker(args.bootstrap, Path(tmp) / "broker", props) as boot:  # fmt: skip
         topic = f"bench-aio-lag-{uuid.uuid4().hex[:6]}"
         create_topic(boot, topic, args.partitions)
-        pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
-        try:
-            wait_for(lambda: pacer.count > 0, 30, "the producer")
+        with Pacer(boot, topic, args.partitions, 0.01) as pacer:
+            wait_for(lambda: pacer.stats().count > 0, 30, "the producer")
             for kind in range(len(KINDS)):
                 results.append(asyncio.run(run_kind(kind, boot, topic, args.partitions,
                                                     args.hold)))  # fmt: skip
-        finally:
-            pacer.stop()
     rows = []
     for kind, r in enumerate(results):
         for phase in ("baseline", "start", "steady", "join", "leave", "close"):

@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import Chart, begin, versions_note, write_results
 from bench._harness import Group, broker, create_topic, measure, pct, versions
-from groupkit.dev.harness import LoadProducer, wait_for
+from bench._pacer import Pacer
+from groupkit.dev.harness import wait_for
 
 
 def run_setting(boot: str, topic: str, work: Path, session: int, heartbeat: int,
@@ -101,14 +102,11 @@ def main() -> None:
         with broker(args.bootstrap, work / "broker", {}) as boot:
             topic = f"bench-failover-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions).start()
-            try:
+            with Pacer(boot, topic, args.partitions, 0.01):
                 for session, heartbeat in settings:
                     res[f"{session}/{heartbeat}"] = run_setting(
                         boot, topic, work, session, heartbeat, args
                     )
-            finally:
-                pacer.stop()
     report(res, args, started, time.monotonic() - t_start)
 
 

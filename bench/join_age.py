@@ -248,7 +248,7 @@ def main() -> None:
     t_start = time.monotonic()
     runs: list[AgedGroup] = []
     with paced_topic(args, "join-age") as (work, boot, topic, pacer):
-        wait_for(lambda: pacer.count > 0, 30, "the producer")
+        wait_for(lambda: pacer.stats().count > 0, 30, "the producer")
         # One lane per setting, side by side, each offset by a young point's trials so
         # that no start or trial of one lane meets one of another (at least at first).
         stagger = args.young + args.trials * args.slot + 2.0
@@ -259,7 +259,7 @@ def main() -> None:
                 runs += lane.result()
     kept = [{"setting": r.setting, "kind": r.kind, "session_ms": r.group.session_ms,
              "heartbeat_ms": r.group.heartbeat_ms, "trials": r.trials} for r in runs]  # fmt: skip
-    report(kept, args, started, time.monotonic() - t_start, pacer.dropped_rounds)
+    report(kept, args, started, time.monotonic() - t_start, pacer.stats().dropped_rounds)
 
 
 def report(runs: list[dict[str, Any]], args: argparse.Namespace, started: dict[str, Any],

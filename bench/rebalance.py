@@ -1,7 +1,8 @@
 """Benchmark: rebalance latency and unavailability, groupkit against the broker's own protocols.
 
-One local broker, one topic (48 partitions), a group of 10 member processes, a producer writing
-one record to every partition every 10 ms (``--period``). Per trial, three events:
+One local broker, one topic (48 partitions), a group of 10 member processes, a producer (a
+process of its own) writing one record to every partition every 10 ms (``--period``). Per
+trial, three events:
 
 - ``join``: an 11th member (already started and idle) calls ``subscribe()``;
 - ``leave``: that member calls ``close()`` (a clean leave);
@@ -58,6 +59,7 @@ from confluent_kafka.admin import (
 from bench._common import Chart, begin, median, versions_note, write_results
 from bench._harness import (
     Group,
+    append_gaps,
     broker,
     create_topic,
     measure,
@@ -65,7 +67,8 @@ from bench._harness import (
     settle_load,
     versions,
 )
-from groupkit.dev.harness import LoadProducer, wait_for
+from bench._pacer import Pacer
+from groupkit.dev.harness import wait_for
 
 # name -> (kind, protocol)
 CONTENDERS: dict[str, tuple[str, str]] = {
@@ -91,9 +94,7 @@ def broker_properties(session_ms: int, heartbeat_ms: int) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def paced_topic(
-    args: argparse.Namespace, name: str
-) -> Iterator[tuple[Path, str, str, LoadProducer]]:
+def paced_topic(args: argparse.Namespace, name: str) -> Iterator[tuple[Path, str, str, Pacer]]:
     """The bench's broker (``args.bootstrap``, else a local one that allows the tuned
     settings) with a new topic of ``args.partitions`` under a steady load on every partition:
     ``(work dir, bootstrap, topic, producer)``; the producer stops on exit.
@@ -108,11 +109,8 @@ def paced_topic(
             topic = f"bench-{name}-{uuid.uuid4().hex[:6]}"
             create_topic(boot, topic, args.partitions)
             period = getattr(args, "period", 0.01)  # join_age and rolling_restart: the default
-            pacer = LoadProducer.every_partition(boot, topic, args.partitions, period).start()
-            try:
+            with Pacer(boot, topic, args.partitions, period) as pacer:
                 yield work, boot, topic, pacer
-            finally:
-                pacer.stop()
 
 
 def settings_for(
@@ -279,9 +277,9 @@ def main() -> None:
         "--period",
         type=float,
         default=0.01,
-        help="seconds between the producer's records to each partition: the "
-        "resolution of 'consuming again', and the load (0.01: ~1 core of a "
-        "local broker at 48 partitions)",
+        help="seconds between the producer's records to each partition: the resolution of "
+        "'consuming again', and the load (0.01: ~1 core of a local broker at 48 partitions; "
+        "on 2 shared cores it writes 70-80 %% of its rounds while a group of 11 fetches)",
     )
     ap.add_argument(
         "--settle-load",
@@ -330,17 +328,22 @@ def main() -> None:
             for name in contenders:
                 at_start = settle_load(args.settle_load, args.settle_max)
                 print(f"{name} [{setting}] (load {at_start['load1']}) ...", flush=True)
-                n0, t0, q0 = pacer.count, time.monotonic(), len(pacer.queued)
+                n0, t0 = pacer.stats().count, time.monotonic()
+                wall0 = time.time()
                 runs.append(run_contender(boot, topic, work, name, setting, args))
                 runs[-1]["load_at_start"] = at_start
                 # the share of the asked-for records the producer wrote meanwhile (it skips a
                 # round it is late for): how steady the load each contender ran under was
                 asked = (time.monotonic() - t0) * args.partitions / args.period
-                runs[-1]["produced_share"] = round((pacer.count - n0) / asked, 3)
-                queued = [float(q) for q in pacer.queued[q0:]] or [0.0]
+                got = pacer.stats()
+                runs[-1]["produced_share"] = round((got.count - n0) / asked, 3)
+                queued = [float(q) for q in got.queued] or [0.0]
                 runs[-1]["producer_queued"] = {
                     k: round(pct(queued, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
                 }
+                # a sample of partitions is enough for the gaps' distribution
+                sample = range(0, args.partitions, max(1, args.partitions // 8))
+                runs[-1]["append_gap_ms"] = append_gaps(boot, topic, sample, wall0, time.time())
     report(runs, args, started, time.monotonic() - t_start)
 
 
@@ -404,6 +407,9 @@ def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Name
                          f"(queued p50 {r['producer_queued']['p50']}, max "
                          f"{r['producer_queued']['max']})"
                          for r in runs if "produced_share" in r)  # fmt: skip
+    gaps = ", ".join(f"{r['contender']} {r['append_gap_ms']['p50']:.0f} / "
+                     f"{r['append_gap_ms']['p99']:.0f} / {r['append_gap_ms']['max']:.0f}"
+                     for r in runs if "append_gap_ms" in r)  # fmt: skip
     cpu_notes = ", ".join(f"{r['contender']} {r['idle_cpu_per_member'] * 100:.1f}%"
                           for r in runs)  # fmt: skip
     props = getattr(args, "broker_property", None)
@@ -427,6 +433,9 @@ def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Name
         f"it to fall to {args.settle_load:g}): {start_loads}",
         f"Records the producer wrote, of those asked for, during each contender (it skips a "
         f"round while two are undelivered), and the records waiting in its queue: {produced}.",
+        f"Milliseconds between consecutive records the broker appended to a partition while "
+        f"each contender ran (p50 / p99 / max, every {max(1, args.partitions // 8)}th "
+        f"partition; the resolution of 'consuming again'): {gaps}.",
         versions_note(vers, seconds),
     ]
     chart = Chart(
