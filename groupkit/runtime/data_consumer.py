@@ -255,6 +255,9 @@ class AsyncCommits:
 #: The bound of the metadata warm-up (:meth:`DataConsumer._learn_metadata`): it only saves
 #: time, and a ``GroupConsumer()`` that fails waits for it before it closes the handle.
 _WARM_S = 3.0
+#: how long after an assign auto-commit waits, for librdkafka to start the partitions (it
+#: serves the assignment in a few milliseconds; longer on a busy machine)
+_ASSIGN_START_S = 0.1
 
 
 class DataConsumer:
@@ -298,6 +301,8 @@ class DataConsumer:
         self.refetch_at: float | None = None
         self._refetch_backoff = _REFETCH_BACKOFF_S[0]
         self._last_commit = time.monotonic()
+        #: monotonic seconds before which auto-commit waits: partitions were just assigned
+        self._auto_commit_after = 0.0
         #: partition -> wall ms of this member's newest commit of it (sent, for an async one):
         #: what the lag status sampler dates its commits by (runtime/lag_status.py), since
         #: the broker keeps no commit time that a client can read
@@ -337,12 +342,17 @@ class DataConsumer:
         """Start fetching ``add``, at ``start`` where given (offset hints), else at the
         committed offset (looked up by librdkafka)."""
         now = time.monotonic()
+        # librdkafka starts no newly assigned partition, even at a known offset, while a
+        # commit of its handle is in flight (``rd_kafka_assignment_serve``), and serves the
+        # assignment on its own thread after this returns: an auto-commit sent in the same
+        # turn would hold the partitions back for its round trip. librdkafka's own auto-commit
+        # skips while its group rebalances; this one waits until the assignment has started.
+        self._auto_commit_after = now + _ASSIGN_START_S
         if not self.owned:
-            # librdkafka starts no newly assigned partition, even at a known offset, while a
-            # commit of its handle is in flight (``rd_kafka_assignment_serve``). A member that
-            # begins to own, as a newcomer taking its partitions one hand-off at a time,
-            # auto-commits first an interval later, when the rest have usually come: a commit
-            # at the first record (40 ms at the bench's load) held the next hand-off back.
+            # A member that begins to own, as a newcomer taking its partitions one hand-off
+            # at a time, auto-commits first an interval later, when the rest have usually
+            # come: a commit at the first record (40 ms at the bench's load) held the next
+            # hand-off back.
             self._last_commit = now
         if self._cfg.protocol == RebalanceProtocol.COOPERATIVE:
             self.handle.incremental_assign(ktps(add, start))
@@ -494,6 +504,7 @@ class DataConsumer:
             self._cfg.enable_auto_commit
             and self.owned
             and now - self._last_commit >= interval
+            and now >= self._auto_commit_after
             # at most one in flight (see AsyncCommits), unless its answer is long overdue
             and (waiting is None or now - waiting >= overdue)
         ):
@@ -517,8 +528,8 @@ class DataConsumer:
         (bounded by ``timeout``); ``[]`` when none is due, or while a commit is in flight
         (its answer may move an offset: committing the older one after it would rewind)."""
         ka = self.keepalive
-        if now < ka.next_at or not self.owned:
-            return []
+        if now < ka.next_at or not self.owned or now < self._auto_commit_after:
+            return []  # (after an assign: as auto-commit, see assign)
         waiting = self.commits.waiting_since()
         overdue = max(10 * self._cfg.auto_commit_interval_ms / 1000,
                       self._cfg.session_timeout_ms / 1000)  # fmt: skip
