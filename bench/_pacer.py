@@ -34,7 +34,7 @@ def _run(bootstrap: str, topic: str, partitions: int, period: float, conn: Conne
             conn.send(PacerStats(pacer.count, pacer.dropped_rounds, queued))
     finally:
         pacer.stop()
-        conn.send(None)
+        conn.send(PacerStats(pacer.count, pacer.dropped_rounds, pacer.queued[seen:]))
 
 
 class Pacer:
@@ -46,13 +46,18 @@ class Pacer:
         self._proc = ctx.Process(target=_run, args=(bootstrap, topic, partitions, period, child),
                                  daemon=True, name="bench-pacer")  # fmt: skip
         self.period, self.partitions = period, partitions
+        #: what the process had produced when it stopped (``stats`` answers it from then on)
+        self._final: PacerStats | None = None
 
     def __enter__(self) -> Pacer:
         self._proc.start()
         return self
 
     def stats(self) -> PacerStats:
-        """What was produced so far; ``queued`` covers the rounds since the last call."""
+        """What was produced so far; ``queued`` covers the rounds since the last call. Once
+        the pacer has stopped: what it had produced then."""
+        if self._final is not None:
+            return self._final
         self._conn.send("stats")
         if not self._conn.poll(30):
             raise RuntimeError("the bench's producer process does not answer")
@@ -63,7 +68,7 @@ class Pacer:
         if self._proc.is_alive():
             self._conn.send("stop")
             if self._conn.poll(90):  # the producer flushes for up to 30 s, then goes
-                self._conn.recv()
+                self._final = self._conn.recv()
         self._proc.join(10)
         if self._proc.is_alive():
             self._proc.kill()
