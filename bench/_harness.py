@@ -310,13 +310,12 @@ def append_gaps(bootstrap: str, topic: str, partitions: Iterable[int], t0: float
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-append-gaps",
                   "enable.auto.commit": False, "enable.partition.eof": True})  # fmt: skip
     try:
-        parts = list(partitions)
-        starts = c.offsets_for_times([TopicPartition(topic, p, int(t0 * 1000)) for p in parts],
-                                     timeout=10)  # fmt: skip
-        c.assign([tp for tp in starts if tp.offset >= 0])
+        asked = [TopicPartition(topic, p, int(t0 * 1000)) for p in partitions]
+        starts = [tp for tp in c.offsets_for_times(asked, timeout=10) if tp.offset >= 0]
+        c.assign(starts)
         last: dict[int, int] = {}
         gaps: list[float] = []
-        open_parts = {tp.partition for tp in starts if tp.offset >= 0}
+        open_parts = {tp.partition for tp in starts}
         end_ms = int(t1 * 1000)
         deadline = time.monotonic() + 60
         while open_parts and time.monotonic() < deadline:

@@ -45,7 +45,6 @@ class Pacer:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_run, args=(bootstrap, topic, partitions, period, child),
                                  daemon=True, name="bench-pacer")  # fmt: skip
-        self.period, self.partitions = period, partitions
         #: what the process had produced when it stopped (``stats`` answers it from then on)
         self._final: PacerStats | None = None
 

@@ -341,10 +341,14 @@ def main() -> None:
                 runs[-1]["producer_queued"] = {
                     k: round(pct(queued, q)) for k, q in (("p50", 0.5), ("p99", 0.99), ("max", 1.0))
                 }
-                # a sample of partitions is enough for the gaps' distribution
-                sample = range(0, args.partitions, max(1, args.partitions // 8))
+                sample = range(0, args.partitions, gap_sample_step(args))
                 runs[-1]["append_gap_ms"] = append_gaps(boot, topic, sample, wall0, time.time())
     report(runs, args, started, time.monotonic() - t_start)
+
+
+def gap_sample_step(args: argparse.Namespace) -> int:
+    """Every how many partitions the append gaps are read: eight of them describe the load."""
+    return max(1, int(args.partitions) // 8)
 
 
 def setting_label(args: argparse.Namespace, setting: str) -> str:
@@ -434,7 +438,7 @@ def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Name
         f"Records the producer wrote, of those asked for, during each contender (it skips a "
         f"round while two are undelivered), and the records waiting in its queue: {produced}.",
         f"Milliseconds between consecutive records the broker appended to a partition while "
-        f"each contender ran (p50 / p99 / max, every {max(1, args.partitions // 8)}th "
+        f"each contender ran (p50 / p99 / max, every {gap_sample_step(args)}th "
         f"partition; the resolution of 'consuming again'): {gaps}.",
         versions_note(vers, seconds),
     ]
