@@ -497,20 +497,24 @@ class DataConsumer:
 
     def auto_commit_due(self, now: float) -> bool:
         """Whether auto-commit should commit now (and, if so, it counts as done now)."""
-        interval = self._cfg.auto_commit_interval_ms / 1000
-        waiting = self.commits.waiting_since()
-        overdue = max(10 * interval, self._cfg.session_timeout_ms / 1000)
         if (
             self._cfg.enable_auto_commit
             and self.owned
-            and now - self._last_commit >= interval
+            and now - self._last_commit >= self._cfg.auto_commit_interval_ms / 1000
             and now >= self._auto_commit_after
-            # at most one in flight (see AsyncCommits), unless its answer is long overdue
-            and (waiting is None or now - waiting >= overdue)
+            and not self._commit_awaited(now)
         ):
             self._last_commit = now
             return True
         return False
+
+    def _commit_awaited(self, now: float) -> bool:
+        """Whether a commit is in flight and its answer not yet long overdue (ten auto-commit
+        intervals, at least a session): at most one is in flight (see AsyncCommits), but an
+        answer that never comes must not stop auto-commit and the keep-alive for good."""
+        waiting = self.commits.waiting_since()
+        overdue = max(10 * self._cfg.auto_commit_interval_ms, self._cfg.session_timeout_ms)
+        return waiting is not None and now - waiting < overdue / 1000
 
     def take_retention(self, now: float) -> None:
         """Move the keep-alive to the interval the broker's retention gives, once it is read."""
@@ -530,10 +534,7 @@ class DataConsumer:
         ka = self.keepalive
         if now < ka.next_at or not self.owned or now < self._auto_commit_after:
             return []  # (after an assign: as auto-commit, see assign)
-        waiting = self.commits.waiting_since()
-        overdue = max(10 * self._cfg.auto_commit_interval_ms / 1000,
-                      self._cfg.session_timeout_ms / 1000)  # fmt: skip
-        if waiting is not None and now - waiting < overdue:
+        if self._commit_awaited(now):
             return []
         known, unknown = ka.take_due(now)
         if unknown:
