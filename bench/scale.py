@@ -79,7 +79,7 @@ from groupkit.protocol.keys import (
 )
 from groupkit.protocol.node import Node
 from groupkit.protocol.state import GroupState
-from groupkit.runtime.config import MAX_CLOCK_SKEW_MS
+from groupkit.runtime.config import default_clock_skew_ms
 from groupkit.runtime.control_topic import partition_for_group
 from groupkit.testing.logs import LogRecord
 from groupkit.testing.sim import GroupSim
@@ -88,8 +88,8 @@ HERE = Path(__file__).resolve().parent
 TICK_MS = 100  # GroupSim's default tick: how often every simulated member steps
 KINDS = ("member", "assignment", "snapshot", "tombstone", "verdict", "lease", "heartbeat", "other")
 #: the runtime's clock-skew allowance at the default session (config.py: a fifth of the session,
-#: at most MAX_CLOCK_SKEW_MS); version 2's members need one below the session
-SKEW_MS = min(MAX_CLOCK_SKEW_MS, GK_DEFAULT[0] // 5)
+#: at most a second); version 2's members need one below the session
+SKEW_MS = default_clock_skew_ms(GK_DEFAULT[0])
 #: the issue's simulated targets, at 1,000 members: broker bytes out for groupkit's topics
 #: (B/s), a follower's and the leader's protocol CPU (ms per second: 2 ms/s is 0.2 % of a core)
 TARGET_MEMBERS = 1000

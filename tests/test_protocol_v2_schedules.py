@@ -229,3 +229,50 @@ def test_a_replaced_process_that_leaves_does_not_end_its_successors_seat() -> No
         compacted.replay(r.offset, r.key, r.value, r.timestamp)
     assert compacted.members["a"].proc == new.member.incarnation
     assert compacted.fingerprint() == sim.view().fingerprint()
+
+
+# ------------------------------------------------------------------ failover (L5.3)
+
+
+@settings(max_examples=max(EXAMPLES // 10, 20), deadline=None, derandomize=True)
+@given(
+    protocol=st.sampled_from(["eager", "cooperative"]),
+    assignor=st.sampled_from(assignor_names()),
+    members=st.integers(2, 5),
+    t0=st.integers(1, 9),
+    phase_ms=st.integers(0, 400),
+    report_delay=st.sampled_from([0, 20, 50]),
+)
+def test_a_killed_leader_is_ended_by_a_successor_a_session_after_its_last_heartbeat(
+    protocol: str, assignor: str, members: int, t0: int, phase_ms: int, report_delay: int
+) -> None:
+    """A successor writes its verdict on the dead leader as soon as it finds the leader's run
+    ended (rule L3.1), not a lease interval later as on anyone else's: the leader's membership
+    ends a session and the skew allowance after its last heartbeat, plus the heartbeats that
+    move liveness time past it and the verdict's trip; never before; the group settles under a
+    new leader with no partition owned by two running members."""
+    session, hb = 3_000, 200  # a lease interval is a third of the session: 1,000 ms
+    sim = GroupSim({"t0": t0}, protocol=protocol, assignor=assignor, version=2,
+                   session_timeout_ms=session, heartbeat_interval_ms=hb, tick_ms=20,
+                   max_clock_skew_ms=SKEW, report_delay_ms=report_delay)  # fmt: skip
+    for i in range(members):
+        sim.join(f"m{i}")
+    sim.settle()
+    for _ in range((2_000 + phase_ms) // sim.tick_ms):  # a group at work: its judges read
+        sim.tick()
+    view = sim.view()
+    leader = min(view.live_members().values(), key=lambda m: (m.joined_at, m.member_id))
+    crashed_at = sim.clock
+    sim.crash(leader.member_id)
+    # the last heartbeat was at most an interval before the crash; then liveness time must
+    # pass its end (the next heartbeat of another member) and the verdict land (a few ticks)
+    earliest = crashed_at - hb + session + SKEW
+    bound = crashed_at + session + SKEW + 2 * hb + 5 * sim.tick_ms
+    while not sim.view().members[leader.member_id].ended:
+        assert sim.clock < bound, sim.describe()
+        sim.tick()
+        assert not sim.violations(), sim.describe()
+    assert sim.clock >= earliest, sim.describe()
+    sim.settle()
+    assert not sim.violations(), sim.describe()
+    assert sim.is_stable(), sim.describe()

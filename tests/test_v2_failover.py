@@ -47,7 +47,7 @@ def test_v2_kill_follower_then_leader_expires_them_by_verdict(
     assert session_s * 0.9 <= took < session_s * 3, took
     leader.kill()
     took = g.wait_stable(parts, timeout=30)
-    assert took < session_s * 3.5, took  # the successor's verdict: a lease interval later
+    assert took < session_s * 3, took  # a successor's verdict, written as soon as it finds it
     (survivor,) = g.live()
     wait_for(survivor.is_leader, 15, "the survivor to lead")
     assert survivor.owned() == parts

@@ -12,7 +12,9 @@ ended. A :class:`Judge` is one node's use of it:
 - **What it writes** (:meth:`Judge.due`): a verdict for every run it found ended that the main
   log still has a live membership or a hold in, and the lease if it leads. A successor waits
   a lease interval before writing what it found, so that normally the leader's verdict is the
-  only one; a second one would be the same fact and change nothing.
+  only one (a second one would be the same fact and change nothing), but not on the leader
+  itself, which cannot write its own: the group's failover is then a session and the skew
+  allowance after the leader's last heartbeat (rule L5.3), not a lease interval more.
 - **Runs the main log names that it has never seen** (rule L5.4): a membership's run whose
   heartbeats a judge that started mid-log has not read within a session (and the skew
   allowance twice) of when it started, and of the membership's newest record, has ended:
@@ -91,8 +93,9 @@ class Judge:
         self._lease_seen: tuple[object, int] | None = None
         #: heartbeats that did not decode or verify (rule L2.4)
         self.rejected = 0
-        #: ((state, its changes), the leader and its successors) as last found (:meth:`_first`)
-        self._ranked: tuple[tuple[int, int], frozenset[str]] | None = None
+        #: ((state, its changes), the leader, the leader and its successors) as last found
+        #: (:meth:`_first`)
+        self._ranked: tuple[tuple[int, int], str, frozenset[str]] | None = None
 
     # ------------------------------------------------------------------ who judges
 
@@ -104,22 +107,23 @@ class Judge:
         me = state.members.get(self.member_id)
         if me is None or me.ended or me.proc != self.incarnation:
             return False
-        if self.member_id in self._first(state):
+        if self.member_id in self._first(state)[1]:
             return True
         return now_ms - self._lease_seen[1] >= self.session_ms + self.lease_interval_ms
 
-    def _first(self, state: GroupData) -> frozenset[str]:
-        """The leader and its successors: the first live members by ``(joined_at, id)``. Every
-        member asks at every step, so it is kept until the memberships change
-        (``GroupData.changes``): a sort of the group per member and step made a follower's cost
-        grow with the group's."""
+    def _first(self, state: GroupData) -> tuple[str, frozenset[str]]:
+        """The leader (``""`` in an empty group), and it with its successors: the first live
+        members by ``(joined_at, id)``. Every member asks at every step, so it is kept until
+        the memberships change (``GroupData.changes``): a sort of the group per member and
+        step made a follower's cost grow with the group's."""
         key = (id(state), state.changes)
         if self._ranked is None or self._ranked[0] != key:
             live = [m for m in state.members.values() if not m.ended]
             top = heapq.nsmallest(self.successors + 1, live,
                                   key=lambda m: (m.joined_at, m.member_id))  # fmt: skip
-            self._ranked = (key, frozenset(m.member_id for m in top))
-        return self._ranked[1]
+            first = top[0].member_id if top else ""
+            self._ranked = (key, first, frozenset(m.member_id for m in top))
+        return self._ranked[1], self._ranked[2]
 
     def start(self, state: GroupData) -> int:
         """Start judging: the liveness-log offset to read from."""
@@ -183,7 +187,12 @@ class Judge:
                 if p.written is not None and now_ms - p.written < self.session_ms:
                     continue  # written: wait for it to land (or rewrite a lost one later)
                 mid, proc, run, kind = fact
-                if not leader and kind == "expired" and now_ms - p.found < self.lease_interval_ms:
+                if (
+                    not leader
+                    and kind == "expired"
+                    and now_ms - p.found < self.lease_interval_ms
+                    and mid != self._first(state)[0]
+                ):
                     continue  # the leader normally writes it; a successor only if it did not
                 # (a process's end is what a static seat's next process waits on, and the
                 # leader may be that process, judging blind for a session since it started:

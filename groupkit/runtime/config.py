@@ -136,6 +136,14 @@ OFFSETS_KEEPALIVE_DEFAULT_MS = 86_400_000
 #: covers a broker whose time daemon has failed for a while. Capped by default at a fifth of the
 #: session, so a tuned 1 s session still leaves a member 800 ms to read its heartbeat back.
 MAX_CLOCK_SKEW_MS = 1_000
+
+
+def default_clock_skew_ms(session_ms: int) -> int:
+    """``groupkit.max.clock.skew.ms`` left unset: :data:`MAX_CLOCK_SKEW_MS`, at most a fifth of
+    the session."""
+    return min(MAX_CLOCK_SKEW_MS, session_ms // 5)
+
+
 #: ``groupkit.process.lease.ms`` unless set: back within seconds of a crash, while a heartbeat
 #: or two may still be late
 PROCESS_LEASE_MS = 3_000
@@ -337,7 +345,7 @@ class GroupConfig:
         lag_reset = gk["groupkit.lag.auto.offset.reset"] or reset
         skew = gk["groupkit.max.clock.skew.ms"]
         if skew is None:
-            skew = min(MAX_CLOCK_SKEW_MS, session // 5)
+            skew = default_clock_skew_ms(session)
         elif not 0 <= skew < session // 2:
             raise ConfigError(
                 f"groupkit.max.clock.skew.ms must be >= 0 and below half of session.timeout.ms "
