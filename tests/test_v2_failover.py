@@ -116,3 +116,32 @@ def test_v2_static_member_killed_and_restarted_is_back_a_lease_after_not_a_sessi
         assert w.owned() == before[w.name], (w.name, w.owned(), before[w.name])
         assert _moves(w) == moves[w.name], (w.name, w.facts()[-5:])
     assert g.overlaps() == []
+
+
+def test_v2_static_follower_keeps_its_partitions_while_its_group_is_quiet(
+    make_group: Callable[..., WorkerGroup], topic_factory: Callable[..., str]
+) -> None:
+    """A static member fences a process lease less the skew allowance after its newest
+    confirmed heartbeat, and heartbeats every third of the lease: here 1.8 s after one, 0.8 s
+    after the next is sent. A follower that does not judge sleeps between heartbeats while
+    nothing is written to the main log; its heartbeat's delivery report must still be served
+    before that deadline, or it loses its partitions to a session that never lapsed."""
+    topic = topic_factory(partitions=8)
+    parts = partitions(topic, 8)
+    tight = {**V2, "groupkit.process.lease.ms": 3_000, "groupkit.max.clock.skew.ms": 1_200}
+    g = make_group([topic], session_timeout_ms=30_000, extra=tight)
+    ws = []
+    for i in range(4):  # the leader and two successors judge; the fourth only follows
+        ws.append(g.spawn(f"pod-{i}", extra={"group.instance.id": f"pod-{i}"}))
+        g.wait_stable(parts)
+    follower = ws[-1]
+    owned = follower.owned()
+    assert owned
+    t0 = time.monotonic()
+    # Ten heartbeats of a quiet group (a lease record every 10 s is all the main log gets):
+    # nothing to wait for but time.
+    wait_for(lambda: time.monotonic() - t0 >= 10.0 or bool(follower.events("lost")), 15,
+             "ten heartbeats")  # fmt: skip
+    assert follower.events("lost") == [], follower.facts()[-5:]
+    assert follower.owned() == owned
+    assert g.overlaps() == []

@@ -125,6 +125,13 @@ class HeartbeatClock:
         return basis + self.lease_ms - self.skew_ms
 
     @property
+    def awaiting_report(self) -> bool:
+        """A heartbeat's delivery report is still to come (not one that failed and may have
+        landed: no report will come for it). Until it does, the deadline stays on the basis
+        before it: its reader must serve the report well before that deadline."""
+        return any(q not in self._unknown for q in self._sent)
+
+    @property
     def restarting(self) -> bool:
         """A heartbeat without ``prev_ts`` is on its way: sending more before its report only
         restarts the run again where each lands (as version 1's rule 10.5, the member waits)."""

@@ -314,8 +314,8 @@ class Coordinator:
             hb = self.cfg.heartbeat_interval_ms
             wait, idle, quiet = (min(top, max(0.02, hb / n)) for top, n in _TURN_SLICES)
             while not self._stop.is_set():  # (a plan being made: taken soon after it is done)
-                rest = self._quiet_wait(quiet) if self.v2 is not None and not self.v2.judging \
-                    else idle  # fmt: skip
+                rest = self._quiet_wait(quiet, wait) \
+                    if self.v2 is not None and not self.v2.judging else idle  # fmt: skip
                 rest = 0.02 if self.plans.busy else wait if self.busy() else rest
                 self.turn(self.reader.poll(rest))
         except BaseException as e:  # the loop must never die silently
@@ -325,12 +325,17 @@ class Coordinator:
         finally:
             self.writer.flush(5.0)
 
-    def _quiet_wait(self, quiet: float) -> float:
+    def _quiet_wait(self, quiet: float, report: float) -> float:
         """How long a version-2 member that does not judge waits for records between turns:
-        until its next heartbeat is due, at least ``quiet``. Records wake it at once, and
-        nothing else it does is timed closer than a heartbeat, so a turn per heartbeat keeps
-        its heartbeats on time at half the wake-ups of a turn every ``quiet``."""
+        until its next heartbeat is due, at least ``quiet``; but only ``report`` while a
+        heartbeat's delivery report is to come. Records wake it at once, a report does not
+        (the turn serves it), and the member's deadline moves only once the report is served:
+        a static member fences a process lease less the skew allowance after its basis, as
+        little as one heartbeat interval (the lease's third) after the next heartbeat is
+        sent, so a report left for the turn of the heartbeat after it raced its own fence."""
         with self.lock:
+            if self.member.version == 2 and self.member.clock.awaiting_report:
+                return report
             due_ms = self.member.beat_due_in_ms(monotonic_ms())
         return quiet if due_ms is None else max(quiet, due_ms / 1000)
 
