@@ -65,6 +65,26 @@ def test_partitions_lost_by_polls_fence_are_granted_again(
     assert c.generation > generation
 
 
+def test_a_static_member_takes_back_what_polls_fence_lost_without_a_new_generation(
+    bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
+) -> None:
+    """A static seat's grant stays the seat's (nobody plans it again): the member itself takes
+    back what its ``poll`` thread stopped as lost, once its session is current (docs/protocol.md,
+    rule 9.7), with no new generation."""
+    topic = topic_factory(partitions=4)
+    c = GroupConsumer({**_conf(bootstrap), "group.instance.id": "pod-0"})
+    consumers.append(c)
+    c.subscribe([topic])
+
+    wait_for(owns(c, 4), 30, "the member to own all 4 partitions", step=0)
+    generation = c.generation
+    lost = frozenset(TopicPartition(topic, p) for p in (0, 1))
+    c._lose(lost, "session_lapsed")  # what poll's fence does when it is first
+    assert sorted(tp.partition for tp in c.assignment()) == [2, 3]
+    wait_for(owns(c, 4), 30, "the lost partitions to be taken back", step=0)
+    assert c.generation == generation
+
+
 def test_a_reader_that_stops_fetching_is_renewed_before_the_member_lapses(
     bootstrap: str, topic_factory: Callable[..., str], consumers: list[GroupConsumer]
 ) -> None:

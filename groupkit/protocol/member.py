@@ -335,11 +335,12 @@ class Member:
         if gone:
             self.owned -= gone
             self._dirty = True
-            # A generation we acknowledged while their revocation was under way granted them
-            # to us again: the next poll takes them back, before any record of ours lets them
-            # go, so the log reserves them for us throughout (its claims never drop them).
-            # Not what the runtime stopped as lost (Coordinator.lost): those go.
-            self._retake |= gone & self._revoking & self._granted
+            # Taken back by the next healthy poll, if still granted: what a generation we acked
+            # mid-revocation granted us again (the log reserves it: no record of ours let go),
+            # and a static seat's lost grant (Coordinator.lost), which nobody plans again (rule
+            # 9.7); a dynamic member's lost ones go, for the leader to plan (partitions_lost).
+            lost = gone - self._revoking if self.instance_id is not None else EMPTY
+            self._retake |= (gone & self._revoking | lost) & self._granted
             self._revoking -= gone
             if committed:
                 self._committed.update((p, o) for p, o in committed.items() if p in gone)
@@ -534,8 +535,7 @@ class Member:
                 # a newcomer the current generation admitted takes what its members give it as
                 # they let go, before any generation covers it (docs/protocol.md, "Admission")
                 handed = target = ownership.admission_handoffs(group, self.member_id)
-        # Held: a process we replaced in our static seat may still run them (state.py); a
-        # grant is taken, and acknowledged, only once nothing holds it.
+        # Held: a process we replaced in our seat may still run them: take, ack only when free
         blocked = (
             ownership.held(group) & target if self.instance_id is not None and target else EMPTY
         )
