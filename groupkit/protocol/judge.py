@@ -93,9 +93,8 @@ class Judge:
         self._lease_seen: tuple[object, int] | None = None
         #: heartbeats that did not decode or verify (rule L2.4)
         self.rejected = 0
-        #: ((state, its changes), the leader, the leader and its successors) as last found
-        #: (:meth:`_first`)
-        self._ranked: tuple[tuple[int, int], str, frozenset[str]] | None = None
+        #: ((state, its changes), the leader and its successors) as last found (:meth:`_first`)
+        self._ranked: tuple[tuple[int, int], frozenset[str]] | None = None
 
     # ------------------------------------------------------------------ who judges
 
@@ -107,23 +106,22 @@ class Judge:
         me = state.members.get(self.member_id)
         if me is None or me.ended or me.proc != self.incarnation:
             return False
-        if self.member_id in self._first(state)[1]:
+        if self.member_id in self._first(state):
             return True
         return now_ms - self._lease_seen[1] >= self.session_ms + self.lease_interval_ms
 
-    def _first(self, state: GroupData) -> tuple[str, frozenset[str]]:
-        """The leader (``""`` in an empty group), and it with its successors: the first live
-        members by ``(joined_at, id)``. Every member asks at every step, so it is kept until
-        the memberships change (``GroupData.changes``): a sort of the group per member and
-        step made a follower's cost grow with the group's."""
+    def _first(self, state: GroupData) -> frozenset[str]:
+        """The leader and its successors: the first live members by ``(joined_at, id)``. Every
+        member asks at every step, so it is kept until the memberships change
+        (``GroupData.changes``): a sort of the group per member and step made a follower's cost
+        grow with the group's."""
         key = (id(state), state.changes)
         if self._ranked is None or self._ranked[0] != key:
             live = [m for m in state.members.values() if not m.ended]
             top = heapq.nsmallest(self.successors + 1, live,
                                   key=lambda m: (m.joined_at, m.member_id))  # fmt: skip
-            first = top[0].member_id if top else ""
-            self._ranked = (key, first, frozenset(m.member_id for m in top))
-        return self._ranked[1], self._ranked[2]
+            self._ranked = (key, frozenset(m.member_id for m in top))
+        return self._ranked[1]
 
     def start(self, state: GroupData) -> int:
         """Start judging: the liveness-log offset to read from."""
@@ -191,7 +189,7 @@ class Judge:
                     not leader
                     and kind == "expired"
                     and now_ms - p.found < self.lease_interval_ms
-                    and mid != self._first(state)[0]
+                    and mid != state.leader
                 ):
                     continue  # the leader normally writes it; a successor only if it did not
                 # (a process's end is what a static seat's next process waits on, and the
