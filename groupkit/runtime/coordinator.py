@@ -334,7 +334,7 @@ class Coordinator:
         little as one heartbeat interval (the lease's third) after the next heartbeat is
         sent, so a report left for the turn of the heartbeat after it raced its own fence."""
         with self.lock:
-            if self.member.version == 2 and self.member.clock.awaiting_report:
+            if self.member.clock.awaiting_report:
                 return report
             due_ms = self.member.beat_due_in_ms(monotonic_ms())
         return quiet if due_ms is None else max(quiet, due_ms / 1000)
