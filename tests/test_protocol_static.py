@@ -76,14 +76,15 @@ class StaticRules:
         if sm.member.state not in ("leaving", "left") and sm not in self.sim.displaced:
             self.sim.join(mid, sm.member.topics, read_rate=rate, static=True)
 
-    @precondition(lambda self: any(m in STATIC for m in self._alive()))
+    @precondition(lambda self: bool(self._alive()))
     @rule(data=st.data())
     def poll_fences_alone(self, data: st.DataObject) -> None:
-        """The runtime's ``poll`` thread fenced a static member by its own clock and stopped
-        what it owns as lost, while the control loop then confirmed a newer heartbeat, so the
-        member itself never fenced (``Coordinator.lost``): its run goes on. Its seat's grant
-        stays the seat's, and it takes it back (docs/protocol.md, rules 9.7 and 10.9)."""
-        mid = data.draw(st.sampled_from([m for m in self._alive() if m in STATIC]))
+        """The runtime's ``poll`` thread fenced a member by its own clock and stopped what it
+        owns as lost, while the control loop then confirmed a newer heartbeat, so the member
+        itself never fenced (``Coordinator.lost``): its run goes on. A static seat's grant
+        stays the seat's, and it takes it back (docs/protocol.md, rules 9.7 and 10.9); a
+        dynamic member's the leader plans again (``partitions_lost``)."""
+        mid = data.draw(st.sampled_from(self._alive()))
         sm = self.sim.members[mid]
         if sm.member.owned and sm.member.state not in ("leaving", "left"):
             sm.node.released(sm.member.owned)

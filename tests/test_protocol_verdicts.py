@@ -4,6 +4,7 @@ reader and one that starts from the compacted log."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pytest
@@ -19,6 +20,7 @@ from groupkit.protocol.records import (
     MemberRef,
     SnapshotKey,
     SnapshotRecord,
+    VerdictRecord,
     assignment_record,
     covered_member,
     decode,
@@ -309,6 +311,31 @@ def test_a_hold_on_a_replaced_process_lasts_until_a_verdict_on_its_run() -> None
     assert not st.holds and live(st) == {"a", "b"}, "the verdict on the old process ends it"
 
 
+def _disagreements(log: Log) -> list[tuple[int, int]]:
+    """The (cleaning point, offset) pairs where a reader of the log compacted at that point
+    differs from the full reader, from the cleaning point on (offset -1: it rejected a
+    record)."""
+    full = GroupState("g", SESSION, version=2)
+    seen = []
+    for off, k, v, ts in log.records:
+        full.replay(off, k, v, ts)
+        seen.append((full.leader, full.generation, full.assignment, tuple(full.holds)))
+    out = []
+    for clean_to in range(len(log.records) + 1):
+        newest = {r[1]: r[0] for r in log.records[:clean_to]}
+        fresh = GroupState("g", SESSION, version=2)
+        for off, k, v, ts in log.records:
+            if off >= clean_to or newest[k] == off:
+                fresh.replay(off, k, v, ts)
+            if off >= clean_to - 1:
+                got = (fresh.leader, fresh.generation, fresh.assignment, tuple(fresh.holds))
+                if got != seen[off]:
+                    out.append((clean_to, off))
+        if fresh.rejections:
+            out.append((clean_to, -1))
+    return out
+
+
 def test_a_hold_echoed_by_a_process_that_left_ends_for_every_reader_at_either_verdict() -> None:
     # b restarts while its first process i may still run: the join of b/j starts a hold on
     # what b/i may hold, and echoes it; b/j leaves, and its leaving record (no tombstone, so
@@ -324,22 +351,59 @@ def test_a_hold_echoed_by_a_process_that_left_ends_for_every_reader_at_either_ve
     log.append(verdict("b", 1, proc="i"))
     log.append(verdict("b", 1, proc="j"))
     grant(log, 2, "a", {"a": [0, 1, 2, 3]})
-    full = GroupState("g", SESSION, version=2)
-    seen = []
-    for off, k, v, ts in log.records:
-        full.replay(off, k, v, ts)
-        seen.append((full.leader, full.generation, full.assignment, tuple(full.holds)))
+    full = log.read()
     assert full.generation == 2 and not full.rejections
-    for clean_to in range(len(log.records) + 1):  # every cleaning point, and every offset
-        newest = {r[1]: r[0] for r in log.records[:clean_to]}  # from it on
-        fresh = GroupState("g", SESSION, version=2)
-        for off, k, v, ts in log.records:
-            if off >= clean_to or newest[k] == off:
-                fresh.replay(off, k, v, ts)
-            if off >= clean_to - 1:
-                got = (fresh.leader, fresh.generation, fresh.assignment, tuple(fresh.holds))
-                assert got == seen[off], (clean_to, off)
-        assert not fresh.rejections, clean_to
+    assert _disagreements(log) == []
+
+
+@pytest.mark.parametrize("restates", [True, False])
+def test_a_verdict_restates_the_run_whose_key_it_takes(restates: bool) -> None:
+    # b restarts twice while live (b/i, then b/j, then b/k) and b/k leaves: its leaving record
+    # echoes the holds on b/i and b/j. The judge ends b/i's run, then b/j's, and writes no
+    # verdict on b/k's, which left. The two verdicts share b's key, so a reader of the log
+    # compacted past the second builds both holds from the echo and sees only that verdict: it
+    # restates b/i's run, so that reader frees b/i's partitions where the full reader did and
+    # accepts the generation that grants them (docs/protocol-v2.md, L3.9). Without it, that
+    # reader keeps the hold for good.
+    log = granted(b_claims=True)
+    on_i = HeldEcho("i", frozenset({TP("t", 2), TP("t", 3)}), None, 1)
+    on_j = HeldEcho("j", frozenset({TP("t", 2)}), None, 1)
+    log.member("b", 1, 1, inc="j", held=[on_i])
+    log.member("b", 1, 1, inc="k", held=[on_i, on_j])
+    log.member("b", 2, 1, inc="k", held=[on_i, on_j], leaving=True)
+    log.append(verdict("b", 1, proc="i"))
+    restated = [("i", 1)] if restates else []
+    log.append(verdict_record("g", "b", process="j", run=1, writer=("a", "i"), ended=restated))
+    grant(log, 2, "a", {"a": [0, 1, 2, 3]})
+    full = log.read()
+    assert full.generation == 2 and not full.rejections and not full.holds
+    if restates:
+        assert _disagreements(log) == []
+        assert log.compacted().generation == 2
+    else:
+        assert _disagreements(log), "the hold on b/i outlives its verdict for some reader"
+
+
+def test_a_verdicts_restated_runs_round_trip_and_malformed_ones_are_counted() -> None:
+    k, v = encode(*verdict_record("g", "b", process="k", run=3, writer=("a", "i"),
+                                  ended=[("j", 2), ("i", 1)]))  # fmt: skip
+    back = decode(k, v)[1]
+    assert isinstance(back, VerdictRecord) and back.ended == (("i", 1), ("j", 2))
+    assert back.ends("i", 1) and back.ends("j", 1) and back.ends("k", 3)
+    assert not back.ends("j", 3) and not back.ends("x", 1)
+    with pytest.raises(ValueError):
+        verdict_record("g", "b", process="k", run=3, writer=("a", "i"), ended=[("k", 1)])
+    with pytest.raises(ValueError):
+        verdict_record("g", "b", process="k", run=3, writer=("a", "i"), kind="process_ended",
+                       ended=[("j", 1)])  # fmt: skip
+    assert v is not None
+    head, body = v[: v.index(b"{")], json.loads(v[v.index(b"{") :])
+    bad = [[["k", 1]], [["j", 0]], [["j", 1], ["i", 1]], [["i", 1], ["i", 2]], [], [["j"]], "j"]
+    st = GroupState("g", SESSION, version=2)
+    for n, ended in enumerate(bad):
+        doc = head + json.dumps({**body, "ended": ended}).encode()
+        assert st.replay(n, k, doc, 1_000 + n).kind == "rejected", ended
+    assert sum(st.rejections.values()) == len(bad) and not st.verdicts
 
 
 def test_a_v2_state_survives_a_snapshot() -> None:
@@ -348,15 +412,16 @@ def test_a_v2_state_survives_a_snapshot() -> None:
         log.member(mid, 2, 1)
     grant(log, 1, "a", {"a": [0], "b": [1], "c": [2, 3]})
     log.member("c", 3, 1, owned=[("t", 2)], owned_generation=1, acked_generation=1)
-    log.member("c", 2, 1, inc="j")
+    log.member("c", 2, 1, inc="j", held=[HeldEcho("i", frozenset({TP("t", 2)}), None, 1)])
     log.append(verdict("b", 1))
     log.append(lease_record("g", leader=("a", "i"), lease_seq=4, live_offset=9))
     st = log.read()
-    assert st.holds
+    assert st.holds and st.echoed == {"c": frozenset({"i"})}
     snap = decode(*encode(SnapshotKey("g"), to_snapshot(st, "a", "i")))[1]
     assert isinstance(snap, SnapshotRecord)
     back = from_snapshot(snap, SESSION)
     assert back.version == 2 and back.verdicts == st.verdicts and back.lease == st.lease
+    assert back.echoed == st.echoed
     assert live(back) == live(st) == {"a", "c"} and back.holds == st.holds
     assert back.members["b"].ended and back.members["a"].run == 1
     assert back.fingerprint() == st.fingerprint()

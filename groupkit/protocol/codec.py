@@ -22,6 +22,7 @@ from groupkit.protocol.fields import opt_field as _opt
 from groupkit.protocol.fields import str_field as _str
 from groupkit.protocol.fields import topics_field as _topics
 from groupkit.protocol.keys import decode_key, encode_key, forget_key
+from groupkit.protocol.liveness_codec import liveness_doc, liveness_from
 from groupkit.protocol.memo import BoundedMemo
 from groupkit.protocol.ranges import (
     MAX_PARTITIONS,
@@ -37,7 +38,6 @@ from groupkit.protocol.schema import (
     MAX_RESET_TEXT,
     PHASES,
     PROTOCOLS,
-    VERDICT_KINDS,
     AssignmentRecord,
     AssignorFallback,
     CoveredMember,
@@ -49,7 +49,6 @@ from groupkit.protocol.schema import (
     LoadReplan,
     MemberKey,
     MemberRecord,
-    MemberRef,
     Partitions,
     RecordKey,
     RecordValue,
@@ -89,7 +88,7 @@ def encode_value(key: RecordKey, value: RecordValue, signer: Signer | None = Non
         doc = _member_doc(value)
         version = value.version
     elif isinstance(value, VerdictRecord | LeaseRecord | HeartbeatRecord):
-        doc = _liveness_doc(value)
+        doc = liveness_doc(value)
         version = SCHEMA_VERSION_2
     elif isinstance(value, SnapshotRecord):
         doc = _snapshot_doc(value)
@@ -230,8 +229,9 @@ def _snapshot_v2_doc(v: SnapshotRecord) -> dict[str, Any]:
         return {}
     return {
         "version": v.version,
-        "verdicts": [[mid, _liveness_doc(r)] for mid, r in v.verdicts],
-        "lease": None if v.lease is None else _liveness_doc(v.lease),
+        "verdicts": [[mid, liveness_doc(r)] for mid, r in v.verdicts],
+        "lease": None if v.lease is None else liveness_doc(v.lease),
+        "echoed": [[mid, list(procs)] for mid, procs in v.echoed],
     }
 
 
@@ -248,13 +248,21 @@ def _snapshot_v2_from(key: SnapshotKey, doc: Mapping[str, Any]) -> dict[str, Any
         mid = entry[0]
         if not isinstance(mid, str) or not mid:
             raise RecordRejected(RejectReason.BAD_VALUE, "verdicts: bad member id")
-        r = _liveness_from(VerdictKey(key.group, mid), entry[1])
+        r = liveness_from(VerdictKey(key.group, mid), entry[1])
         assert isinstance(r, VerdictRecord)
         verdicts.append((mid, r))
     lease_doc = _opt(doc, "lease", dict)
-    lease = None if lease_doc is None else _liveness_from(LeaseKey(key.group), lease_doc)
+    lease = None if lease_doc is None else liveness_from(LeaseKey(key.group), lease_doc)
     assert lease is None or isinstance(lease, LeaseRecord)
-    return {"version": version, "verdicts": tuple(verdicts), "lease": lease}
+    echoed: list[tuple[str, tuple[str, ...]]] = []
+    for entry in _get(doc, "echoed", list) if "echoed" in doc else ():
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and entry[0] and isinstance(entry[1], list) and entry[1]
+                and all(isinstance(p, str) and p for p in entry[1])):  # fmt: skip
+            raise RecordRejected(RejectReason.WRONG_TYPE, "echoed: not [member id, [process]]")
+        echoed.append((entry[0], tuple(entry[1])))
+    return {"version": version, "verdicts": tuple(verdicts), "lease": lease,
+            "echoed": tuple(echoed)}  # fmt: skip
 
 
 def _assignment_doc(v: AssignmentRecord) -> dict[str, Any]:
@@ -439,7 +447,7 @@ def _decode_value(key: RecordKey, raw: bytes, verifier: Signer | None) -> Record
     if not isinstance(doc, dict):
         raise RecordRejected(RejectReason.WRONG_TYPE, "payload is not an object")
     if v2_kind:
-        return _liveness_from(key, doc)
+        return liveness_from(key, doc)
     if isinstance(key, MemberKey):
         record = _member_from(doc, version)
         if memo_key is not None:
@@ -842,46 +850,3 @@ def _snapshot_reset_from(doc: Mapping[str, Any], budget: PartitionBudget) -> dic
             waiting=tuple((w[0], w[1]) for w in waiting),
         )
     return out
-
-
-# --------------------------------------------------------------------------- protocol version 2
-# (docs/protocol-v2.md: verdicts and the lease in the main log, heartbeats in the liveness log)
-
-
-def _liveness_doc(v: VerdictRecord | LeaseRecord | HeartbeatRecord) -> dict[str, Any]:
-    if isinstance(v, VerdictRecord):
-        return {"proc": v.process, "run": v.run, "kind": v.kind, "by": list(v.writer)}
-    if isinstance(v, LeaseRecord):
-        return {"leader": list(v.leader), "lease_seq": v.lease_seq, "live_offset": v.live_offset}
-    return {"inc": v.incarnation, "seq": v.seq, "prev_ts": v.prev_ts, "lease": v.lease_ms,
-            "skew": v.skew_ms, "acked_gen": v.acked_generation}  # fmt: skip
-
-
-def _ref(doc: Mapping[str, Any], name: str) -> MemberRef:
-    r = _get(doc, name, list)
-    if len(r) != 2 or not all(isinstance(x, str) and x for x in r):
-        raise RecordRejected(RejectReason.WRONG_TYPE, f"{name}: not [member id, incarnation]")
-    return MemberRef(r[0], r[1])
-
-
-def _liveness_from(
-    key: RecordKey, doc: Mapping[str, Any]
-) -> VerdictRecord | LeaseRecord | HeartbeatRecord:
-    if isinstance(key, VerdictKey):
-        kind = _str(doc, "kind")
-        if kind not in VERDICT_KINDS or kind != key.kind:
-            raise RecordRejected(RejectReason.BAD_VALUE, f"verdict kind {kind!r} under {key.kind}")
-        run = _nat(doc, "run")
-        if run < 1:
-            raise RecordRejected(RejectReason.BAD_VALUE, "run < 1")
-        return VerdictRecord(_str(doc, "proc"), run, kind, _ref(doc, "by"))
-    if isinstance(key, LeaseKey):
-        seq, live = _nat(doc, "lease_seq"), _get(doc, "live_offset", int)
-        if seq < 1 or live < -1:
-            raise RecordRejected(RejectReason.BAD_VALUE, "lease_seq < 1 or live_offset < -1")
-        return LeaseRecord(_ref(doc, "leader"), seq, live)
-    seq, lease, skew = _nat(doc, "seq"), _nat(doc, "lease"), _nat(doc, "skew")
-    prev = _opt(doc, "prev_ts", int)
-    if seq < 1 or not 0 <= skew < lease or (prev is not None and prev < 0):
-        raise RecordRejected(RejectReason.BAD_VALUE, "seq < 1, skew not in [0, lease), prev_ts < 0")
-    return HeartbeatRecord(_str(doc, "inc"), seq, prev, lease, skew, _nat(doc, "acked_gen"))

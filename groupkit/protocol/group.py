@@ -239,6 +239,9 @@ class GroupData:
     echo_holders: dict[str, tuple[str, int]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    #: version 2: member id -> the processes its newest accepted record echoes a hold on
+    #: (``MemberRecord.held``), whose ended runs a verdict on the id restates (``holds.restated``)
+    echoed: dict[str, frozenset[str]] = field(default_factory=dict)
     #: member id -> offset of a record under its key that this reader rejected while the
     #: membership lived, until the membership's next accepted record: compaction may keep the
     #: rejected one as the key's newest, so the member writes its record again (version 2,

@@ -13,6 +13,8 @@ keeps (docs/protocol.md, "Membership and continuation"). :func:`hold_on` is the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import groupkit.protocol.ownership as ownership
 from groupkit.protocol.group import NEVER, GroupData, Hold, MemberState
 from groupkit.protocol.records import HeldEcho, MemberRecord
@@ -85,7 +87,7 @@ def echoed(state: GroupData, member_id: str, v: MemberRecord, ts: int) -> list[H
                 continue
         else:
             w = state.verdicts.get(member_id)
-            if w is not None and w.kind == "expired" and w.process == e.process and e.run <= w.run:
+            if w is not None and w.kind == "expired" and w.ends(e.process, e.run):
                 continue
             until = NEVER
         holder = f"{member_id}/{e.process}"
@@ -117,3 +119,34 @@ def end_echoed(state: GroupData, member_id: str, run: tuple[str, int] | None = N
         state.holds = [h for h in state.holds if h.holder not in ended]
         for h in ended:
             del state.echo_holders[h]
+
+
+def note_echo(state: GroupData, member_id: str, v: MemberRecord | None) -> None:
+    """Version 2: which processes the member id's newest accepted record (``None``: its
+    tombstone) echoes a hold on (``GroupData.echoed``), as compaction keeps that record."""
+    if state.version != 2:
+        return
+    if v is not None and v.held:
+        state.echoed[member_id] = frozenset(e.process for e in v.held)
+    else:
+        state.echoed.pop(member_id, None)
+
+
+def restated(
+    state: GroupData, member_id: str, process: str, found: Iterable[tuple[str, int]] = ()
+) -> tuple[tuple[str, int], ...]:
+    """Version 2: what a new ``expired`` verdict on ``member_id``'s ``process`` restates
+    (``VerdictRecord.ended``; docs/protocol-v2.md, L3.9): the runs of the id's other processes
+    that its newest verdict ends, or that the judge's own verdicts not read back yet end
+    (``found``), on which its newest record echoes a hold. The new verdict takes that one's
+    key, and a reader of the compacted log that builds the hold from the echo must see it end
+    as the full reader did."""
+    echoed = state.echoed.get(member_id)
+    if not echoed:
+        return ()
+    v = state.verdicts.get(member_id)
+    runs: dict[str, int] = {}
+    for p, r in (*(((v.process, v.run), *v.ended) if v is not None else ()), *found):
+        if p != process and p in echoed:
+            runs[p] = max(r, runs.get(p, r))
+    return tuple(sorted(runs.items()))

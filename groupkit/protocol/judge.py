@@ -31,6 +31,7 @@ import heapq
 from dataclasses import dataclass
 
 from groupkit.errors import RecordRejected
+from groupkit.protocol import holds
 from groupkit.protocol.group import GroupData
 from groupkit.protocol.keys import KIND_HEARTBEAT
 from groupkit.protocol.liveness import Heartbeat, LivenessJudge, VerdictKind
@@ -195,9 +196,14 @@ class Judge:
                 # (a process's end is what a static seat's next process waits on, and the
                 # leader may be that process, judging blind for a session since it started:
                 # every judge writes it at once; a second copy changes nothing)
+                ended = (
+                    holds.restated(state, mid, proc, self._written(mid))
+                    if kind == "expired"
+                    else ()
+                )
                 out.append(encode(*verdict_record(self.group, mid, process=proc, run=run,
-                                                  kind=kind, writer=(self.member_id,
-                                                                     self.incarnation)),
+                                                  kind=kind, ended=ended,
+                                                  writer=(self.member_id, self.incarnation)),
                                   self.signer))  # fmt: skip
                 p.written = now_ms
         if leader and (
@@ -212,6 +218,12 @@ class Judge:
                                             live_offset=max(-1, live_offset)),
                               self.signer))  # fmt: skip
         return out
+
+    def _written(self, member_id: str) -> list[tuple[str, int]]:
+        """The runs of ``member_id``'s processes this judge wrote ``expired`` verdicts on that
+        its state has not read back yet (their facts are still pending)."""
+        return [(proc, run) for (mid, proc, run, kind), p in self._pending.items()
+                if mid == member_id and kind == "expired" and p.written is not None]  # fmt: skip
 
     def _find_unseen(self, state: GroupData) -> None:
         """Rule L5.4: runs the main log names that this judge has seen no heartbeat of, or that
@@ -249,7 +261,7 @@ def _relevant(state: GroupData, fact: Fact) -> bool:
     member's that says as much already."""
     mid, proc, run, kind = fact
     v = state.verdicts.get(mid)
-    if v is not None and v.process == proc and v.kind == kind and v.run >= run:
+    if v is not None and v.kind == kind and v.ends(proc, run):
         return False
     holder = f"{mid}/{proc}"
     if any(h.holder == holder and h.run <= run for h in state.holds):

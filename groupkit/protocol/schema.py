@@ -366,6 +366,8 @@ class SnapshotRecord:
     version: int = 1
     verdicts: tuple[tuple[str, VerdictRecord], ...] = ()
     lease: LeaseRecord | None = None
+    #: version 2: ``GroupData.echoed``, as ``(member id, processes)`` in order
+    echoed: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,6 +417,17 @@ class VerdictRecord:
     kind: str
     #: who judged (for logs)
     writer: MemberRef
+    #: ``expired`` only: the runs ``(process, run)`` of the member's other processes that
+    #: earlier verdicts ended and that its newest member record still echoes a hold on. The
+    #: verdict restates them, since it takes their key (docs/protocol-v2.md, L3.9)
+    ended: tuple[tuple[str, int], ...] = ()
+
+    def ends(self, process: str, run: int) -> bool:
+        """Whether this verdict ends run ``run`` of ``process`` (its own run and every earlier
+        one, and the same for each run it restates)."""
+        if process == self.process:
+            return run <= self.run
+        return any(p == process and run <= r for p, r in self.ended)
 
 
 #: the kinds of :class:`VerdictRecord`
@@ -567,8 +580,10 @@ def verdict_record(
     run: int,
     writer: MemberRef | tuple[str, str],
     kind: str = "expired",
+    ended: Iterable[tuple[str, int]] = (),
 ) -> tuple[VerdictKey, VerdictRecord]:
-    """The key and value of a verdict on run ``run`` of ``member_id``'s process ``process``."""
+    """The key and value of a verdict on run ``run`` of ``member_id``'s process ``process``;
+    ``ended``: the runs of other processes it restates (``VerdictRecord.ended``)."""
     _check_id("group", group)
     _check_id("member_id", member_id)
     _check_id("process", process)
@@ -579,7 +594,15 @@ def verdict_record(
     w = MemberRef(*writer)
     _check_id("writer", w.member_id)
     _check_id("writer incarnation", w.incarnation)
-    return VerdictKey(group, member_id, kind), VerdictRecord(process, run, kind, w)
+    restated = tuple(sorted(set(ended)))
+    for p, r in restated:
+        _check_id("ended process", p)
+        if p == process or r < 1 or kind != "expired":
+            raise ValueError(f"ended: {p!r} run {r} is this verdict's process, < 1, or not "
+                             "on an expired verdict")  # fmt: skip
+    if len({p for p, _ in restated}) != len(restated):
+        raise ValueError("ended: a process named twice")
+    return VerdictKey(group, member_id, kind), VerdictRecord(process, run, kind, w, restated)
 
 
 def lease_record(

@@ -69,6 +69,7 @@ def to_snapshot(state: GroupState, writer_id: str, writer_incarnation: str) -> S
         version=state.version,
         verdicts=tuple(sorted(state.verdicts.items())),
         lease=state.lease,
+        echoed=tuple((mid, tuple(sorted(p))) for mid, p in sorted(state.echoed.items())),
     )
 
 
@@ -84,6 +85,7 @@ def from_snapshot(
                     record.version)  # fmt: skip
     st.verdicts = dict(record.verdicts)
     st.lease = record.lease
+    st.echoed = {mid: frozenset(p) for mid, p in record.echoed}
     st.offset = record.as_of
     st.log_time = record.log_time
     st.members = {m.member_id: _member_from_snapshot(m) for m in record.members}

@@ -199,6 +199,7 @@ class GroupState(GroupData):
                         raise RecordRejected(
                             RejectReason.FENCED_INSTANCE, "a live seat's tombstone"
                         )
+                    holds.note_echo(self, k.member_id, None)
                     return self._apply_leave(offset, k)
                 assert isinstance(v, MemberRecord)
                 if v.version != self.version:
@@ -213,7 +214,9 @@ class GroupState(GroupData):
                             res, detail=f"{detail}, posing as a live member", posing=True
                         )
                     raise RecordRejected(RejectReason.OTHER_VERSION, detail)
-                return self._apply_member(offset, k, v, timestamp_ms)  # (counts its changes)
+                res = self._apply_member(offset, k, v, timestamp_ms)  # (counts its changes)
+                holds.note_echo(self, k.member_id, v)
+                return res
             if isinstance(k, VerdictKey | LeaseKey):
                 if self.version == 1:
                     raise RecordRejected(
@@ -496,7 +499,7 @@ class GroupState(GroupData):
         """Version 2: whether the member's newest verdict ended run ``run`` of ``process``
         (docs/protocol-v2.md, L3)."""
         v = self.verdicts.get(member_id)
-        return v is not None and v.kind == "expired" and v.process == process and run <= v.run
+        return v is not None and v.kind == "expired" and v.ends(process, run)
 
     def _apply_ended(
         self, offset: int, k: MemberKey, v: MemberRecord, ts: int, other: MemberState | None
@@ -533,11 +536,12 @@ class GroupState(GroupData):
         if v.kind == "expired":
             self.verdicts[mid] = v  # the newest, as compaction keeps it
         self.changes += 1
-        holder = f"{mid}/{v.process}"
-        if any(h.holder == holder and h.run <= v.run for h in self.holds):
-            self.holds = [h for h in self.holds if not (h.holder == holder and h.run <= v.run)]
-        if v.kind == "expired":  # what the run echoed alone ends with it (holds.end_echoed)
-            holds.end_echoed(self, mid, (v.process, v.run))
+        for proc, run in ((v.process, v.run), *v.ended):  # (L3.9: the runs it restates too)
+            holder = f"{mid}/{proc}"
+            if any(h.holder == holder and h.run <= run for h in self.holds):
+                self.holds = [h for h in self.holds if not (h.holder == holder and h.run <= run)]
+            if v.kind == "expired":  # what the run echoed alone ends with it (holds.end_echoed)
+                holds.end_echoed(self, mid, (proc, run))
         m = self.members.get(mid)
         if m is not None and not m.ended and self._covered(mid, m.proc, m.run):
             m.ended = True
