@@ -205,6 +205,11 @@ class GroupData:
     complete_at: tuple[tuple[int, int], bool] | None = field(
         default=None, repr=False, compare=False
     )
+    #: per member, what it inherits (``ownership.inherited``) and the (offset, log time) that
+    #: was computed at: an heir named for many partitions asks in every poll
+    inherited_at: dict[str, tuple[tuple[int, int], Partitions]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
     #: per partition, the offset its releasing owner committed (docs/protocol.md, "Handoffs":
     #: offset hints); not part of snapshots nor of what members must agree on
     offset_hints: dict[TopicPartition, OffsetHint] = field(default_factory=dict)

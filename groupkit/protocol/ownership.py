@@ -172,7 +172,9 @@ def _inheritance_reserved(state: GroupData, m: MemberState) -> Partitions:
 def inherited(state: GroupData, member_id: str) -> Partitions:
     """What this member inherits in the current generation: what it ``inherit``s whose
     owner is gone, and that no other member claims (docs/protocol.md, "Inheritance"). The leader's
-    plan counts it as the member's own (``planner._previous``)."""
+    plan counts it as the member's own (``planner._previous``). Computed once per replayed
+    record (offset and log time key it, as :func:`_history_complete`): the leader is often
+    the heir of most partitions, and asks in every poll."""
     a = state.assignment
     m = state.members.get(member_id)
     if a is None or m is None or a.generation not in state.inherit_generations:
@@ -180,8 +182,16 @@ def inherited(state: GroupData, member_id: str) -> Partitions:
     c = a.members.get(member_id)
     if not m.named_by(c) or not c.inherit or m.since_generation > a.generation:
         return EMPTY
+    key = (state.offset, state.log_time)
+    memo = state.inherited_at.get(member_id)
+    if memo is not None and memo[0] == key:
+        return memo[1]
     gone = frozenset(p for p in c.inherit if _owner_gone(state, a.generation, a, p))
-    return unclaimed_by_others(state, member_id, gone)
+    got = unclaimed_by_others(state, member_id, gone)
+    if len(state.inherited_at) > len(state.members):  # (members that left)
+        state.inherited_at.clear()
+    state.inherited_at[member_id] = (key, got)
+    return got
 
 
 def unclaimed_by_others(state: GroupData, member_id: str, parts: Partitions) -> Partitions:
