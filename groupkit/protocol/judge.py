@@ -96,6 +96,9 @@ class Judge:
         self.rejected = 0
         #: ((state, its changes), the leader and its successors) as last found (:meth:`_first`)
         self._ranked: tuple[tuple[int, int], frozenset[str]] | None = None
+        #: ((main-log offset and time, ``LivenessJudge.epoch``), the runs the main log names
+        #: that the liveness log had shown no heartbeat of) at the last look (:meth:`_find_unseen`)
+        self._unseen: tuple[tuple[int, int, int], list[tuple[str, str, int, int]]] | None = None
 
     # ------------------------------------------------------------------ who judges
 
@@ -130,12 +133,14 @@ class Judge:
         start = lease.live_offset + 1 if lease is not None else 0
         self.live = LivenessJudge(self.session_ms)
         self._since = None
+        self._unseen = None
         return start
 
     def stop(self) -> None:
         self.live = None
         self._pending.clear()
         self._noticed.clear()
+        self._unseen = None
 
     # ------------------------------------------------------------------ reading
 
@@ -233,26 +238,36 @@ class Judge:
             return
         now = lv.time
         wait = self.session_ms + 2 * self.skew_ms
-        # Holds first, oldest first: a verdict is written as it is found, and one on a held
-        # process must come before one on the run that echoes its hold, which takes its key
-        # (docs/protocol-v2.md, L3.8)
-        named: list[tuple[str, str, int, int]] = []
-        for h in state.holds:
-            mid, _, proc = h.holder.partition("/")
-            # (the hold's process wrote its newest record before the main log's time now)
-            named.append((mid, proc, h.run, state.log_time))
-        named += [(mid, m.proc, m.run, m.last_seen) for mid, m in state.members.items()
-                  if not m.ended]  # fmt: skip
+        key = (state.offset, state.log_time, lv.epoch)
+        if self._unseen is not None and self._unseen[0] == key:
+            # Neither log named or started a run since the last look: only the unseen runs'
+            # timers can have moved (every member judges a run at every step: a look at every
+            # membership each time made the leader's step grow with the group).
+            named = self._unseen[1]
+        else:
+            # Holds first, oldest first: a verdict is written as it is found, and one on a
+            # held process must come before one on the run that echoes its hold, which takes
+            # its key (docs/protocol-v2.md, L3.8)
+            named = []
+            for h in state.holds:
+                mid, _, proc = h.holder.partition("/")
+                # (the hold's process wrote its newest record before the main log's time now)
+                named.append((mid, proc, h.run, state.log_time))
+            named += [(mid, m.proc, m.run, m.last_seen) for mid, m in state.members.items()
+                      if not m.ended]  # fmt: skip
+        unseen: list[tuple[str, str, int, int]] = []
         for mid, proc, run, at in named:
             seen = lv.runs.get((mid, proc))
             if seen is not None:
                 if seen.known_start and seen.start > run:
                     self._pending.setdefault((mid, proc, run, "expired"), _Pending(-1))
                 continue
+            unseen.append((mid, proc, run, at))
             # first noticed: (liveness time, the main log's time of the record it names)
             noticed, at = self._noticed.setdefault((mid, proc, run), (now, at))
             if now >= max(self._since, at, noticed) + wait:
                 self._pending.setdefault((mid, proc, run, "expired"), _Pending(-1))
+        self._unseen = (key, unseen)
 
 
 def _relevant(state: GroupData, fact: Fact) -> bool:

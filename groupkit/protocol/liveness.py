@@ -250,6 +250,9 @@ class LivenessJudge:
     #: no run ends before this liveness time (a lower bound: a run that continues only moves
     #: its end later), so a heartbeat before it needs no look at every run (:meth:`_expire`)
     _next_end: int | None = None
+    #: counts the runs started, restarted and ended: while it and the main log stand still, a
+    #: judge's look for runs it has not seen finds what it found (``Judge._find_unseen``)
+    epoch: int = 0
 
     def replay(self, offset: int, ts: int, hb: Heartbeat) -> list[Verdict]:
         """Feed one heartbeat in log order; the verdicts it and the clock's advance bring."""
@@ -279,6 +282,7 @@ class LivenessJudge:
             out.append(Verdict(hb.member, hb.inc, run.start, VerdictKind.RESTARTED, offset))
         known = run is not None or not continues(hb, ts)
         new = self.runs[key] = Run(hb.seq, hb.seq, self.time, hb.lease_ms, hb.skew_ms, False, known)
+        self.epoch += 1
         end = self._end_of(new)
         if self._next_end is not None and end < self._next_end:
             self._next_end = end
@@ -304,6 +308,7 @@ class LivenessJudge:
             if now >= run.last_seen + self.session_ms + run.skew_ms:
                 out.append(Verdict(key[0], key[1], run.start, VerdictKind.EXPIRED, offset))
                 del self.runs[key]
+                self.epoch += 1
                 continue
             if not run.process_ended and now >= run.last_seen + run.lease_ms + run.skew_ms:
                 run.process_ended = True
