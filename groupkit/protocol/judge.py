@@ -31,8 +31,8 @@ import heapq
 from dataclasses import dataclass
 
 from groupkit.errors import RecordRejected
-from groupkit.protocol import holds
 from groupkit.protocol.group import GroupData
+from groupkit.protocol.holds import restated
 from groupkit.protocol.keys import KIND_HEARTBEAT
 from groupkit.protocol.liveness import Heartbeat, LivenessJudge, VerdictKind
 from groupkit.protocol.records import (
@@ -201,11 +201,7 @@ class Judge:
                 # (a process's end is what a static seat's next process waits on, and the
                 # leader may be that process, judging blind for a session since it started:
                 # every judge writes it at once; a second copy changes nothing)
-                ended = (
-                    holds.restated(state, mid, proc, self._written(mid))
-                    if kind == "expired"
-                    else ()
-                )
+                ended = restated(state, mid, proc, self._written(mid)) if kind == "expired" else ()
                 out.append(encode(*verdict_record(self.group, mid, process=proc, run=run,
                                                   kind=kind, ended=ended,
                                                   writer=(self.member_id, self.incarnation)),
