@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 import tempfile
@@ -68,7 +69,7 @@ from bench._harness import (
     versions,
 )
 from bench._pacer import Pacer
-from groupkit.dev.harness import wait_for
+from groupkit.dev.harness import cpu_seconds, wait_for
 
 # name -> (kind, protocol)
 CONTENDERS: dict[str, tuple[str, str]] = {
@@ -159,14 +160,18 @@ def run_contender(
     kill_trials = min(trials, args.default_kill_trials) if slow_kill else trials
     results: dict[str, list[dict[str, float]]] = {e: [] for e in EVENTS}
     timeout = kill_timeout(kind, protocol, session) + 30
-    cpu = float("nan")
+    cpu = broker_cpu = float("nan")
     try:
         members = group.start(args.members)
-        # idle cost: CPU of the stable group's members over 2 s, per member
+        # idle cost: CPU of the stable group's members over the window, per member, and the
+        # broker's (the bench's own: it serves the producer and every fetch too)
         time.sleep(0.5)
+        broker_pid = _broker_pid(workdir)
         c0 = sum(m.cpu_seconds() for m in members)
+        b0 = cpu_seconds(broker_pid) if broker_pid else math.nan
         time.sleep(args.cpu_window)
         cpu = (sum(m.cpu_seconds() for m in members) - c0) / args.cpu_window / len(members)
+        broker_cpu = (cpu_seconds(broker_pid) - b0) / args.cpu_window if broker_pid else math.nan
         for trial in range(trials):
             do_kill = trial < kill_trials
             extra = [group.spawn() for _ in range(2 if do_kill else 1)]
@@ -204,8 +209,17 @@ def run_contender(
     return {
         "contender": name, "setting": setting, "kind": kind, "protocol": protocol,
         "session_heartbeat_ms": effective(kind, protocol, session, heartbeat),
-        "idle_cpu_per_member": cpu, "trials": results,
+        "idle_cpu_per_member": cpu, "idle_cpu_broker": broker_cpu, "trials": results,
     }  # fmt: skip
+
+
+def _broker_pid(workdir: Path) -> int | None:
+    """The local broker's process (``paced_topic`` starts it in ``workdir/broker``); ``None``
+    for a broker of ``--bootstrap``."""
+    try:
+        return int((workdir / "broker" / "broker.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _property(kv: str) -> str:
@@ -416,6 +430,8 @@ def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Name
                      for r in runs if "append_gap_ms" in r)  # fmt: skip
     cpu_notes = ", ".join(f"{r['contender']} {r['idle_cpu_per_member'] * 100:.1f}%"
                           for r in runs)  # fmt: skip
+    broker_notes = ", ".join(f"{r['contender']} {r['idle_cpu_broker'] * 100:.0f}%" for r in runs
+                             if not math.isnan(r.get("idle_cpu_broker", math.nan)))  # fmt: skip
     props = getattr(args, "broker_property", None)
     notes = [
         f"{args.members} members, {args.partitions} partitions, {args.trials} trials "
@@ -432,7 +448,8 @@ def report_setting(runs: list[dict[str, Any]], setting: str, args: argparse.Name
         "partitions that moved vs stayed with their owner. rec/s dip: lowest 100 ms bin until "
         "stable vs the second before. Ratios against groupkit cooperative in the same run.",
         f"Targets: {targets}",
-        f"Idle CPU per member (share of one core): {cpu_notes}",
+        f"Idle CPU per member (share of one core): {cpu_notes}"
+        + (f"; the broker's over the same seconds: {broker_notes}" if broker_notes else ""),
         f"1-min load as each contender started (after waiting up to {args.settle_max:g} s for "
         f"it to fall to {args.settle_load:g}): {start_loads}",
         f"Records the producer wrote, of those asked for, during each contender (it skips a "

@@ -142,6 +142,15 @@ def tps(fact: Mapping[str, Any]) -> list[TP]:
 # --------------------------------------------------------------------------- a member process
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` so far (Linux /proc); NaN once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 @dataclass
 class MemberProcess:
     """One worker process and its audit."""
@@ -220,11 +229,7 @@ class MemberProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the process so far (Linux /proc)."""
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / CLK_TCK
-        except (OSError, IndexError, ValueError):
-            return float("nan")
+        return cpu_seconds(self.proc.pid)
 
     def log_tail(self, chars: int = 2000) -> str:
         """The end of the process's stdout and stderr."""
