@@ -8,8 +8,6 @@ import pytest
 
 from groupkit.errors import ConfigError
 from groupkit.runtime.config import GroupConfig
-from groupkit.runtime.control_log import ControlReader
-from groupkit.runtime.liveness_io import judge_batch_ms
 
 BASE: dict[str, Any] = {"bootstrap.servers": "localhost:9092", "group.id": "g"}
 
@@ -63,25 +61,3 @@ def test_the_process_lease_is_three_seconds_at_most_the_session_and_above_twice_
     # a dynamic member has no lease of its own: the setting is not in its way
     GroupConfig.from_dict({**BASE, "groupkit.process.lease.ms": 2_000,
                            "groupkit.max.clock.skew.ms": 1_000})  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("session", "heartbeat", "batch"),
-    [(10_000, 1_000, 500), (1_000, 100, 50), (45_000, 3_000, 500), (1_000, 500, 100)],
-)
-def test_a_judge_reads_the_liveness_log_in_batches_well_inside_a_heartbeat(
-    session: int, heartbeat: int, batch: int
-) -> None:
-    cfg = GroupConfig.from_dict(
-        {**BASE, "session.timeout.ms": session, "heartbeat.interval.ms": heartbeat}
-    )
-    assert judge_batch_ms(cfg) == batch
-    judge = ControlReader(cfg, "t.liveness", 0, "liveness-reader", batch_ms=batch)
-    catch_up = ControlReader(cfg, "t.liveness", 0, "liveness-reader")
-    try:
-        assert judge._conf["fetch.wait.max.ms"] == batch
-        assert judge._conf["fetch.min.bytes"] > 100_000  # the broker waits out the batch
-        assert catch_up._conf["fetch.min.bytes"] == 1  # a newcomer's last fetch does not wait
-    finally:
-        judge.close()
-        catch_up.close()

@@ -96,11 +96,6 @@ _BACKGROUND_WARM_S = 3.0
 _PID_RETRY_S = 0.02
 
 
-#: ``fetch.min.bytes`` of a batching reader (``ControlReader(batch_ms=...)``): more than a
-#: batch of heartbeats ever holds, so the broker answers when ``fetch.wait.max.ms`` has passed
-_BATCH_MIN_BYTES = 1 << 20
-
-
 def _control_timeouts(cfg: GroupConfig, request: bool = False) -> dict[str, int]:
     """How long a control client waits for a connection to come up, and the writer for a
     produce request's answer: half a session, within [2 s, 30 s] (librdkafka's defaults are
@@ -141,20 +136,11 @@ class ControlReader:
     """Follows one control partition from its beginning."""
 
     def __init__(
-        self,
-        cfg: GroupConfig,
-        topic: str,
-        partition: int,
-        role: str = "control-reader",
-        batch_ms: int | None = None,
+        self, cfg: GroupConfig, topic: str, partition: int, role: str = "control-reader"
     ) -> None:
         """``role``: the client's name (``GroupConfig.client_config``). A reader of the liveness
         log (``liveness-reader``) that asks for an offset retention has deleted starts at the
-        log's start, not at its end (a control reader only ever asks for offsets it has).
-
-        ``batch_ms``: the broker answers a fetch once this long has passed, with what was
-        appended meanwhile, not as soon as one record is (a judge's reader: see
-        :func:`judge_batch_ms`)."""
+        log's start, not at its end (a control reader only ever asks for offsets it has)."""
         self.topic = topic
         self.partition = partition
         self._conf = cfg.client_config(
@@ -176,11 +162,6 @@ class ControlReader:
                 # the cleaner has been through; version 1's re-reads from the log's end.)
                 "fetch.wait.max.ms": 1000 if cfg.protocol_version == 2 else 500,
                 "fetch.min.bytes": 1,
-                **(
-                    {}
-                    if batch_ms is None
-                    else {"fetch.wait.max.ms": batch_ms, "fetch.min.bytes": _BATCH_MIN_BYTES}
-                ),
                 "fetch.error.backoff.ms": 50,
                 "socket.nagle.disable": True,
                 **({"auto.offset.reset": "earliest"} if role == "liveness-reader" else {}),

@@ -14,10 +14,9 @@ and this module over the real one:
 2. **Judging**: while ``Node.liveness_wanted`` (the node leads, follows the leader closely, or
    has read no lease for too long), a reader of the liveness partition, opened at
    ``Node.liveness_start``, feeds every record to ``Node.feed_liveness``, a non-blocking poll
-   each turn; the broker answers its fetches in batches (:func:`judge_batch_ms`). When no
-   longer wanted, the node stops judging and the reader is closed: a follower that does not
-   judge reads nothing of the liveness topic, which is what keeps its cost independent of the
-   group's size.
+   each turn. When no longer wanted, the node stops judging and the reader is closed: a
+   follower that does not judge reads nothing of the liveness topic, which is what keeps its
+   cost independent of the group's size.
 """
 
 from __future__ import annotations
@@ -54,23 +53,6 @@ _NOT_APPENDED = frozenset(
         KafkaError.INVALID_RECORD,
     }
 )
-
-
-def judge_batch_ms(cfg: GroupConfig) -> int:
-    """How long the broker may hold a judge's fetch of the liveness log to answer it with a
-    batch: half a heartbeat interval, at most a tenth of the session and half a second.
-
-    With ``fetch.min.bytes=1`` every heartbeat appended answered each judge's fetch at once:
-    three fetches answered and asked again per heartbeat, the larger part of what the liveness
-    log costs the broker. The rules judge by liveness time, the broker time of the records
-    read (docs/protocol-v2.md, L3 and L5.4), never by when a record was read: read in
-    batches, a run that ended is found at most one batch later (a killed member's partitions
-    move that much later, a quarter of a heartbeat on average), and nothing is judged
-    differently. A reader that lags is what the protocol's schedules already draw (slow
-    readers). Catch-up's reader of the snapshots does not batch: a newcomer waits for its
-    last fetch."""
-    hb, session = cfg.heartbeat_interval_ms, cfg.session_timeout_ms
-    return max(1, min(hb // 2, session // 10, 500))
 
 
 def maybe_landed(err: KafkaError) -> bool:
@@ -192,8 +174,7 @@ class LivenessIO:
             self._close_reader()
             return
         if start is not None:
-            self.reader = ControlReader(self.cfg, self.topic, self.partition, "liveness-reader",
-                                        batch_ms=judge_batch_ms(self.cfg))  # fmt: skip
+            self.reader = ControlReader(self.cfg, self.topic, self.partition, "liveness-reader")
             self.reader.seek(start)
             self.judging_starts += 1
             _log.info("liveness.judging", group=self.cfg.group_id, member=self.node.member_id,
