@@ -299,6 +299,13 @@ def broker(bootstrap: str | None, state_dir: Path, extra: dict[str, str]) -> Any
                 print(f"bench: {left} librdkafka client(s) outlived the run", file=sys.stderr)
 
 
+def broker_pid(state_dir: Path) -> int | None:
+    """The local broker's pid (None for a broker given by ``--bootstrap``)."""
+    from groupkit.dev.broker import LocalBroker
+
+    return LocalBroker(state_dir).status().pid if state_dir.exists() else None
+
+
 def append_gaps(bootstrap: str, topic: str, partitions: Iterable[int], t0: float,
                 t1: float) -> dict[str, float]:  # fmt: skip
     """Milliseconds between consecutive records of each of ``partitions`` that the broker

@@ -62,6 +62,7 @@ from bench._harness import (
     Group,
     append_gaps,
     broker,
+    broker_pid,
     create_topic,
     measure,
     pct,
@@ -166,12 +167,12 @@ def run_contender(
         # idle cost: CPU of the stable group's members over the window, per member, and the
         # broker's (the bench's own: it serves the producer and every fetch too)
         time.sleep(0.5)
-        broker_pid = _broker_pid(workdir)
+        pid = broker_pid(workdir / "broker")  # (paced_topic starts it there)
         c0 = sum(m.cpu_seconds() for m in members)
-        b0 = cpu_seconds(broker_pid) if broker_pid else math.nan
+        b0 = cpu_seconds(pid) if pid else math.nan
         time.sleep(args.cpu_window)
         cpu = (sum(m.cpu_seconds() for m in members) - c0) / args.cpu_window / len(members)
-        broker_cpu = (cpu_seconds(broker_pid) - b0) / args.cpu_window if broker_pid else math.nan
+        broker_cpu = (cpu_seconds(pid) - b0) / args.cpu_window if pid else math.nan
         for trial in range(trials):
             do_kill = trial < kill_trials
             extra = [group.spawn() for _ in range(2 if do_kill else 1)]
@@ -211,15 +212,6 @@ def run_contender(
         "session_heartbeat_ms": effective(kind, protocol, session, heartbeat),
         "idle_cpu_per_member": cpu, "idle_cpu_broker": broker_cpu, "trials": results,
     }  # fmt: skip
-
-
-def _broker_pid(workdir: Path) -> int | None:
-    """The local broker's process (``paced_topic`` starts it in ``workdir/broker``); ``None``
-    for a broker of ``--bootstrap``."""
-    try:
-        return int((workdir / "broker" / "broker.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _property(kv: str) -> str:

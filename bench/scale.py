@@ -64,10 +64,9 @@ from confluent_kafka import TopicPartition as KTP
 from confluent_kafka.admin import AdminClient
 
 from bench._common import Chart, begin, load_results, median, write_results
-from bench._harness import Group, broker, create_topic, load, versions
+from bench._harness import Group, broker, broker_pid, create_topic, load, versions
 from bench.join_age import log_end
 from bench.rebalance import GK_DEFAULT, broker_properties
-from groupkit.dev.broker import LocalBroker
 from groupkit.dev.harness import wait_for
 from groupkit.protocol.keys import (
     KIND_ASSIGNMENT,
@@ -253,11 +252,6 @@ def sim_run(members: int, stretch_s: float, session_ms: int, heartbeat_ms: int,
 
 
 # --------------------------------------------------------------------------- real
-
-
-def broker_pid(state_dir: Path) -> int | None:
-    """The local broker's pid (None for a broker given by ``--bootstrap``)."""
-    return LocalBroker(state_dir).status().pid if state_dir.exists() else None
 
 
 def bytes_out(pid: int | None, topic: str) -> float:
