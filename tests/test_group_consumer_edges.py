@@ -7,6 +7,7 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,7 @@ from groupkit.errors import (
     UnknownAssignorError,
 )
 from groupkit.runtime.describe import describe_group
-from tests.conftest import unique_name
+from tests.conftest import create_topic, delete_topics, unique_name
 from tests.groupharness import pump
 
 
@@ -39,12 +40,46 @@ def test_wrong_bootstrap_address_is_a_clear_error() -> None:
 def test_missing_topic_and_unknown_assignor(conf: dict[str, Any]) -> None:
     with pytest.raises(UnknownAssignorError, match="known: balanced, cooperative-sticky"):
         GroupConsumer({**conf, "groupkit.assignor": "nope"})
-    c = GroupConsumer(conf)
+    c = GroupConsumer({**conf, "topic.metadata.propagation.max.ms": 300})
     try:
-        with pytest.raises(ConfigError, match="do not exist"):
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match=r"do not exist.*waited 0\.3 s"):
             c.subscribe([unique_name("absent")])
+        assert time.monotonic() - t0 >= 0.3  # asked again until the bound, then refused
     finally:
         c.close()
+
+
+def test_subscribe_waits_for_a_topic_created_meanwhile(
+    conf: dict[str, Any], admin: Any, consumers: list[GroupConsumer]
+) -> None:
+    """A topic the metadata does not show yet (created a moment ago elsewhere, or by the
+    look-up itself with allow.auto.create.topics) is waited for, not refused at once."""
+    topic = unique_name("late")
+    c = GroupConsumer(conf)
+    consumers.append(c)
+    errors: list[BaseException] = []
+
+    def subscribe() -> None:
+        try:
+            c.subscribe([topic])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    waiter = threading.Thread(target=subscribe)
+    waiter.start()
+    try:
+        # half a second with the topic absent (the scenario, not a wait for a condition):
+        # subscribe() is still asking, where it used to refuse at its first answer
+        time.sleep(0.5)
+        assert waiter.is_alive(), errors
+        create_topic(admin, topic, 2)
+        waiter.join(30)
+        assert not waiter.is_alive() and not errors, errors
+        pump([c], lambda: len(c.assignment()) == 2, 30, "both partitions owned")
+    finally:
+        waiter.join(30)
+        delete_topics(admin, [topic])
 
 
 def test_control_topic_with_wrong_config(
@@ -72,7 +107,7 @@ def test_control_clients_are_opened_by_the_constructor_and_closed_on_every_path(
     fails, leave no client alive."""
     gc.collect()
     before = _librdkafka_handles()
-    c = GroupConsumer(conf)
+    c = GroupConsumer({**conf, "topic.metadata.propagation.max.ms": 200})
     assert c._control is None and c._standby is not None  # the standby member took them
     ctl = c._standby.control
     ctl.wait_warm()

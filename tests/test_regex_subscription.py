@@ -200,7 +200,7 @@ def test_a_pattern_that_matches_nothing_yet(
     prefix = unique_name("rx")
     conf = {**conf, "topic.metadata.refresh.interval.ms": _REFRESH_MS}
     a = _App(conf, [f"^{prefix}-"], consumers)
-    other = GroupConsumer(conf)
+    other = GroupConsumer({**conf, "topic.metadata.propagation.max.ms": 200})
     consumers.append(other)
     with pytest.raises(ConfigError, match="do not exist"):
         other.subscribe([f"^{prefix}-", unique_name("absent")])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -121,7 +121,13 @@ _NOT_YET = frozenset(
 )
 
 
-def topic_appears(admin: AdminClient, name: str, timeout: float) -> bool:
+class MetadataSource(Protocol):
+    """A client that answers metadata requests: an ``AdminClient`` or a ``Consumer``."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+
+def topic_appears(admin: MetadataSource, name: str, timeout: float) -> bool:
     """Whether ``name`` shows up in the cluster's metadata within ``timeout`` seconds.
 
     ``CreateTopics`` returns once the controller has the topic; each broker learns it from the
