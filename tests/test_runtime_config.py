@@ -67,6 +67,18 @@ def test_security_settings_reach_every_internal_client() -> None:
     assert cfg.client_config(**{"acks": "all"})["acks"] == "all"
 
 
+def test_only_the_data_consumer_may_have_the_broker_create_topics() -> None:
+    """Internal clients never ask the broker to create a topic they look up (librdkafka's
+    producer-type handles would by default); the user's setting is the data consumer's."""
+    for user in ({}, {"allow.auto.create.topics": True}):
+        cfg = GroupConfig.from_dict({"bootstrap.servers": "b:9092", "group.id": "g", **user})
+        for role in (None, "admin", "control-writer", "telemetry"):
+            assert cfg.client_config(role)["allow.auto.create.topics"] is False
+        assert cfg.data_consumer.get("allow.auto.create.topics") == user.get(
+            "allow.auto.create.topics"
+        )
+
+
 def test_internal_clients_have_their_own_client_id() -> None:
     """Each internal client says what it is (a fault proxy cuts one by its client.id); the data
     consumer keeps the user's client.id."""

@@ -185,7 +185,6 @@ _CONNECTION_KEYS = {
     "api.version.request",
     "topic.metadata.refresh.interval.ms",
     "metadata.max.age.ms",
-    "allow.auto.create.topics",
 }
 
 #: the largest ``session.timeout.ms`` librdkafka accepts of the data consumer: no more than its
@@ -508,8 +507,15 @@ class GroupConfig:
         member's control reader, control writer, admin and telemetry producer apart (the data
         consumer keeps the user's own ``client.id``, which client-id quotas may name).
 
-        The client's librdkafka log goes to groupkit's loggers (:mod:`.client_log`)."""
-        conf = {**self.connection, **overrides}
+        The client's librdkafka log goes to groupkit's loggers (:mod:`.client_log`).
+
+        It never has the broker create a topic it merely asks about
+        (``allow.auto.create.topics``, whatever the user set for the data consumer): librdkafka
+        lets producer-type handles (the admin client and the control writer among them) do so
+        by default, and a broker with Kafka's default ``auto.create.topics.enable=true`` would
+        then create a missing control topic with its own defaults (deleted by time, not
+        compacted) before groupkit creates it as it must be."""
+        conf = {**self.connection, "allow.auto.create.topics": False, **overrides}
         if role is not None:
             conf["client.id"] = f"{self.connection.get('client.id', 'groupkit')}.{role}"
         return with_client_log(conf)
