@@ -267,3 +267,47 @@ def test_a_writer_whose_records_go_unanswered_while_the_log_moves_is_renewed(
         written = coordinator.stats.records_written
         wait_for(lambda: both_own() and coordinator.stats.records_written > written, 60,
                  "a to write again and own its share", step=0)  # fmt: skip
+
+
+def test_a_member_whose_catch_up_goes_unanswered_asks_again_and_joins(
+    cluster: KafkaBackend, proxy: FaultProxy
+) -> None:
+    """A member whose control log readers get no answer while it catches up (a broker stalled
+    or cut off for longer than a request's bound) keeps asking, as Kafka's consumers keep
+    asking for metadata, and joins once the cluster answers: its control loop does not end.
+    The proxy holds the readers' traffic from before ``GroupConsumer()`` to well past that
+    bound; the member's admin client, writer and data consumer reach the cluster."""
+    lc = local_cluster(cluster)
+    admin = AdminClient(lc.client_config())
+    topic = unique_name("data")
+    create_topic(admin, topic, 2, replication_factor=-1)
+    ctl = unique_name("ctl")
+    conf = {"group.id": unique_name("g"), "groupkit.control.topic": ctl,
+            "bootstrap.servers": lc.proxy_bootstrap, "client.id": "a0"}  # fmt: skip
+    cut = proxy.cut("both", r"a0\.(control|liveness)-reader")
+    a = GroupConsumer(conf)
+    try:
+        a.subscribe([topic])
+        coordinator = a.coordinator
+        assert coordinator is not None
+
+        def unanswered() -> bool:
+            a.poll(0.05)  # raises if the control loop ended
+            return coordinator.stats.unanswered >= 1
+
+        wait_for(unanswered, 60, "the catch-up to go unanswered", step=0)
+        assert not a.assignment()
+        proxy.heal(cut)
+        cut = None
+
+        def owns_all() -> bool:
+            a.poll(0.05)
+            return len(a.assignment()) == 2
+
+        wait_for(owns_all, 60, "a to join and own both partitions once answered", step=0)
+        assert coordinator.failure is None
+    finally:
+        if cut is not None:
+            proxy.heal(cut)
+        a.close()
+        delete_topics(admin, [topic, ctl, f"{ctl}.liveness"])

@@ -14,12 +14,18 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from groupkit.protocol.records import Signer, SnapshotRecord
 from groupkit.protocol.snapshot import CatchUp, from_snapshot, newest_snapshot
 from groupkit.protocol.state import GroupState
 from groupkit.runtime.background import Background
-from groupkit.runtime.control_log import ControlReader
+from groupkit.runtime.control_log import ControlReader, unanswered
+
+_T = TypeVar("_T")
+
+#: the pauses before a catch-up the cluster did not answer is tried again: doubling, at most
+UNANSWERED_PAUSE_S = (0.5, 5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,39 @@ class CaughtUp:
     replayed: int
     #: the high watermark the catch-up restored the group at (the caller replays on from there)
     end: int
+
+
+def until_answered(
+    call: Callable[[], _T],
+    stop: threading.Event,
+    counted: Callable[[BaseException], None],
+    again: Callable[[], _T] | None = None,
+) -> _T:
+    """``call()``, then ``again()`` (or ``call()``) after a pause, each time it fails because the
+    cluster did not answer (:func:`unanswered`: a broker down, stalled or cut off for longer
+    than a request's bound), until it succeeds, or ``stop`` is set (:class:`StopCatchUp`).
+
+    A member that has not joined has nothing to lose by waiting, and Kafka's own consumers
+    keep asking for metadata while no broker answers; ending the member's control loop for
+    good would leave the application a consumer that never joins. ``counted(error)`` logs and
+    counts each failure. A refusal (an ACL, a missing topic) is raised at once.
+    """
+    pause, top = UNANSWERED_PAUSE_S
+    attempt = call
+    while True:
+        try:
+            return attempt()
+        except Exception as e:
+            if not unanswered(e):
+                raise
+            counted(e)
+            if stop.wait(pause):
+                raise StopCatchUp("stopped while the cluster did not answer") from e
+        pause, attempt = min(top, 2 * pause), again or call
+
+
+class StopCatchUp(Exception):
+    """The member was stopped while its catch-up waited for the cluster to answer."""
 
 
 def log_ends(

@@ -79,6 +79,34 @@ _NOT_LED = frozenset(
     }
 )
 
+#: The cluster did not answer in time: a broker down, stalled or cut off. Retried within a
+#: request's bound like the errors above; past it, :func:`unanswered` tells the caller so.
+_UNANSWERED = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+
+def unanswered(e: BaseException) -> bool:
+    """``e`` (or what it was raised from) says the cluster did not answer, or that a partition
+    had no leader to answer, as opposed to refusing the request: worth asking again later."""
+    cause: BaseException | None = e
+    while cause is not None:
+        err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+        if (
+            isinstance(err, KafkaError)
+            and err.code() not in _DENIED
+            and (err.retriable() or err.code() in _UNANSWERED or err.code() in _NOT_LED)
+        ):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 #: Fatal producer errors in a row, with no record delivered in between, after which the writer
 #: stops replacing its producer and fails (e.g. a broker that cannot do idempotence at all).
 _MAX_REPLACEMENTS = 5
@@ -223,16 +251,15 @@ class ControlReader:
         ``GroupConsumer()``, so its first member asks at once) or whose leadership just moved
         answers NOT_LEADER until its broker has taken it over, although the metadata already
         names that broker."""
-        self.warm()  # asking needs no assignment: reading may start elsewhere (seek)
         deadline = time.monotonic() + timeout
         while True:
             try:
+                # asking needs no assignment (reading may start elsewhere: seek), only the
+                # topic's metadata, which an unanswered metadata request leaves to ask again
+                self.warm(max(0.1, deadline - time.monotonic()))
                 return call(max(0.1, deadline - time.monotonic()))
             except KafkaException as e:
-                err = e.args[0] if e.args else None
-                if not (
-                    isinstance(err, KafkaError) and (err.retriable() or err.code() in _NOT_LED)
-                ) or (time.monotonic() >= deadline):
+                if not unanswered(e) or time.monotonic() >= deadline:
                     raise BrokerError(f"{what}: {e}") from e
                 time.sleep(0.05)  # librdkafka refreshes the leader meanwhile; no event to await
 

@@ -46,9 +46,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Set
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from confluent_kafka import KafkaError
@@ -63,7 +61,7 @@ from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
 from groupkit.runtime.background import Background
-from groupkit.runtime.catch_up import bounded_catch_up
+from groupkit.runtime.catch_up import StopCatchUp, bounded_catch_up, until_answered
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import (
     ControlClients,
@@ -78,6 +76,7 @@ from groupkit.runtime.hooks import Observers
 from groupkit.runtime.lag import fetch_lags
 from groupkit.runtime.liveness_io import LivenessIO, bind_liveness_log
 from groupkit.runtime.load import LoadFollower
+from groupkit.runtime.member_stats import Stats
 from groupkit.runtime.planning import PlanRunner
 from groupkit.runtime.probe import MemberStatus
 from groupkit.runtime.racks import RackCache
@@ -105,29 +104,6 @@ class Fence(NamedTuple):
     until: float | None
     #: what of the partitions asked about the member no longer claims: it lost them
     gone: Partitions
-
-
-@dataclass
-class Stats:
-    """Counters the metrics layer reads."""
-
-    records_read: int = 0
-    records_written: int = 0
-    rebalances: Counter[str] = field(default_factory=Counter)
-    write_errors: int = 0
-    #: the largest broker clock difference seen beyond groupkit.max.clock.skew.ms (0: none)
-    clock_skew_ms: int = 0
-    #: how the member caught up at start: "snapshot" (bounded) or "full"
-    catch_up: str = ""
-    #: records fetched from the log's tail to find the snapshot (not replayed unless after it)
-    catch_up_scanned: int = 0
-    #: records replayed to catch up (``records_read`` then; it goes on counting what the
-    #: member reads after, from GroupConsumer() on)
-    catch_up_replayed: int = 0
-    #: times the control reader stopped fetching and was renewed (``_watch_reader``)
-    reader_renewals: int = 0
-    #: times the control writer stopped delivering and was renewed (``_watch_writer``)
-    writer_renewals: int = 0
 
 
 #: The control loop's wait for records between turns, (at most, heartbeat interval / n), at
@@ -293,10 +269,10 @@ class Coordinator:
                 self.writer.warm_liveness()  # (version 2's first heartbeat)
 
             warm = Background(warm_writer, "groupkit-warm")
-            hw = self._catch_up()
+            hw = until_answered(self._catch_up, self._stop, self._unanswered)
             while self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
-            warm.result()
+            until_answered(warm.result, self._stop, self._unanswered, again=warm_writer)
             self.stats.catch_up_replayed = self.stats.records_read
             self._caught_up.set()
             # hop events (debug): one join traced from catch-up to the first record handed out
@@ -318,6 +294,8 @@ class Coordinator:
                     if self.v2 is not None and not self.v2.judging else idle  # fmt: skip
                 rest = 0.02 if self.plans.busy else wait if self.busy() else rest
                 self.turn(self.reader.poll(rest))
+        except StopCatchUp:
+            self._caught_up.set()
         except BaseException as e:  # the loop must never die silently
             self._failure = e
             _log.exception("control_loop.failed", member=self.member_id)
@@ -338,6 +316,11 @@ class Coordinator:
                 return report
             due_ms = self.member.beat_due_in_ms(monotonic_ms())
         return quiet if due_ms is None else max(quiet, due_ms / 1000)
+
+    def _unanswered(self, e: BaseException) -> None:
+        self.stats.unanswered += 1
+        _log.warning("control_log.unanswered", group=self.cfg.group_id, member=self.member_id,
+                     error=str(e), times=self.stats.unanswered)  # fmt: skip
 
     def _catch_up(self) -> int:
         """Start from the group's newest snapshot near the log's end, if there is one (bounded
