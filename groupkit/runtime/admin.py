@@ -127,14 +127,15 @@ class MetadataSource(Protocol):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
 
 
-def topic_appears(admin: MetadataSource, name: str, timeout: float) -> bool:
-    """Whether ``name`` shows up in the cluster's metadata within ``timeout`` seconds.
+def appeared_topic(admin: MetadataSource, name: str, timeout: float) -> Any | None:
+    """The metadata of topic ``name`` once it shows up in the cluster's within ``timeout``
+    seconds, else ``None``.
 
     ``CreateTopics`` returns once the controller has the topic; each broker learns it from the
     metadata log afterwards, so a broker may answer that the topic is unknown for a moment (on
     a three-broker cluster one did for up to half a second, asked right after the creation
     through another broker). So an answer that the topic is unknown is asked again, every
-    50 ms, until ``timeout``. An answer no wait cures (no DESCRIBE on the topic) is False at
+    50 ms, until ``timeout``. An answer no wait cures (no DESCRIBE on the topic) is ``None`` at
     once. A :class:`BrokerError` if the last ask could not reach the cluster: absence is only
     concluded from a broker's answer."""
     deadline = time.monotonic() + timeout
@@ -148,13 +149,13 @@ def topic_appears(admin: MetadataSource, name: str, timeout: float) -> bool:
             unreachable, t = e, None
         err: KafkaError | None = t.error if t is not None else None
         if t is not None and err is None:
-            return True
+            return t
         if err is not None and err.code() not in _NOT_YET and not err.retriable():
-            return False
+            return None
         if time.monotonic() >= deadline:
             if unreachable is not None:
                 raise BrokerError(f"cannot reach the cluster to look up {name!r}: {unreachable}")
-            return False
+            return None
         # metadata refresh is a request per call; no event to wait on
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 

@@ -51,7 +51,7 @@ from groupkit.errors import (
 )
 from groupkit.log import get_logger
 from groupkit.protocol.records import Partitions
-from groupkit.runtime.admin import GroupkitAdmin, connect_admin, topic_appears
+from groupkit.runtime.admin import GroupkitAdmin, appeared_topic, connect_admin
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import ControlClients
 from groupkit.runtime.control_topic import ensure_control_topic, partition_for_group
@@ -259,28 +259,31 @@ class GroupConsumer:
         consumer, so it knows the topics before its first assign (no ~500 ms metadata wait for
         a new owner's first record). A named topic is asked for by name: librdkafka then keeps
         it as a local topic with its partitions on their leaders' threads, and a first assign
-        fetches at once. Known only from a look-up of the whole
-        cluster, the topic and its partitions are made by the first assign, on librdkafka's
-        main thread, before any fetch: 1 ms more on an idle machine, a further wait for a core
-        on a loaded one, at the end of a newcomer's join."""
+        fetches at once. Known only from a look-up of the whole cluster, the topic and its
+        partitions are made by the first assign, on librdkafka's main thread, before any
+        fetch: 1 ms more on an idle machine, a further wait for a core on a loaded one, at the
+        end of a newcomer's join."""
         handle = self._data.handle
         topics = dict(handle.list_topics(timeout=10).topics) if sub.patterns else {}
         for name in sub.names:
             topics.update(handle.list_topics(name, timeout=10).topics)
-        missing = [t for t in sub.names if t not in topics or topics[t].error is not None]
+
+        def missing() -> list[str]:
+            return [t for t in sub.names if t not in topics or topics[t].error is not None]
+
         # A topic created a moment ago (or by this very look-up, where the data consumer's
         # allow.auto.create.topics and the broker allow it) may not be in the answering
         # broker's metadata yet: waited for within topic.metadata.propagation.max.ms, as for
         # the control topic (config.TOPIC_PROPAGATION_MS), before it is said not to exist.
         wait_s = self._cfg.topic_propagation_ms / 1000
         deadline = time.monotonic() + wait_s
-        for name in missing:
-            if topic_appears(handle, name, max(0.0, deadline - time.monotonic())):
-                topics.update(handle.list_topics(name, timeout=10).topics)
-        missing = [t for t in sub.names if t not in topics or topics[t].error is not None]
-        if missing:
+        for name in missing():
+            found = appeared_topic(handle, name, max(0.0, deadline - time.monotonic()))
+            if found is not None:
+                topics[name] = found
+        if absent := missing():
             raise ConfigError(
-                f"topic(s) {', '.join(missing)} do not exist on the cluster "
+                f"topic(s) {', '.join(absent)} do not exist on the cluster "
                 "(or this principal lacks DESCRIBE on them; waited "
                 f"{wait_s:g} s for them to appear: topic.metadata.propagation.max.ms)"
             )

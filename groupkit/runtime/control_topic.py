@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from groupkit.errors import BrokerError, ControlTopicError
 from groupkit.log import get_logger
-from groupkit.runtime.admin import create_topic, topic_appears, wait_for_topic
+from groupkit.runtime.admin import appeared_topic, create_topic, wait_for_topic
 from groupkit.runtime.config import TOPIC_PROPAGATION_MS
 
 #: What the control topic must be: compaction keeps each member's and group's latest record,
@@ -161,7 +161,7 @@ def _find_or_create(
     if topic is None or topic.error is not None:
         if not create:
             bound = min(propagation_timeout, timeout)
-            if not topic_appears(admin, name, bound):
+            if appeared_topic(admin, name, bound) is None:
                 raise ControlTopicError(
                     f"{what} {name!r} does not exist and groupkit.control.topic.create "
                     f"is false (not in the cluster's metadata within {bound:g}s, "
