@@ -7,7 +7,8 @@ import pytest
 
 from groupkit.assignors import Assignor
 from groupkit.protocol import ownership
-from groupkit.protocol.member import Member, ProtocolError, diff
+from groupkit.protocol.actions import diff
+from groupkit.protocol.member import Member, ProtocolError
 from groupkit.protocol.planner import Planner, adjust_cooperative
 from groupkit.protocol.records import (
     HmacSigner,

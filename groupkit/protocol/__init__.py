@@ -24,13 +24,9 @@ the node plans again once that offset is replayed.
 """
 
 from groupkit.errors import ProtocolError
+from groupkit.protocol.actions import Actions, Write, diff
 from groupkit.protocol.group import MemberState
-from groupkit.protocol.member import (
-    Actions,
-    Member,
-    Write,
-    diff,
-)
+from groupkit.protocol.member import Member
 from groupkit.protocol.node import Lead, Node, NodeStep
 from groupkit.protocol.planner import (
     Adjusted,

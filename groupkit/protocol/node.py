@@ -50,9 +50,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import groupkit.protocol.ownership as ownership
+from groupkit.protocol.actions import Actions
 from groupkit.protocol.assign import AssignRequest, PlanOutcome
 from groupkit.protocol.judge import Judge
-from groupkit.protocol.member import Actions, Member
+from groupkit.protocol.member import Member
 from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Decision, Planner
 from groupkit.protocol.records import SnapshotKey, encode, member_tombstone

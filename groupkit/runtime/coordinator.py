@@ -55,8 +55,8 @@ from confluent_kafka.admin import AdminClient
 from groupkit.errors import BrokerError
 from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner, default_cover_after_ms
+from groupkit.protocol.actions import Actions, Write
 from groupkit.protocol.assign import PlanOutcome
-from groupkit.protocol.member import Actions, Write
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind

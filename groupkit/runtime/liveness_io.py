@@ -29,7 +29,7 @@ from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient
 
 from groupkit.log import get_logger
-from groupkit.protocol.member import Write
+from groupkit.protocol.actions import Write
 from groupkit.protocol.node import Node
 from groupkit.protocol.records import HeartbeatRecord
 from groupkit.runtime.config import GroupConfig

@@ -70,8 +70,9 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 
 import groupkit.protocol.ownership as ownership
+from groupkit.protocol.actions import Actions
 from groupkit.protocol.assign import AssignRequest, PlanOutcome, fallback_outcome, run_assignor
-from groupkit.protocol.member import Actions, Member
+from groupkit.protocol.member import Member
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.placement import Replan
 from groupkit.protocol.planner import Planner, default_cover_after_ms

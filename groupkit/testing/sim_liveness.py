@@ -9,8 +9,9 @@ import bisect
 import random
 from dataclasses import dataclass, field
 
+from groupkit.protocol.actions import Actions, Write
 from groupkit.protocol.assign import PlanOutcome
-from groupkit.protocol.member import Actions, Member, Write
+from groupkit.protocol.member import Member
 from groupkit.protocol.node import Node
 from groupkit.protocol.records import HeartbeatRecord, Signer
 from groupkit.protocol.snapshot import from_snapshot, newest_snapshot
