@@ -4,13 +4,12 @@ heartbeats on a liveness log only judges read, verdicts and the lease in the mai
 The schedules of ``test_protocol_hypothesis`` (both rebalance protocols, every assignor, slow
 readers, pauses, crashes, leaves, forged and stale records, deferred revocations), against
 readers of the compacted main log, newcomers that catch up from a snapshot, and static members,
-plus what
-version 2 adds: lost and late delivery reports, the two logs' brokers' clocks moving apart
-(leadership moving to a broker whose clock is off, within the members' skew allowance), and
-the leader killed together with its successors. The same invariants hold after every step:
-no partition is owned by two running members, and members that replayed to the same offset
-agree; and after a quiet period every subscribed partition is owned by exactly one live
-subscriber, within a bound of generations.
+plus what version 2 adds: lost and late delivery reports, the two logs' brokers' clocks moving
+apart (leadership moving to a broker whose clock is off, within the members' skew allowance),
+the leader killed together with its successors, and acknowledgements that wait (rule L9). The
+same invariants hold after every step: no partition is owned by two running members, and
+members that replayed to the same offset agree; and after a quiet period every subscribed
+partition is owned by exactly one live subscriber, within a bound of generations.
 """
 
 from __future__ import annotations
@@ -44,6 +43,14 @@ class LivenessRules(GroupSchedule):
         come late."""
         self.sim.report_loss = loss
         self.sim.report_delay_ms = delay
+
+    @rule(delay=st.sampled_from([0, 100, 250, 1_000]))
+    def ack_delays(self, delay: int) -> None:
+        """An acknowledgement that changes nothing else of its member's waits up to ``delay``
+        (rule L9): in the members running now, and in those started later."""
+        self.sim.ack_delay_ms = delay
+        for sm in self.sim.members.values():
+            sm.member.ack_delay_ms = delay
 
     @rule(main=st.integers(0, SKEW), live=st.integers(0, SKEW))
     def move_leadership(self, main: int, live: int) -> None:

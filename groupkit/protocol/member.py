@@ -100,6 +100,11 @@ from groupkit.protocol.state import GroupState
 from groupkit.protocol.vocab import MEMBER_TRANSITIONS, LossReason, MemberEvent, MemberPhase
 from groupkit.types import TopicPartition
 
+#: How long a member's acknowledgement that changes nothing else of its waits (rule L9), at
+#: most: a rebalance's hand-off, from the first release to the new owners' first records, takes
+#: 50-150 ms on a loaded machine; the acknowledgements then come after it, not in its way.
+ACK_DELAY_MS = 250
+
 
 @dataclass(frozen=True, slots=True)
 class _Basis:
@@ -133,12 +138,15 @@ class Member:
         instance_id: str | None = None,
         version: int = 1,
         process_lease_ms: int | None = None,
+        ack_delay_ms: int = 0,
     ) -> None:
         """``version``: the protocol version it speaks (docs/protocol-v2.md). Version 2 writes
         heartbeats for the liveness log, learns its liveness from their delivery reports
         (:meth:`heartbeat_confirmed`) and writes member records only when they change.
         ``process_lease_ms``: version 2, a static member: how long its process may process
-        after its newest confirmed heartbeat (rule L7; its seat still lasts the session)."""
+        after its newest confirmed heartbeat (rule L7; its seat still lasts the session).
+        ``ack_delay_ms``: version 2, how long a record that would only acknowledge a generation
+        that changes nothing of ours may wait (rule L9; 0: it goes at once)."""
         if instance_id is not None and instance_id != member_id:
             raise ValueError(f"a static member's id is its instance id {instance_id!r}")
         self.group = group
@@ -247,6 +255,22 @@ class Member:
         self._start_sent: tuple[int, int, int] | None = None
         #: version 2: our clock when we took part of our admitted share unclaimed (_claim_later)
         self._claim_held: int | None = None
+        #: version 2: how long an acknowledgement that changes nothing else may wait (L9), and
+        #: our clock when the one waiting is due
+        self.ack_delay_ms = ack_delay_ms if version == 2 else 0
+        self._ack_due: int | None = None
+
+    def _ack_soon(self, now_ms: int, quiet: bool) -> None:
+        """Write our record now, or, for an acknowledgement that changes nothing else of ours
+        (``quiet``), within :attr:`ack_delay_ms` (L9); whatever we write first carries it."""
+        if not quiet:
+            self._dirty = True
+        elif self._ack_due is None:
+            self._ack_due = now_ms + self.ack_delay_ms
+
+    def ack_due_in_ms(self, now_ms: int) -> int | None:
+        """Version 2: ms until an acknowledgement that waits (:attr:`ack_delay_ms`) is due."""
+        return None if self._ack_due is None else max(0, self._ack_due - now_ms)
 
     def _claim_later(self, group: GroupState, revoked: Partitions, now_ms: int) -> bool:
         """Version 2: what we just took is part of our admitted share and more is to come: claim
@@ -508,9 +532,14 @@ class Member:
             self._dirty = True  # the rest of the share is late: claim what we took
         if covered:
             self.generation = group.generation
+        # An acknowledgement that changes nothing of ours waits a little (L9): every member
+        # writes one per generation and every member reads them all, which would crowd the
+        # broker and the cores just as the partitions that moved start at their new owners.
+        quiet = (self.ack_delay_ms > 0 and self.state == MemberPhase.ACTIVE and not self._dirty
+                 and not (added or revoked or lost))  # fmt: skip
         if fresh and healthy and not blocked and not self.closing:  # acked with its grants taken
             self.acked = group.generation
-            self._dirty = True
+            self._ack_soon(now_ms, quiet)
         self._granted = target if covered and self.acked == group.generation else EMPTY
         self._retake = (self._retake - added) & self._granted
 
@@ -529,6 +558,8 @@ class Member:
             if now_ms - self._read_at[1] < self.read_timeout_ms:  # else cut off: lapse (L4.5)
                 writes.extend(self._beat(now_ms))
             if group.generation > self._seen_written:
+                self._ack_soon(now_ms, quiet)
+            if self._ack_due is not None and now_ms >= self._ack_due:
                 self._dirty = True
         due = self.version == 1 and (
             self._last_send is None or now_ms - self._last_send >= self.heartbeat_interval_ms
@@ -715,7 +746,7 @@ class Member:
         assert self._run is not None
         self._seq += 1
         self._records += 1
-        self._seen_written, self._claim_held = group.generation, None
+        self._seen_written, self._claim_held, self._ack_due = group.generation, None, None
         if self._joined_at is None:
             self._start_sent = (self._run, now_ms, self._seq)
         self._dirty = False

@@ -57,6 +57,7 @@ from groupkit.log import get_logger
 from groupkit.protocol import GroupState, Member, Planner, default_cover_after_ms
 from groupkit.protocol.actions import Actions, Write
 from groupkit.protocol.assign import PlanOutcome
+from groupkit.protocol.member import ACK_DELAY_MS
 from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
@@ -166,6 +167,7 @@ class Coordinator:
             instance_id=cfg.instance_id,
             version=cfg.protocol_version,
             process_lease_ms=cfg.process_lease_ms,
+            ack_delay_ms=min(ACK_DELAY_MS, cfg.rebalance_timeout_ms // 4),  # (rule L9)
         )
         cover_after = default_cover_after_ms(cfg.protocol_version, cfg.heartbeat_interval_ms)
         self.planner = Planner(cfg.assignor, cfg.protocol, cover_after_ms=cover_after)
@@ -314,8 +316,10 @@ class Coordinator:
         with self.lock:
             if self.member.clock.awaiting_report:
                 return report
-            due_ms = self.member.beat_due_in_ms(monotonic_ms())
-        return quiet if due_ms is None else max(quiet, due_ms / 1000)
+            now = monotonic_ms()
+            due = [d for d in (self.member.beat_due_in_ms(now), self.member.ack_due_in_ms(now))
+                   if d is not None]  # fmt: skip
+        return quiet if not due else max(quiet, min(due) / 1000)
 
     def _unanswered(self, e: BaseException) -> None:
         self.stats.unanswered += 1

@@ -125,6 +125,7 @@ class GroupSim(LivenessLogs):
         report_loss: float = 0.0,
         report_delay_ms: int = 0,
         process_lease_ms: int | None = None,
+        ack_delay_ms: int = 0,
     ) -> None:
         self.group = group
         #: the protocol version members speak (docs/protocol-v2.md). Version 2 adds the group's
@@ -138,6 +139,9 @@ class GroupSim(LivenessLogs):
         self.report_delay_ms = report_delay_ms
         #: version 2: a static member's process lease (docs/protocol-v2.md, L7)
         self.process_lease_ms = process_lease_ms
+        #: version 2: how long a member's acknowledgement that changes nothing else of its may
+        #: wait (rule L9); members started later take it as it is then
+        self.ack_delay_ms = ack_delay_ms
         self.liveness = ControlLog()
         self.partitions = dict(partitions)
         # Planner.cover_after_ms: by default the runtime's
@@ -257,6 +261,7 @@ class GroupSim(LivenessLogs):
             instance_id=member_id if static else None,
             version=self.version,
             process_lease_ms=self.process_lease_ms,
+            ack_delay_ms=self.ack_delay_ms,
         )
         old = self.members.get(member_id)
         if old is not None and not old.crashed and old.member.state != MemberPhase.LEFT:
