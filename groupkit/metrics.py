@@ -186,8 +186,8 @@ METRICS: Mapping[str, MetricSpec] = {
                    "change, or abandoned on losing the lead.",
                    "Java consumer rebalance-total"),
         MetricSpec("groupkit_rebalance_duration_seconds", "histogram", (*_M, "protocol"),
-                   "Duration of completed rebalances, first generation planned to stable "
-                   "(leader).", "Java consumer rebalance-latency-*"),
+                   "Duration of completed rebalances, first generation planned until every "
+                   "member claims its share (leader).", "Java consumer rebalance-latency-*"),
         MetricSpec("groupkit_rebalance_partitions_moved_total", "counter", _M,
                    "Partitions whose owner changed in a completed rebalance (leader)."),
         MetricSpec("groupkit_paused_partition_seconds_total", "counter", _M,

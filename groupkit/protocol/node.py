@@ -95,7 +95,9 @@ class RebalanceSummary:
     moved: int
     #: partitions revoked from a member on the way (eager: everything owned)
     revoked: int
-    #: by the leader's own clock (``now_ms``), from its first record's plan to the end
+    #: by the leader's own clock (``now_ms``), from its first record's plan to the end, or to
+    #: when every member claimed what the last generation gives it, if that came first (the
+    #: acknowledgements that change nothing may come later: rule L9 of version 2)
     duration_s: float
     outcome: RebalanceOutcome
 
@@ -112,6 +114,10 @@ class _Rebalance:
     generation: int = 0
     generations: int = 0
     revoked: int = 0
+    #: when every member first claimed what the current complete generation gives it, if it
+    #: did before the rebalance ended: what was left then was acknowledgements (rule L9 of
+    #: version 2 lets those that change nothing wait), which the duration does not count
+    settled_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,7 +412,19 @@ class Node:
             and self._rebalance is not None
         ):
             return Lead(d, rebalance_done=self._finish(now_ms, RebalanceOutcome.COMPLETED))
+        elif d.reason == DecisionReason.AWAITING_ACKNOWLEDGEMENT:
+            self._note_settled(now_ms)
         return Lead(d)
+
+    def _note_settled(self, now_ms: int) -> None:
+        """The rebalance under way is settled if every member of the current generation claims
+        what it assigns it: only acknowledgements are awaited."""
+        rb, a = self._rebalance, self.state.assignment
+        if rb is None or rb.settled_ms is not None or a is None:
+            return
+        members = self.state.members
+        if all(i in members and members[i].claims == cm.assigned for i, cm in a.members.items()):
+            rb.settled_ms = now_ms
 
     def replan(
         self, now_ms: int, partition_counts: Mapping[str, int], replan: Replan, generation: int
@@ -610,7 +628,7 @@ class Node:
             generations=rb.generations,
             moved=moved,
             revoked=rb.revoked,
-            duration_s=(now_ms - rb.started_ms) / 1000,
+            duration_s=((rb.settled_ms or now_ms) - rb.started_ms) / 1000,
             outcome=outcome,
         )
 
