@@ -46,10 +46,10 @@ def until_answered(
     stop: threading.Event,
     counted: Callable[[BaseException], None],
     again: Callable[[], _T] | None = None,
-) -> _T:
+) -> _T | None:
     """``call()``, then ``again()`` (or ``call()``) after a pause, each time it fails because the
     cluster did not answer (:func:`unanswered`: a broker down, stalled or cut off for longer
-    than a request's bound), until it succeeds, or ``stop`` is set (:class:`StopCatchUp`).
+    than a request's bound), until it succeeds; ``None`` once ``stop`` is set meanwhile.
 
     A member that has not joined has nothing to lose by waiting, and Kafka's own consumers
     keep asking for metadata while no broker answers; ending the member's control loop for
@@ -66,12 +66,8 @@ def until_answered(
                 raise
             counted(e)
             if stop.wait(pause):
-                raise StopCatchUp("stopped while the cluster did not answer") from e
+                return None
         pause, attempt = min(top, 2 * pause), again or call
-
-
-class StopCatchUp(Exception):
-    """The member was stopped while its catch-up waited for the cluster to answer."""
 
 
 def log_ends(

@@ -62,7 +62,7 @@ from groupkit.protocol.node import Lead, Node, RebalanceSummary
 from groupkit.protocol.records import HmacSigner, MemberKey, Partitions, Signer
 from groupkit.protocol.vocab import AssignorFailure, DecisionAction, MemberPhase, ReplayKind
 from groupkit.runtime.background import Background
-from groupkit.runtime.catch_up import StopCatchUp, bounded_catch_up, until_answered
+from groupkit.runtime.catch_up import bounded_catch_up, until_answered
 from groupkit.runtime.config import GroupConfig
 from groupkit.runtime.control_log import (
     ControlClients,
@@ -271,8 +271,8 @@ class Coordinator:
                 self.writer.warm_liveness()  # (version 2's first heartbeat)
 
             warm = Background(warm_writer, "groupkit-warm")
-            hw = until_answered(self._catch_up, self._stop, self._unanswered)
-            while self.reader.position < hw and not self._stop.is_set():
+            hw = until_answered(self._catch_up, self._stop, self._unanswered)  # None: stopped
+            while hw is not None and self.reader.position < hw and not self._stop.is_set():
                 self._replay(self.reader.poll(0.1))
             until_answered(warm.result, self._stop, self._unanswered, again=warm_writer)
             self.stats.catch_up_replayed = self.stats.records_read
@@ -296,8 +296,6 @@ class Coordinator:
                     if self.v2 is not None and not self.v2.judging else idle  # fmt: skip
                 rest = 0.02 if self.plans.busy else wait if self.busy() else rest
                 self.turn(self.reader.poll(rest))
-        except StopCatchUp:
-            self._caught_up.set()
         except BaseException as e:  # the loop must never die silently
             self._failure = e
             _log.exception("control_loop.failed", member=self.member_id)
